@@ -1,2 +1,23 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+
+pub mod capacity;
+pub mod metering;
+pub mod placement;
+pub mod timeline;
+
+mod rules;
+
+pub use capacity::{CapacityShort, Commitment, Term, check_capacity, peak_overlap};
+pub use metering::{
+    HOUR_MS, MICROS_PER_UNIT, Record, Segment, cumulative_rounded_records, format_micros,
+    grant_slot_records, hour_buckets,
+};
+pub use placement::{
+    Billing, CapacityUnavailable, LiveGrant, Placement, PlacementRequest, Refusal, ReservationView,
+    Seat, place, place_on,
+};
+pub use timeline::{
+    Destination, EndReason, ForcedEnd, GrantState, Move, Power, TimelineGrant, TimelineInstance,
+    Transition, apply, force_end, grant_state, settle,
+};

@@ -1,1 +1,21 @@
-//! Storage.
+//! Storage of the control plane: diesel + diesel-async on PostgreSQL.
+//!
+//! Every operation takes a connection and returns [`error::Result`]; a
+//! mutation is one transaction that locks the rows deciding it, decides with
+//! the pure core crates, writes its rows and its events, and commits.
+
+pub mod accounts;
+pub mod clock;
+pub mod db;
+pub mod error;
+pub mod events;
+pub mod idempotency;
+pub mod ids;
+pub mod pools;
+pub mod schema;
+pub mod tenancy;
+#[cfg(feature = "test-support")]
+pub mod test_db;
+
+pub use clock::Clock;
+pub use error::{Code, Error, Result};

@@ -1,0 +1,451 @@
+//! The `gce` provider account config: its manifest and validation.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value, json};
+
+use crate::secret::value_looks_like_secret;
+
+/// The endpoint used when a config names none.
+pub const DEFAULT_ENDPOINT: &str = "https://compute.googleapis.com";
+
+const PROJECT_MIN: usize = 6;
+const PROJECT_MAX: usize = 30;
+const ENDPOINT_MAX: usize = 2048;
+const ENV_NAME_MAX: usize = 128;
+const PATH_MAX: usize = 4096;
+
+/// A validated `gce` provider account config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GceConfig {
+    /// The GCE project id whose reservations the account covers.
+    pub project: String,
+    /// The API root without a trailing `/`, e.g. `https://compute.googleapis.com`.
+    pub endpoint: String,
+    /// Where the bearer token comes from.
+    pub credentials: Credentials,
+}
+
+/// A reference to the bearer token used with the GCE API; never the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// `env:NAME`: the token is read from this environment variable at each call.
+    Env(String),
+    /// `file:/path`: the token is read from this file at each call.
+    File(PathBuf),
+    /// `none`: requests carry no `Authorization` header (emulators, proxies
+    /// that authenticate themselves).
+    None,
+}
+
+impl fmt::Display for Credentials {
+    /// The reference as written in a config: `env:NAME`, `file:/path` or `none`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credentials::Env(name) => write!(f, "env:{name}"),
+            Credentials::File(path) => write!(f, "file:{}", path.display()),
+            Credentials::None => f.write_str("none"),
+        }
+    }
+}
+
+/// Why a config was refused: the field (`config.project`) and a short reason,
+/// in the shape of the API's `INVALID_INPUT` details. Never carries the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ConfigError {
+    /// The field as sent, prefixed with `config.` (`config` for the whole object).
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: ConfigReason,
+}
+
+/// The reason part of a [`ConfigError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConfigReason {
+    /// A required field is absent.
+    Missing,
+    /// The value has the wrong JSON type.
+    Type,
+    /// The value does not match the field's pattern.
+    Pattern,
+    /// The value is too long.
+    Length,
+    /// The field is not part of the manifest.
+    Unknown,
+    /// The value looks like a secret itself; a reference was expected.
+    SecretValue,
+}
+
+impl ConfigReason {
+    /// The API's spelling: `missing`, `type`, `pattern`, `length`, `unknown`, `secret-value`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigReason::Missing => "missing",
+            ConfigReason::Type => "type",
+            ConfigReason::Pattern => "pattern",
+            ConfigReason::Length => "length",
+            ConfigReason::Unknown => "unknown",
+            ConfigReason::SecretValue => "secret-value",
+        }
+    }
+}
+
+impl fmt::Display for ConfigReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn error(field: &str, reason: ConfigReason) -> ConfigError {
+    let field = if field.is_empty() {
+        "config".to_owned()
+    } else {
+        format!("config.{field}")
+    };
+    ConfigError { field, reason }
+}
+
+impl GceConfig {
+    /// Validates a `providerAccounts` config for `gce`.
+    ///
+    /// Checks, in order: the value is an object (`config`, `type`); no value
+    /// anywhere in it looks like a secret (`secret-value`); no unknown key
+    /// (`unknown`); then `project` (required, `^[a-z][a-z0-9-]{4,28}[a-z0-9]$`),
+    /// `endpoint` (optional http(s) URL without credentials, query or fragment;
+    /// default [`DEFAULT_ENDPOINT`]) and `credentials` (required: `env:NAME`
+    /// with `NAME` matching `^[A-Z_][A-Z0-9_]*$`, `file:/absolute/path` or
+    /// `none`; any other value is taken for an inline secret, `secret-value`).
+    pub fn from_json(value: &Value) -> Result<GceConfig, ConfigError> {
+        let Value::Object(map) = value else {
+            return Err(error("", ConfigReason::Type));
+        };
+        if let Some((key, _)) = map.iter().find(|(_, v)| value_looks_like_secret(v)) {
+            return Err(error(key, ConfigReason::SecretValue));
+        }
+        if let Some(key) = map
+            .keys()
+            .find(|k| !matches!(k.as_str(), "project" | "endpoint" | "credentials"))
+        {
+            return Err(error(key, ConfigReason::Unknown));
+        }
+        let project = parse_project(required_str(map, "project")?)?;
+        let endpoint = match map.get("endpoint") {
+            None => DEFAULT_ENDPOINT.to_owned(),
+            Some(Value::String(s)) => parse_endpoint(s)?,
+            Some(_) => return Err(error("endpoint", ConfigReason::Type)),
+        };
+        let credentials = match map.get("credentials") {
+            None => return Err(error("credentials", ConfigReason::Missing)),
+            Some(Value::String(s)) => parse_credentials(s)?,
+            // An object here is a key file pasted inline.
+            Some(Value::Object(_)) => return Err(error("credentials", ConfigReason::SecretValue)),
+            Some(_) => return Err(error("credentials", ConfigReason::Type)),
+        };
+        Ok(GceConfig {
+            project,
+            endpoint,
+            credentials,
+        })
+    }
+
+    /// The config as stored and shown: every field explicit, the default
+    /// endpoint filled in. [`GceConfig::from_json`] accepts it back unchanged.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "project": self.project,
+            "endpoint": self.endpoint,
+            "credentials": self.credentials.to_string(),
+        })
+    }
+}
+
+/// The manifest of the `gce` config as a JSON Schema (for OpenAPI and docs).
+/// [`GceConfig::from_json`] is the authority; it also refuses secret-looking
+/// values, which a schema cannot express.
+pub fn config_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["project", "credentials"],
+        "properties": {
+            "project": {
+                "type": "string",
+                "pattern": "^[a-z][a-z0-9-]{4,28}[a-z0-9]$",
+                "description": "The GCE project id."
+            },
+            "endpoint": {
+                "type": "string",
+                "format": "uri",
+                "maxLength": ENDPOINT_MAX,
+                "default": DEFAULT_ENDPOINT,
+                "description": "The Compute Engine API root (http or https)."
+            },
+            "credentials": {
+                "type": "string",
+                "pattern": "^(env:[A-Z_][A-Z0-9_]*|file:/.+|none)$",
+                "description": "Where the bearer token is read at each call: env:NAME, file:/absolute/path, or none. Never the token itself."
+            }
+        }
+    })
+}
+
+fn required_str<'a>(map: &'a Map<String, Value>, key: &str) -> Result<&'a str, ConfigError> {
+    match map.get(key) {
+        None => Err(error(key, ConfigReason::Missing)),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(error(key, ConfigReason::Type)),
+    }
+}
+
+fn parse_project(s: &str) -> Result<String, ConfigError> {
+    if s.len() > PROJECT_MAX {
+        return Err(error("project", ConfigReason::Length));
+    }
+    let b = s.as_bytes();
+    let ok = b.len() >= PROJECT_MIN
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && b.last().is_some_and(|&c| c != b'-');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(error("project", ConfigReason::Pattern))
+    }
+}
+
+fn parse_endpoint(s: &str) -> Result<String, ConfigError> {
+    const FIELD: &str = "endpoint";
+    if s.len() > ENDPOINT_MAX {
+        return Err(error(FIELD, ConfigReason::Length));
+    }
+    let url = reqwest::Url::parse(s).map_err(|_| error(FIELD, ConfigReason::Pattern))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(error(FIELD, ConfigReason::SecretValue));
+    }
+    let http = matches!(url.scheme(), "http" | "https");
+    let host = url.host_str().is_some_and(|h| !h.is_empty());
+    if !http || !host || url.query().is_some() || url.fragment().is_some() {
+        return Err(error(FIELD, ConfigReason::Pattern));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+fn parse_credentials(s: &str) -> Result<Credentials, ConfigError> {
+    const FIELD: &str = "credentials";
+    if s == "none" {
+        return Ok(Credentials::None);
+    }
+    if let Some(name) = s.strip_prefix("env:") {
+        if name.len() > ENV_NAME_MAX {
+            return Err(error(FIELD, ConfigReason::Length));
+        }
+        let b = name.as_bytes();
+        let ok = b
+            .first()
+            .is_some_and(|&c| c.is_ascii_uppercase() || c == b'_')
+            && b.iter()
+                .all(|&c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_');
+        return if ok {
+            Ok(Credentials::Env(name.to_owned()))
+        } else {
+            Err(error(FIELD, ConfigReason::Pattern))
+        };
+    }
+    if let Some(path) = s.strip_prefix("file:") {
+        if path.len() > PATH_MAX {
+            return Err(error(FIELD, ConfigReason::Length));
+        }
+        let ok = path.starts_with('/') && path.len() > 1 && !path.chars().any(char::is_control);
+        return if ok {
+            Ok(Credentials::File(PathBuf::from(path)))
+        } else {
+            Err(error(FIELD, ConfigReason::Pattern))
+        };
+    }
+    // Not a reference: whatever it is (a password, a token of a shape the
+    // heuristics do not know), it must not be stored.
+    Err(error(FIELD, ConfigReason::SecretValue))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(v: Value) -> (String, &'static str) {
+        let e = GceConfig::from_json(&v).expect_err("config should be refused");
+        (e.field, e.reason.as_str())
+    }
+
+    fn pair(field: &str, reason: &'static str) -> (String, &'static str) {
+        (field.to_owned(), reason)
+    }
+
+    #[test]
+    fn minimal_config_gets_the_default_endpoint() {
+        let c = GceConfig::from_json(&json!({ "project": "my-project", "credentials": "none" }))
+            .expect("valid");
+        assert_eq!(
+            c,
+            GceConfig {
+                project: "my-project".into(),
+                endpoint: DEFAULT_ENDPOINT.into(),
+                credentials: Credentials::None,
+            }
+        );
+    }
+
+    #[test]
+    fn full_config_round_trips() {
+        let v = json!({
+            "project": "prod-123456",
+            "endpoint": "http://127.0.0.1:8085/",
+            "credentials": "file:/var/run/secrets/gce/token",
+        });
+        let c = GceConfig::from_json(&v).expect("valid");
+        assert_eq!(c.endpoint, "http://127.0.0.1:8085");
+        assert_eq!(c.credentials, Credentials::File("/var/run/secrets/gce/token".into()));
+        assert_eq!(GceConfig::from_json(&c.to_json()).expect("valid"), c);
+        let e = GceConfig::from_json(&json!({ "project": "prod-123456", "credentials": "env:GCE_TOKEN_1" }))
+            .expect("valid");
+        assert_eq!(e.credentials, Credentials::Env("GCE_TOKEN_1".into()));
+        assert_eq!(e.to_json()["credentials"], "env:GCE_TOKEN_1");
+    }
+
+    #[test]
+    fn config_must_be_an_object() {
+        assert_eq!(err(json!("project")), pair("config", "type"));
+        assert_eq!(err(json!(null)), pair("config", "type"));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert_eq!(
+            err(json!({ "project": "my-project", "credentials": "none", "zone": "x" })),
+            pair("config.zone", "unknown")
+        );
+    }
+
+    #[test]
+    fn project_rules() {
+        assert_eq!(err(json!({ "credentials": "none" })), pair("config.project", "missing"));
+        assert_eq!(err(json!({ "project": 12, "credentials": "none" })), pair("config.project", "type"));
+        for bad in ["short", "My-project", "1project", "my-project-", "my_project", "my project x"] {
+            assert_eq!(
+                err(json!({ "project": bad, "credentials": "none" })),
+                pair("config.project", "pattern"),
+                "{bad}"
+            );
+        }
+        let long = format!("p{}", "a".repeat(30));
+        assert_eq!(err(json!({ "project": long, "credentials": "none" })), pair("config.project", "length"));
+        for good in ["abcdef", "my-project-1", "a23456789012345678901234567890"] {
+            assert!(GceConfig::from_json(&json!({ "project": good, "credentials": "none" })).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn endpoint_rules() {
+        let with = |e: Value| json!({ "project": "my-project", "endpoint": e, "credentials": "none" });
+        assert_eq!(err(with(json!(8085))), pair("config.endpoint", "type"));
+        assert_eq!(err(with(json!(null))), pair("config.endpoint", "type"));
+        for bad in [
+            "compute.googleapis.com",
+            "ftp://compute.googleapis.com",
+            "https://",
+            "https://compute.googleapis.com/?alt=json",
+            "https://compute.googleapis.com/#x",
+            "not a url",
+        ] {
+            assert_eq!(err(with(json!(bad))), pair("config.endpoint", "pattern"), "{bad}");
+        }
+        assert_eq!(
+            err(with(json!("https://user:hunter2@compute.googleapis.com"))),
+            pair("config.endpoint", "secret-value")
+        );
+        assert_eq!(
+            err(with(json!("https://compute.googleapis.com/?key=abc"))),
+            pair("config.endpoint", "secret-value")
+        );
+        let long = format!("https://example.com/{}", "a".repeat(ENDPOINT_MAX));
+        assert_eq!(err(with(json!(long))), pair("config.endpoint", "length"));
+        let ok = GceConfig::from_json(&with(json!("https://proxy.example.com/gce/"))).expect("valid");
+        assert_eq!(ok.endpoint, "https://proxy.example.com/gce");
+    }
+
+    #[test]
+    fn credentials_rules() {
+        let with = |c: Value| json!({ "project": "my-project", "credentials": c });
+        assert_eq!(err(json!({ "project": "my-project" })), pair("config.credentials", "missing"));
+        assert_eq!(err(with(json!(true))), pair("config.credentials", "type"));
+        assert_eq!(err(with(json!(null))), pair("config.credentials", "type"));
+        for bad in ["env:", "env:lower", "env:1ABC", "env:A-B", "file:", "file:relative/path", "file:/"] {
+            assert_eq!(err(with(json!(bad))), pair("config.credentials", "pattern"), "{bad}");
+        }
+        let long = format!("env:{}", "A".repeat(ENV_NAME_MAX + 1));
+        assert_eq!(err(with(json!(long))), pair("config.credentials", "length"));
+        // Anything that is not a reference is refused as a would-be secret.
+        for not_a_reference in ["hunter2", "NONE", "ENV:TOKEN", "", "token:abc"] {
+            assert_eq!(
+                err(with(json!(not_a_reference))),
+                pair("config.credentials", "secret-value"),
+                "{not_a_reference}"
+            );
+        }
+    }
+
+    #[test]
+    fn secret_values_are_refused_in_any_field() {
+        let sa_key = json!({
+            "type": "service_account",
+            "project_id": "my-project",
+            "private_key_id": "0123456789abcdef",
+            "private_key": "-----BEGIN PRIVATE KEY-----\nMIIEvQ\n-----END PRIVATE KEY-----\n",
+            "client_email": "x@my-project.iam.gserviceaccount.com",
+        });
+        let with = |c: Value| json!({ "project": "my-project", "credentials": c });
+        for secret in [
+            json!(sa_key.to_string()),
+            sa_key.clone(),
+            json!("-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----"),
+            json!("ya29.a0AfH6SMBx3"),
+            json!("Zk3q9Vb7Lm2Xp8Rt5Wn4Yc6Hd1Gf0Js9Ke7Ua3Ob2Ci5Pz"),
+            json!("Bearer abcdef"),
+        ] {
+            assert_eq!(err(with(secret.clone())), pair("config.credentials", "secret-value"), "{secret}");
+        }
+        // A secret in the project or endpoint, or under an unknown key.
+        assert_eq!(
+            err(json!({ "project": "ya29.a0AfH6SMBx3", "credentials": "none" })),
+            pair("config.project", "secret-value")
+        );
+        assert_eq!(
+            err(json!({
+                "project": "my-project",
+                "endpoint": "https://compute.googleapis.com/Zk3q9Vb7Lm2Xp8Rt5Wn4Yc6Hd1Gf0Js9Ke7Ua3Ob2Ci5Pz",
+                "credentials": "none",
+            })),
+            pair("config.endpoint", "secret-value")
+        );
+        assert_eq!(
+            err(json!({ "project": "my-project", "credentials": "none", "token": "ya29.abc" })),
+            pair("config.token", "secret-value")
+        );
+    }
+
+    #[test]
+    fn error_display_names_field_and_reason_only() {
+        let e = GceConfig::from_json(&json!({ "project": "my-project", "credentials": "ya29.secret" }))
+            .expect_err("refused");
+        assert_eq!(e.to_string(), "config.credentials: secret-value");
+    }
+
+    #[test]
+    fn schema_lists_the_fields() {
+        let s = config_schema();
+        assert_eq!(s["required"], json!(["project", "credentials"]));
+        assert_eq!(s["properties"]["endpoint"]["default"], DEFAULT_ENDPOINT);
+    }
+}

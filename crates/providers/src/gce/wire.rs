@@ -1,0 +1,354 @@
+//! The Compute Engine `reservations.aggregatedList` response and its mapping
+//! to [`ProviderReservation`]. Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{ProviderError, ProviderReservation, ReservationStatus};
+
+/// One page of `aggregated/reservations`, mapped.
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub(crate) reservations: Vec<ProviderReservation>,
+    /// `None` on the last page (GCE omits the field or sends it empty).
+    pub(crate) next_page_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AggregatedList {
+    #[serde(default)]
+    items: BTreeMap<String, ScopedList>,
+    next_page_token: Option<String>,
+}
+
+/// A scope (`zones/us-central1-a`) holds reservations, or a `warning` such as
+/// `NO_RESULTS_ON_PAGE` instead.
+#[derive(Deserialize)]
+struct ScopedList {
+    #[serde(default)]
+    reservations: Vec<WireReservation>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireReservation {
+    name: Option<String>,
+    zone: Option<String>,
+    status: Option<String>,
+    specific_reservation: Option<SpecificReservation>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecificReservation {
+    count: Option<Value>,
+    in_use_count: Option<Value>,
+    instance_properties: Option<InstanceProperties>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InstanceProperties {
+    machine_type: Option<String>,
+}
+
+/// Parses one page for `project`.
+///
+/// Reservations without `specificReservation.instanceProperties` (those built
+/// from an instance template, or aggregate reservations) name no machine type
+/// and cannot be sliced into slots; they are skipped with a warning. Anything
+/// else missing or ill-typed makes the whole page malformed: a partial answer
+/// would make the missing reservations look gone.
+pub(crate) fn parse_page(body: &[u8], project: &str) -> Result<Page, ProviderError> {
+    let list: AggregatedList = serde_json::from_slice(body)
+        .map_err(|e| ProviderError::Malformed(format!("not an aggregated reservation list ({e})")))?;
+    let mut reservations = Vec::new();
+    for (scope, scoped) in list.items {
+        for wire in scoped.reservations {
+            if let Some(r) = map_reservation(wire, &scope, project)? {
+                reservations.push(r);
+            }
+        }
+    }
+    Ok(Page {
+        reservations,
+        next_page_token: list.next_page_token.filter(|t| !t.is_empty()),
+    })
+}
+
+fn map_reservation(
+    wire: WireReservation,
+    scope: &str,
+    project: &str,
+) -> Result<Option<ProviderReservation>, ProviderError> {
+    let name = wire
+        .name
+        .filter(|n| !n.is_empty() && !n.contains('/'))
+        .ok_or_else(|| ProviderError::Malformed(format!("a reservation in {scope} has no valid name")))?;
+    let malformed = |what: &str| ProviderError::Malformed(format!("reservation {name}: {what}"));
+
+    // The reservation's own `zone` URL, else the scope key (`zones/{zone}`).
+    let zone = wire
+        .zone
+        .as_deref()
+        .or(Some(scope))
+        .and_then(zone_from_url)
+        .ok_or_else(|| malformed("zone is not a URL ending in zones/{zone}"))?
+        .to_owned();
+    let region = region_of_zone(&zone)
+        .ok_or_else(|| malformed("zone has no region part"))?
+        .to_owned();
+
+    let Some(specific) = wire.specific_reservation else {
+        tracing::warn!(reservation = %name, %zone, "skipping a reservation without specificReservation");
+        return Ok(None);
+    };
+    let Some(properties) = specific.instance_properties else {
+        tracing::warn!(reservation = %name, %zone, "skipping a reservation without instanceProperties");
+        return Ok(None);
+    };
+    let flavor = properties
+        .machine_type
+        .as_deref()
+        .and_then(last_segment)
+        .ok_or_else(|| malformed("specificReservation.instanceProperties.machineType is missing"))?
+        .to_owned();
+    let total = specific
+        .count
+        .as_ref()
+        .ok_or_else(|| malformed("specificReservation.count is missing"))
+        .and_then(|v| int64(v).ok_or_else(|| malformed("specificReservation.count is not a count")))?;
+    let in_use = match &specific.in_use_count {
+        // GCE may omit zero-valued fields.
+        None => 0,
+        Some(v) => int64(v).ok_or_else(|| malformed("specificReservation.inUseCount is not a count"))?,
+    };
+    let status = wire
+        .status
+        .as_deref()
+        .map_or(ReservationStatus::NotReady, status_from_gce);
+
+    Ok(Some(ProviderReservation {
+        reservation_id: format!("projects/{project}/zones/{zone}/reservations/{name}"),
+        zone,
+        region,
+        flavor,
+        total,
+        in_use,
+        status,
+    }))
+}
+
+/// A non-negative int64 sent as a JSON string (as GCE does) or a JSON integer.
+fn int64(v: &Value) -> Option<i64> {
+    let n = match v {
+        Value::String(s) => s.parse::<i64>().ok()?,
+        Value::Number(n) => n.as_i64()?,
+        _ => return None,
+    };
+    (n >= 0).then_some(n)
+}
+
+/// `READY` is ready; `CREATING`, `UPDATING`, `DELETING` and anything else are not.
+pub fn status_from_gce(status: &str) -> ReservationStatus {
+    if status == "READY" {
+        ReservationStatus::Ready
+    } else {
+        ReservationStatus::NotReady
+    }
+}
+
+/// The region of a zone: the zone without its last `-x` part
+/// (`us-central1-a` -> `us-central1`). `None` if there is no such part.
+pub fn region_of_zone(zone: &str) -> Option<&str> {
+    let (region, suffix) = zone.rsplit_once('-')?;
+    (!region.is_empty() && !suffix.is_empty()).then_some(region)
+}
+
+/// The zone named by a URL or path ending in `zones/{zone}`.
+fn zone_from_url(url: &str) -> Option<&str> {
+    let (before, zone) = url.trim_end_matches('/').rsplit_once('/')?;
+    ((before == "zones" || before.ends_with("/zones")) && !zone.is_empty()).then_some(zone)
+}
+
+/// The last path segment of a machine type, which GCE may send as a URL.
+fn last_segment(s: &str) -> Option<&str> {
+    let last = s.trim_end_matches('/').rsplit('/').next()?;
+    (!last.is_empty()).then_some(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<Page, ProviderError> {
+        parse_page(v.to_string().as_bytes(), "my-project")
+    }
+
+    fn reservation(name: &str, zone: &str, status: &str, count: Value, in_use: Value) -> Value {
+        json!({
+            "kind": "compute#reservation",
+            "name": name,
+            "zone": format!("https://www.googleapis.com/compute/v1/projects/my-project/zones/{zone}"),
+            "status": status,
+            "specificReservation": {
+                "count": count,
+                "inUseCount": in_use,
+                "instanceProperties": { "machineType": "n2-standard-4" }
+            }
+        })
+    }
+
+    #[test]
+    fn regions() {
+        assert_eq!(region_of_zone("us-central1-a"), Some("us-central1"));
+        assert_eq!(region_of_zone("europe-west4-b"), Some("europe-west4"));
+        assert_eq!(region_of_zone("me-central2-c"), Some("me-central2"));
+        assert_eq!(region_of_zone("nozone"), None);
+        assert_eq!(region_of_zone("-a"), None);
+        assert_eq!(region_of_zone("us-"), None);
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(status_from_gce("READY"), ReservationStatus::Ready);
+        for s in ["CREATING", "UPDATING", "DELETING", "INVALID", "ready", ""] {
+            assert_eq!(status_from_gce(s), ReservationStatus::NotReady, "{s}");
+        }
+    }
+
+    #[test]
+    fn zones_from_urls() {
+        assert_eq!(
+            zone_from_url("https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a"),
+            Some("us-central1-a")
+        );
+        assert_eq!(zone_from_url("zones/us-east1-b"), Some("us-east1-b"));
+        assert_eq!(zone_from_url("projects/p/regions/us-east1"), None);
+        assert_eq!(zone_from_url("us-east1-b"), None);
+        assert_eq!(zone_from_url("https://x/ozones/us-east1-b"), None);
+    }
+
+    #[test]
+    fn maps_a_page() {
+        let page = parse(json!({
+            "kind": "compute#reservationAggregatedList",
+            "items": {
+                "zones/us-central1-a": {
+                    "reservations": [
+                        reservation("r1", "us-central1-a", "READY", json!("4"), json!("1")),
+                        reservation("r2", "us-central1-a", "UPDATING", json!(2), json!(0)),
+                    ]
+                },
+                "zones/us-east1-b": {
+                    "warning": { "code": "NO_RESULTS_ON_PAGE", "message": "none" }
+                },
+                "zones/europe-west4-b": {
+                    "reservations": [ reservation("r3", "europe-west4-b", "CREATING", json!("8"), json!("0")) ]
+                }
+            },
+            "nextPageToken": "next"
+        }))
+        .expect("valid page");
+        assert_eq!(page.next_page_token.as_deref(), Some("next"));
+        assert_eq!(page.reservations.len(), 3);
+        let r1 = page
+            .reservations
+            .iter()
+            .find(|r| r.reservation_id.ends_with("/r1"))
+            .expect("r1");
+        assert_eq!(
+            *r1,
+            ProviderReservation {
+                reservation_id: "projects/my-project/zones/us-central1-a/reservations/r1".into(),
+                zone: "us-central1-a".into(),
+                region: "us-central1".into(),
+                flavor: "n2-standard-4".into(),
+                total: 4,
+                in_use: 1,
+                status: ReservationStatus::Ready,
+            }
+        );
+        let r3 = page
+            .reservations
+            .iter()
+            .find(|r| r.reservation_id.ends_with("/r3"))
+            .expect("r3");
+        assert_eq!((r3.region.as_str(), r3.total, r3.status), ("europe-west4", 8, ReservationStatus::NotReady));
+    }
+
+    #[test]
+    fn empty_answers_and_last_page() {
+        let page = parse(json!({ "kind": "compute#reservationAggregatedList" })).expect("valid");
+        assert!(page.reservations.is_empty());
+        assert_eq!(page.next_page_token, None);
+        let page = parse(json!({ "items": {}, "nextPageToken": "" })).expect("valid");
+        assert_eq!(page.next_page_token, None);
+    }
+
+    #[test]
+    fn machine_type_url_and_missing_fields() {
+        let page = parse(json!({ "items": { "zones/us-central1-a": { "reservations": [{
+            "name": "r",
+            "specificReservation": {
+                "count": "3",
+                "instanceProperties": {
+                    "machineType": "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/machineTypes/a3-highgpu-8g"
+                }
+            }
+        }]}}}))
+        .expect("valid");
+        let r = &page.reservations[0];
+        assert_eq!(r.flavor, "a3-highgpu-8g");
+        assert_eq!(r.zone, "us-central1-a", "zone falls back to the scope key");
+        assert_eq!((r.total, r.in_use, r.status), (3, 0, ReservationStatus::NotReady));
+    }
+
+    #[test]
+    fn template_based_reservations_are_skipped() {
+        let page = parse(json!({ "items": { "zones/us-central1-a": { "reservations": [
+            { "name": "t", "zone": "zones/us-central1-a", "status": "READY",
+              "specificReservation": { "count": "2", "sourceInstanceTemplate": "x" } },
+            { "name": "a", "zone": "zones/us-central1-a", "status": "READY" }
+        ]}}}))
+        .expect("valid");
+        assert!(page.reservations.is_empty());
+    }
+
+    #[test]
+    fn malformed_answers() {
+        let bad = |v: Value| match parse(v) {
+            Err(ProviderError::Malformed(m)) => m,
+            other => panic!("expected malformed, got {other:?}"),
+        };
+        bad(json!([]));
+        bad(json!({ "items": [] }));
+        assert!(bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
+            reservation("r", "us-central1-a", "READY", json!("four"), json!("0"))
+        ]}}}))
+        .contains("count"));
+        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
+            reservation("r", "us-central1-a", "READY", json!("-1"), json!("0"))
+        ]}}}));
+        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
+            reservation("r", "us-central1-a", "READY", json!(1.5), json!("0"))
+        ]}}}));
+        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
+            reservation("r", "us-central1-a", "READY", json!("1"), json!(true))
+        ]}}}));
+        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
+            { "zone": "zones/us-central1-a", "specificReservation": { "count": "1" } }
+        ]}}}));
+        bad(json!({ "items": { "regions/us-central1": { "reservations": [
+            { "name": "r", "specificReservation": { "count": "1", "instanceProperties": { "machineType": "n2" } } }
+        ]}}}));
+        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
+            { "name": "r", "specificReservation": { "instanceProperties": { "machineType": "n2" } } }
+        ]}}}));
+        assert!(parse_page(b"<html>", "p").is_err());
+    }
+}

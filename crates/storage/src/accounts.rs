@@ -1,0 +1,90 @@
+//! Provider accounts.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::idempotency::{self, Claim, KeyedRequest};
+use crate::ids;
+use crate::schema::provider_accounts as pa;
+
+/// A provider account of a tenant.
+#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[diesel(table_name = pa)]
+#[serde(rename_all = "camelCase")]
+pub struct Account {
+    /// `pacct_...`
+    pub account_id: String,
+    /// Owning tenant.
+    pub tenant_id: String,
+    /// Name.
+    pub name: String,
+    /// Provider name (`gce`).
+    pub provider: String,
+    /// Validated configuration (secret references only).
+    pub config: Value,
+    /// Creation instant.
+    pub created_at: i64,
+}
+
+/// Input of `providerAccounts.create`, with `config` already validated by
+/// the provider's manifest.
+#[derive(Debug, Clone)]
+pub struct NewAccount<'a> {
+    /// Owning (acting) tenant.
+    pub tenant_id: &'a str,
+    /// Name.
+    pub name: &'a str,
+    /// Provider name.
+    pub provider: &'a str,
+    /// Validated configuration.
+    pub config: &'a Value,
+}
+
+/// `providerAccounts.create`, idempotent under `key`.
+pub async fn create(conn: &mut AsyncPgConnection, new: NewAccount<'_>, key: KeyedRequest<'_>, now: i64) -> Result<Account> {
+    conn.transaction::<_, Error, _>(async move |conn| {
+            let id = ids::new_id("pacct", now);
+            match idempotency::claim(conn, key, &id, now).await? {
+                Claim::Replay(existing) => get(conn, new.tenant_id, &existing).await,
+                Claim::New => Ok(diesel::insert_into(pa::table)
+                    .values((
+                        pa::account_id.eq(&id),
+                        pa::tenant_id.eq(new.tenant_id),
+                        pa::name.eq(new.name),
+                        pa::provider.eq(new.provider),
+                        pa::config.eq(new.config),
+                        pa::created_at.eq(now),
+                    ))
+                    .returning(Account::as_returning())
+                    .get_result(conn)
+                    .await?),
+            }
+    })
+    .await
+}
+
+/// Loads an account of the tenant; another tenant's account is `NOT_FOUND`.
+pub async fn get(conn: &mut AsyncPgConnection, tenant_id: &str, account_id: &str) -> Result<Account> {
+    pa::table
+        .find(account_id)
+        .filter(pa::tenant_id.eq(tenant_id))
+        .select(Account::as_select())
+        .first(conn)
+        .await
+        .optional()?
+        .ok_or_else(|| Error::not_found("provider account", account_id))
+}
+
+/// The tenant's accounts, newest first.
+pub async fn list(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Vec<Account>> {
+    Ok(pa::table
+        .filter(pa::tenant_id.eq(tenant_id))
+        .order((pa::created_at.desc(), pa::account_id.desc()))
+        .limit(1000)
+        .select(Account::as_select())
+        .load(conn)
+        .await?)
+}

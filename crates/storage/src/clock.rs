@@ -1,0 +1,80 @@
+//! The product's clock. Nothing else reads the OS clock.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use crate::error::{Error, Result};
+use crate::schema::manual_clock;
+
+/// Where "now" comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The OS clock.
+    System,
+    /// The shared simulated time stored in the database (`BC_CLOCK=manual`).
+    Manual,
+}
+
+impl Clock {
+    /// Parses `BC_CLOCK` (`system` or `manual`).
+    pub fn parse(s: &str) -> Option<Clock> {
+        match s {
+            "system" => Some(Clock::System),
+            "manual" => Some(Clock::Manual),
+            _ => None,
+        }
+    }
+
+    /// `system` or `manual`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Clock::System => "system",
+            Clock::Manual => "manual",
+        }
+    }
+
+    /// The current instant in epoch milliseconds.
+    pub async fn now(self, conn: &mut AsyncPgConnection) -> Result<i64> {
+        match self {
+            Clock::System => Ok(system_now()),
+            Clock::Manual => Ok(manual_clock::table
+                .select(manual_clock::now_ms)
+                .first::<i64>(conn)
+                .await?),
+        }
+    }
+
+    /// Moves the manual clock to `now`; time never moves backwards.
+    pub async fn set(self, conn: &mut AsyncPgConnection, now: i64) -> Result<i64> {
+        if self != Clock::Manual {
+            return Err(Error::invalid_state(
+                "the clock can only be set when the server runs with BC_CLOCK=manual",
+            ));
+        }
+        let updated: Option<i64> = diesel::update(manual_clock::table)
+            .filter(manual_clock::now_ms.le(now))
+            .set(manual_clock::now_ms.eq(now))
+            .returning(manual_clock::now_ms)
+            .get_result(conn)
+            .await
+            .optional()?;
+        match updated {
+            Some(v) => Ok(v),
+            None => {
+                let current = self.now(conn).await?;
+                Err(Error::invalid("now", "range", format!(
+                    "time may not move backwards: the clock is at {current}"
+                ))
+                .with("current", current))
+            }
+        }
+    }
+}
+
+/// The OS clock in epoch milliseconds (the one place it is read).
+fn system_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,77 @@
+//! Connection pool and migrations.
+
+use diesel::sql_types::BigInt;
+use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::{AsyncConnection, AsyncMigrationHarness, AsyncPgConnection, RunQueryDsl};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+/// The migrations of `migrations/`, embedded at build time.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
+
+/// Advisory lock key held while migrations run, so several processes starting
+/// at once apply them one at a time.
+const MIGRATION_LOCK: i64 = 0x6263_6d69_6772_6174; // "bcmigrat"
+
+/// A pooled connection.
+pub type Conn = Object<AsyncPgConnection>;
+
+/// The connection pool.
+pub type DbPool = Pool<AsyncPgConnection>;
+
+/// Builds a pool of at most `max_size` connections to `url`.
+pub fn pool(url: &str, max_size: usize) -> anyhow::Result<DbPool> {
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
+    Ok(Pool::builder(manager)
+        .max_size(max_size)
+        .wait_timeout(Some(std::time::Duration::from_secs(10)))
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()?)
+}
+
+/// Applies pending migrations on a dedicated connection, under a session
+/// advisory lock. Returns the versions applied by this call.
+pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
+    let mut conn = AsyncPgConnection::establish(url).await?;
+    diesel::sql_query("SELECT pg_advisory_lock($1)")
+        .bind::<BigInt, _>(MIGRATION_LOCK)
+        .execute(&mut conn)
+        .await?;
+    // The harness blocks in place: this needs the multi-threaded runtime.
+    let mut harness = AsyncMigrationHarness::new(conn);
+    let applied: Result<Vec<String>, String> = harness
+        .run_pending_migrations(MIGRATIONS)
+        .map(|v| v.iter().map(|m| m.to_string()).collect())
+        .map_err(|e| e.to_string());
+    let mut conn = harness.into_inner();
+    diesel::sql_query("SELECT pg_advisory_unlock($1)")
+        .bind::<BigInt, _>(MIGRATION_LOCK)
+        .execute(&mut conn)
+        .await?;
+    applied.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))
+}
+
+/// True when the database answers and has no pending migration.
+pub async fn ready(pool: &DbPool) -> bool {
+    let Ok(mut conn) = pool.get().await else {
+        return false;
+    };
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let expected = i64::try_from(
+        diesel::migration::MigrationSource::<diesel::pg::Pg>::migrations(&MIGRATIONS)
+            .map(|m| m.len())
+            .unwrap_or(usize::MAX),
+    )
+    .unwrap_or(i64::MAX);
+    match diesel::sql_query("SELECT count(*) AS n FROM __diesel_schema_migrations")
+        .get_result::<Count>(&mut conn)
+        .await
+    {
+        Ok(c) => c.n >= expected,
+        Err(_) => false,
+    }
+}

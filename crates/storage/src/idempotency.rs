@@ -1,0 +1,67 @@
+//! Idempotency keys (contract 1.5), shared by every creating mutation.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use crate::error::{Code, Error, Result};
+use crate::schema::idempotency_keys as ik;
+
+/// What a creating mutation should do with its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key is new: create the object with the reserved id.
+    New,
+    /// A retry of the same request: return the existing object.
+    Replay(String),
+}
+
+/// The identity of one creating request.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedRequest<'a> {
+    /// The acting tenant.
+    pub tenant_id: &'a str,
+    /// `module.method`
+    pub method: &'a str,
+    /// The client's key.
+    pub key: &'a str,
+    /// Hash of the request body ([`crate::ids::request_hash`]).
+    pub request_hash: &'a [u8],
+}
+
+/// Claims `req.key` for the object `object_id`, inside the caller's
+/// transaction, as its first write. A concurrent request with the same key
+/// waits here until the first commits (then replays) or rolls back (then
+/// claims the key itself), so one object is created.
+pub async fn claim(conn: &mut AsyncPgConnection, req: KeyedRequest<'_>, object_id: &str, now: i64) -> Result<Claim> {
+    let inserted = diesel::insert_into(ik::table)
+        .values((
+            ik::tenant_id.eq(req.tenant_id),
+            ik::method.eq(req.method),
+            ik::idem_key.eq(req.key),
+            ik::request_hash.eq(req.request_hash),
+            ik::object_id.eq(object_id),
+            ik::created_at.eq(now),
+        ))
+        .on_conflict_do_nothing()
+        .execute(conn)
+        .await?;
+    if inserted == 1 {
+        return Ok(Claim::New);
+    }
+    let (hash, existing): (Vec<u8>, String) = ik::table
+        .filter(ik::tenant_id.eq(req.tenant_id))
+        .filter(ik::method.eq(req.method))
+        .filter(ik::idem_key.eq(req.key))
+        .select((ik::request_hash, ik::object_id))
+        .first(conn)
+        .await?;
+    if hash == req.request_hash {
+        Ok(Claim::Replay(existing))
+    } else {
+        Err(Error::new(
+            Code::Conflict,
+            "the idempotency key was already used with a different request",
+        )
+        .with("idempotencyKey", req.key))
+    }
+}

@@ -1,0 +1,134 @@
+// @generated automatically by Diesel CLI.
+
+diesel::table! {
+    api_keys (key_id) {
+        key_id -> Text,
+        tenant_id -> Text,
+        name -> Text,
+        role -> Text,
+        account_id -> Nullable<Text>,
+        secret_hash -> Bytea,
+        created_at -> Int8,
+        revoked_at -> Nullable<Int8>,
+    }
+}
+
+diesel::table! {
+    event_heads (tenant_id) {
+        tenant_id -> Text,
+        last_seq -> Int8,
+    }
+}
+
+diesel::table! {
+    events (tenant_id, seq) {
+        tenant_id -> Text,
+        seq -> Int8,
+        event_id -> Text,
+        event_type -> Text,
+        data -> Jsonb,
+        occurred_at -> Int8,
+    }
+}
+
+diesel::table! {
+    idempotency_keys (tenant_id, method, idem_key) {
+        tenant_id -> Text,
+        method -> Text,
+        idem_key -> Text,
+        request_hash -> Bytea,
+        object_id -> Text,
+        created_at -> Int8,
+    }
+}
+
+diesel::table! {
+    manual_clock (id) {
+        id -> Int2,
+        now_ms -> Int8,
+    }
+}
+
+diesel::table! {
+    pool_offers (pool_id, tenant_id) {
+        pool_id -> Text,
+        tenant_id -> Text,
+        offered_at -> Int8,
+    }
+}
+
+diesel::table! {
+    pools (pool_id) {
+        pool_id -> Text,
+        name -> Text,
+        region -> Text,
+        provider -> Text,
+        account_id -> Text,
+        flavors -> Jsonb,
+        created_at -> Int8,
+    }
+}
+
+diesel::table! {
+    projects (project_id) {
+        project_id -> Text,
+        tenant_id -> Text,
+        name -> Text,
+        created_at -> Int8,
+    }
+}
+
+diesel::table! {
+    provider_accounts (account_id) {
+        account_id -> Text,
+        tenant_id -> Text,
+        name -> Text,
+        provider -> Text,
+        config -> Jsonb,
+        created_at -> Int8,
+    }
+}
+
+diesel::table! {
+    quotas (tenant_id, pool_id, resource) {
+        tenant_id -> Text,
+        pool_id -> Text,
+        resource -> Text,
+        max_value -> Int8,
+        used -> Int8,
+    }
+}
+
+diesel::table! {
+    tenants (tenant_id) {
+        tenant_id -> Text,
+        display_name -> Text,
+        state -> Text,
+        created_at -> Int8,
+        deleted_at -> Nullable<Int8>,
+    }
+}
+
+diesel::joinable!(api_keys -> provider_accounts (account_id));
+diesel::joinable!(api_keys -> tenants (tenant_id));
+diesel::joinable!(pool_offers -> pools (pool_id));
+diesel::joinable!(pool_offers -> tenants (tenant_id));
+diesel::joinable!(pools -> provider_accounts (account_id));
+diesel::joinable!(projects -> tenants (tenant_id));
+diesel::joinable!(provider_accounts -> tenants (tenant_id));
+diesel::joinable!(quotas -> pools (pool_id));
+diesel::joinable!(quotas -> tenants (tenant_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    api_keys,
+    event_heads,
+    events,
+    idempotency_keys,
+    manual_clock,
+    pool_offers,
+    pools,
+    projects,
+    provider_accounts,
+    quotas,
+    tenants,
+);

@@ -1,0 +1,356 @@
+//! Tenants, projects and API keys; authentication of a secret.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use iam_check::{KeyScope, Principal, Role};
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+
+use crate::error::{Code, Error, Result};
+use crate::ids;
+use crate::schema::{api_keys, projects, provider_accounts, tenants};
+
+/// A tenant.
+#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[diesel(table_name = tenants)]
+#[serde(rename_all = "camelCase")]
+pub struct Tenant {
+    /// The tenant's chosen name.
+    pub tenant_id: String,
+    /// Display name.
+    pub display_name: String,
+    /// `active` or `deleted`.
+    pub state: String,
+    /// Creation instant.
+    pub created_at: i64,
+    /// Deletion instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<i64>,
+}
+
+/// A project of a tenant.
+#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[diesel(table_name = projects)]
+#[serde(rename_all = "camelCase")]
+pub struct Project {
+    /// `prj_...`
+    pub project_id: String,
+    /// Owning tenant.
+    pub tenant_id: String,
+    /// Name.
+    pub name: String,
+    /// Creation instant.
+    pub created_at: i64,
+}
+
+/// An API key (never its secret).
+#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[diesel(table_name = api_keys)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKey {
+    /// `key_...`
+    pub key_id: String,
+    /// Owning tenant.
+    pub tenant_id: String,
+    /// Name.
+    pub name: String,
+    /// `admin`, `provider-admin`, `member` or `viewer`.
+    pub role: String,
+    /// The one provider account the key is limited to, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
+    /// Creation instant.
+    pub created_at: i64,
+    /// Revocation instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<i64>,
+}
+
+/// A key with its secret, shown once.
+#[derive(Debug, Clone, Serialize)]
+pub struct IssuedKey {
+    /// The key.
+    #[serde(rename = "apiKey")]
+    pub api_key: ApiKey,
+    /// The secret (`bck_...`); stored only as a hash.
+    pub secret: String,
+}
+
+/// The caller behind a secret.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// The key's id (for logs).
+    pub key_id: String,
+    /// What the decision needs.
+    pub principal: Principal,
+}
+
+/// Looks up an active key of an active tenant by its secret.
+pub async fn authenticate(conn: &mut AsyncPgConnection, secret: &str) -> Result<Option<Authenticated>> {
+    let hash = ids::hash_secret(secret);
+    let row: Option<(String, String, String, Option<String>, Vec<u8>)> = api_keys::table
+        .inner_join(tenants::table)
+        .filter(api_keys::secret_hash.eq(&hash))
+        .filter(api_keys::revoked_at.is_null())
+        .filter(tenants::state.eq("active"))
+        .select((
+            api_keys::key_id,
+            api_keys::tenant_id,
+            api_keys::role,
+            api_keys::account_id,
+            api_keys::secret_hash,
+        ))
+        .first(conn)
+        .await
+        .optional()?;
+    let Some((key_id, tenant_id, role, account_id, stored)) = row else {
+        return Ok(None);
+    };
+    if !bool::from(stored.as_slice().ct_eq(hash.as_slice())) {
+        return Ok(None);
+    }
+    let role = Role::parse(&role).ok_or_else(|| Error::internal(format!("key {key_id} has unknown role")))?;
+    let scope = match account_id {
+        Some(a) => KeyScope::Account(a),
+        None => KeyScope::Tenant,
+    };
+    Ok(Some(Authenticated { key_id, principal: Principal { tenant_id, role, scope } }))
+}
+
+/// Makes sure the root tenant exists and, with a bootstrap token, that an
+/// `admin` key of the root tenant with that secret exists. Idempotent.
+pub async fn bootstrap(conn: &mut AsyncPgConnection, root: &str, token: Option<&str>, now: i64) -> Result<()> {
+    diesel::insert_into(tenants::table)
+        .values((
+            tenants::tenant_id.eq(root),
+            tenants::display_name.eq(root),
+            tenants::state.eq("active"),
+            tenants::created_at.eq(now),
+        ))
+        .on_conflict_do_nothing()
+        .execute(conn)
+        .await?;
+    if let Some(token) = token {
+        diesel::insert_into(api_keys::table)
+            .values((
+                api_keys::key_id.eq(ids::new_id("key", now)),
+                api_keys::tenant_id.eq(root),
+                api_keys::name.eq("bootstrap"),
+                api_keys::role.eq("admin"),
+                api_keys::secret_hash.eq(ids::hash_secret(token)),
+                api_keys::created_at.eq(now),
+            ))
+            .on_conflict_do_nothing()
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Loads a tenant.
+pub async fn get_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Option<Tenant>> {
+    Ok(tenants::table
+        .find(tenant_id)
+        .select(Tenant::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Loads an active tenant or answers `NOT_FOUND`.
+pub async fn active_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Tenant> {
+    match get_tenant(conn, tenant_id).await? {
+        Some(t) if t.state == "active" => Ok(t),
+        _ => Err(Error::not_found("tenant", tenant_id)),
+    }
+}
+
+/// `tenants.create`: a new tenant and its first admin key.
+pub async fn create_tenant(
+    conn: &mut AsyncPgConnection,
+    name: &str,
+    display_name: Option<&str>,
+    now: i64,
+) -> Result<(Tenant, IssuedKey)> {
+    let name = name.to_owned();
+    let display = display_name.unwrap_or(&name).to_owned();
+    conn.transaction::<_, Error, _>(async move |conn| {
+            let inserted = diesel::insert_into(tenants::table)
+                .values((
+                    tenants::tenant_id.eq(&name),
+                    tenants::display_name.eq(&display),
+                    tenants::state.eq("active"),
+                    tenants::created_at.eq(now),
+                ))
+                .on_conflict_do_nothing()
+                .execute(conn)
+                .await?;
+            if inserted == 0 {
+                return Err(Error::new(Code::Conflict, format!("tenant name {name} is taken (names are never reused)"))
+                    .with("tenantId", name.as_str()));
+            }
+            let key = insert_key(conn, &name, "admin", Role::Admin, None, now).await?;
+            let tenant = active_tenant(conn, &name).await?;
+            Ok((tenant, key))
+    })
+    .await
+}
+
+/// `tenants.delete` (the tenancy part: state and keys). Returns the tenant and
+/// whether this call deleted it.
+pub async fn mark_tenant_deleted(conn: &mut AsyncPgConnection, tenant_id: &str, now: i64) -> Result<(Tenant, bool)> {
+    let current: Option<Tenant> = tenants::table
+        .find(tenant_id)
+        .select(Tenant::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?;
+    let Some(current) = current else {
+        return Err(Error::not_found("tenant", tenant_id));
+    };
+    if current.state == "deleted" {
+        return Ok((current, false));
+    }
+    diesel::update(api_keys::table.filter(api_keys::tenant_id.eq(tenant_id)).filter(api_keys::revoked_at.is_null()))
+        .set(api_keys::revoked_at.eq(now))
+        .execute(conn)
+        .await?;
+    let tenant = diesel::update(tenants::table.find(tenant_id))
+        .set((tenants::state.eq("deleted"), tenants::deleted_at.eq(now)))
+        .returning(Tenant::as_returning())
+        .get_result(conn)
+        .await?;
+    Ok((tenant, true))
+}
+
+/// `tenants.list`: every tenant, newest first.
+pub async fn list_tenants(conn: &mut AsyncPgConnection) -> Result<Vec<Tenant>> {
+    Ok(tenants::table
+        .order((tenants::created_at.desc(), tenants::tenant_id.desc()))
+        .limit(1000)
+        .select(Tenant::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// `projects.create`.
+pub async fn create_project(conn: &mut AsyncPgConnection, tenant_id: &str, name: &str, now: i64) -> Result<Project> {
+    Ok(diesel::insert_into(projects::table)
+        .values((
+            projects::project_id.eq(ids::new_id("prj", now)),
+            projects::tenant_id.eq(tenant_id),
+            projects::name.eq(name),
+            projects::created_at.eq(now),
+        ))
+        .returning(Project::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+/// `projects.list`: the tenant's projects, newest first.
+pub async fn list_projects(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Vec<Project>> {
+    Ok(projects::table
+        .filter(projects::tenant_id.eq(tenant_id))
+        .order((projects::created_at.desc(), projects::project_id.desc()))
+        .limit(1000)
+        .select(Project::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Loads a project of a tenant, or `None` when it is not the tenant's.
+pub async fn tenant_project(conn: &mut AsyncPgConnection, tenant_id: &str, project_id: &str) -> Result<Option<Project>> {
+    Ok(projects::table
+        .find(project_id)
+        .filter(projects::tenant_id.eq(tenant_id))
+        .select(Project::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+async fn insert_key(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+    name: &str,
+    role: Role,
+    account_id: Option<&str>,
+    now: i64,
+) -> Result<IssuedKey> {
+    let secret = ids::new_secret();
+    let api_key = diesel::insert_into(api_keys::table)
+        .values((
+            api_keys::key_id.eq(ids::new_id("key", now)),
+            api_keys::tenant_id.eq(tenant_id),
+            api_keys::name.eq(name),
+            api_keys::role.eq(role.as_str()),
+            api_keys::account_id.eq(account_id),
+            api_keys::secret_hash.eq(ids::hash_secret(&secret)),
+            api_keys::created_at.eq(now),
+        ))
+        .returning(ApiKey::as_returning())
+        .get_result(conn)
+        .await?;
+    Ok(IssuedKey { api_key, secret })
+}
+
+/// `apiKeys.create`: an account-scoped key names an account of the tenant.
+pub async fn create_key(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+    name: &str,
+    role: Role,
+    account_id: Option<&str>,
+    now: i64,
+) -> Result<IssuedKey> {
+    if let Some(account) = account_id {
+        let owned: i64 = provider_accounts::table
+            .filter(provider_accounts::account_id.eq(account))
+            .filter(provider_accounts::tenant_id.eq(tenant_id))
+            .count()
+            .get_result(conn)
+            .await?;
+        if owned == 0 {
+            return Err(Error::not_found("provider account", account));
+        }
+    }
+    insert_key(conn, tenant_id, name, role, account_id, now).await
+}
+
+/// `apiKeys.list`: the tenant's keys, newest first, without secrets.
+pub async fn list_keys(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Vec<ApiKey>> {
+    Ok(api_keys::table
+        .filter(api_keys::tenant_id.eq(tenant_id))
+        .order((api_keys::created_at.desc(), api_keys::key_id.desc()))
+        .limit(1000)
+        .select(ApiKey::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// `apiKeys.revoke`: revoking a revoked key returns it unchanged.
+pub async fn revoke_key(conn: &mut AsyncPgConnection, tenant_id: &str, key_id: &str, now: i64) -> Result<ApiKey> {
+    let updated: Option<ApiKey> = diesel::update(
+        api_keys::table
+            .find(key_id)
+            .filter(api_keys::tenant_id.eq(tenant_id))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set(api_keys::revoked_at.eq(now))
+    .returning(ApiKey::as_returning())
+    .get_result(conn)
+    .await
+    .optional()?;
+    if let Some(k) = updated {
+        return Ok(k);
+    }
+    api_keys::table
+        .find(key_id)
+        .filter(api_keys::tenant_id.eq(tenant_id))
+        .select(ApiKey::as_select())
+        .first(conn)
+        .await
+        .optional()?
+        .ok_or_else(|| Error::not_found("API key", key_id))
+}

@@ -1,0 +1,136 @@
+//! Isolated databases for tests (crates.io's `TestDatabase` pattern).
+//!
+//! `DATABASE_URL` names a server (any database on it). Once per server and
+//! migration set, a template database is created and migrated under an
+//! advisory lock; every [`TestDatabase`] is then a fresh
+//! `CREATE DATABASE ... TEMPLATE` copy, dropped when the value is dropped. No
+//! test shares rows with another, whatever runner or process runs it.
+
+use diesel::sql_types::{BigInt, Text};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+
+use crate::db;
+
+/// A private database for one test.
+pub struct TestDatabase {
+    name: String,
+    url: String,
+    server_url: String,
+}
+
+/// The server URL from `DATABASE_URL`.
+pub fn server_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+        panic!("DATABASE_URL is not set: run the tests with `just test`, which starts a private PostgreSQL")
+    })
+}
+
+/// `url` with its database name replaced by `name`.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{}", &base[..path_start], name);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+fn template_name() -> String {
+    // The build script's digest of the migrations' SQL: an edited or added
+    // migration gets a new template.
+    format!("bc_template_{}", env!("BC_MIGRATIONS_DIGEST"))
+}
+
+#[derive(diesel::QueryableByName)]
+struct Exists {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+async fn ensure_template(server: &str) -> anyhow::Result<String> {
+    let template = template_name();
+    let mut conn = AsyncPgConnection::establish(server).await?;
+    diesel::sql_query("SELECT pg_advisory_lock(7362846105)").execute(&mut conn).await?;
+    let exists: Exists = diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname = $1")
+        .bind::<Text, _>(&template)
+        .get_result(&mut conn)
+        .await?;
+    let result = async {
+        if exists.n == 0 {
+            let building = format!("{template}_building");
+            diesel::sql_query(format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)")).execute(&mut conn).await?;
+            diesel::sql_query(format!("CREATE DATABASE {building}")).execute(&mut conn).await?;
+            db::migrate(&with_database(server, &building)).await?;
+            diesel::sql_query(format!("ALTER DATABASE {building} RENAME TO {template}")).execute(&mut conn).await?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    diesel::sql_query("SELECT pg_advisory_unlock(7362846105)").execute(&mut conn).await?;
+    result?;
+    Ok(template)
+}
+
+impl TestDatabase {
+    /// A new migrated database of its own.
+    pub async fn new() -> TestDatabase {
+        let server_url = server_url();
+        let template = ensure_template(&server_url).await.expect("test template database");
+        let name = format!("bc_test_{}", crate::ids::new_secret()[4..24].to_owned());
+        let mut conn = AsyncPgConnection::establish(&server_url).await.expect("connect to the test server");
+        diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {template}"))
+            .execute(&mut conn)
+            .await
+            .expect("create the test database");
+        let url = with_database(&server_url, &name);
+        TestDatabase { name, url, server_url }
+    }
+
+    /// The database's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let server = self.server_url.clone();
+        // Dropping needs a connection; do it on a thread with its own runtime
+        // so it works from inside or outside an async test.
+        let handle = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async move {
+                if let Ok(mut conn) = AsyncPgConnection::establish(&server).await {
+                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        });
+        let _ = handle.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn replaces_the_database_name() {
+        assert_eq!(with_database("postgres://u@h:5/postgres", "x"), "postgres://u@h:5/x");
+        assert_eq!(with_database("postgres://u@h:5/db?sslmode=disable", "x"), "postgres://u@h:5/x?sslmode=disable");
+        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
+    }
+}

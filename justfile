@@ -1,0 +1,37 @@
+# Reservation grants and quotas control plane. `just --list` shows the recipes.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# Start PostgreSQL (unless DATABASE_URL is set), fake-gce, api-server and reconciler-worker.
+run:
+    scripts/run.sh
+
+# Run every test against a private PostgreSQL (or DATABASE_URL).
+test:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    export DATABASE_URL="$(scripts/db.sh url)"
+    cargo test --workspace --all-targets --locked
+    cargo test --workspace --doc --locked
+
+# Formatting, clippy with warnings as errors, and the pure crates' dependency rule.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+    scripts/check-pure.sh
+
+# Check that crates/storage/src/schema.rs matches the migrations (needs diesel_cli).
+schema-check:
+    scripts/schema-check.sh
+
+# Benchmarks against a private database (writes docs/benchmarks.md).
+bench:
+    @echo "benchmarks are not built yet (issue: Benchmarks)"; exit 1
+
+# Start the private PostgreSQL and print its URL.
+db:
+    scripts/db.sh url
+
+# Stop the private PostgreSQL.
+db-stop:
+    scripts/db.sh stop

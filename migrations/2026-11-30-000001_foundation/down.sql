@@ -1,0 +1,11 @@
+DROP TABLE manual_clock;
+DROP TABLE events;
+DROP TABLE event_heads;
+DROP TABLE idempotency_keys;
+DROP TABLE quotas;
+DROP TABLE pool_offers;
+DROP TABLE pools;
+DROP TABLE api_keys;
+DROP TABLE provider_accounts;
+DROP TABLE projects;
+DROP TABLE tenants;
