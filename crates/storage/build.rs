@@ -20,7 +20,11 @@ fn main() {
     // FNV-1a over every migration file: stable and dependency-free.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for f in files {
-        for b in f.to_string_lossy().bytes().chain(std::fs::read(&f).unwrap_or_default()) {
+        for b in f
+            .to_string_lossy()
+            .bytes()
+            .chain(std::fs::read(&f).unwrap_or_default())
+        {
             hash ^= u64::from(b);
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }

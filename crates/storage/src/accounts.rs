@@ -44,30 +44,39 @@ pub struct NewAccount<'a> {
 }
 
 /// `providerAccounts.create`, idempotent under `key`.
-pub async fn create(conn: &mut AsyncPgConnection, new: NewAccount<'_>, key: KeyedRequest<'_>, now: i64) -> Result<Account> {
+pub async fn create(
+    conn: &mut AsyncPgConnection,
+    new: NewAccount<'_>,
+    key: KeyedRequest<'_>,
+    now: i64,
+) -> Result<Account> {
     conn.transaction::<_, Error, _>(async move |conn| {
-            let id = ids::new_id("pacct", now);
-            match idempotency::claim(conn, key, &id, now).await? {
-                Claim::Replay(existing) => get(conn, new.tenant_id, &existing).await,
-                Claim::New => Ok(diesel::insert_into(pa::table)
-                    .values((
-                        pa::account_id.eq(&id),
-                        pa::tenant_id.eq(new.tenant_id),
-                        pa::name.eq(new.name),
-                        pa::provider.eq(new.provider),
-                        pa::config.eq(new.config),
-                        pa::created_at.eq(now),
-                    ))
-                    .returning(Account::as_returning())
-                    .get_result(conn)
-                    .await?),
-            }
+        let id = ids::new_id("pacct", now);
+        match idempotency::claim(conn, key, &id, now).await? {
+            Claim::Replay(existing) => get(conn, new.tenant_id, &existing).await,
+            Claim::New => Ok(diesel::insert_into(pa::table)
+                .values((
+                    pa::account_id.eq(&id),
+                    pa::tenant_id.eq(new.tenant_id),
+                    pa::name.eq(new.name),
+                    pa::provider.eq(new.provider),
+                    pa::config.eq(new.config),
+                    pa::created_at.eq(now),
+                ))
+                .returning(Account::as_returning())
+                .get_result(conn)
+                .await?),
+        }
     })
     .await
 }
 
 /// Loads an account of the tenant; another tenant's account is `NOT_FOUND`.
-pub async fn get(conn: &mut AsyncPgConnection, tenant_id: &str, account_id: &str) -> Result<Account> {
+pub async fn get(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+    account_id: &str,
+) -> Result<Account> {
     pa::table
         .find(account_id)
         .filter(pa::tenant_id.eq(tenant_id))

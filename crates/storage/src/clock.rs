@@ -62,9 +62,11 @@ impl Clock {
             Some(v) => Ok(v),
             None => {
                 let current = self.now(conn).await?;
-                Err(Error::invalid("now", "range", format!(
-                    "time may not move backwards: the clock is at {current}"
-                ))
+                Err(Error::invalid(
+                    "now",
+                    "range",
+                    format!("time may not move backwards: the clock is at {current}"),
+                )
                 .with("current", current))
             }
         }

@@ -87,7 +87,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// An error without details.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Error { code, message: message.into(), details: Map::new() }
+        Error {
+            code,
+            message: message.into(),
+            details: Map::new(),
+        }
     }
 
     /// Adds one detail.

@@ -27,7 +27,12 @@ pub struct NewEvent {
 impl NewEvent {
     /// An event in `tenant_id` of `event_type` at `occurred_at`.
     pub fn new(tenant_id: &str, event_type: &str, data: Value, occurred_at: i64) -> Self {
-        NewEvent { tenant_id: tenant_id.to_owned(), event_type: event_type.to_owned(), data, occurred_at }
+        NewEvent {
+            tenant_id: tenant_id.to_owned(),
+            event_type: event_type.to_owned(),
+            data,
+            occurred_at,
+        }
     }
 }
 
@@ -62,7 +67,11 @@ struct Head {
 /// write of the transaction: it takes each tenant's head row lock, held until
 /// commit, so that sequence order is commit order within a tenant. Tenants
 /// are locked in name order so two transactions never deadlock here.
-pub async fn publish(conn: &mut AsyncPgConnection, now: i64, mut batch: Vec<NewEvent>) -> Result<()> {
+pub async fn publish(
+    conn: &mut AsyncPgConnection,
+    now: i64,
+    mut batch: Vec<NewEvent>,
+) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -99,7 +108,10 @@ pub async fn publish(conn: &mut AsyncPgConnection, now: i64, mut batch: Vec<NewE
                 )
             })
             .collect();
-        diesel::insert_into(events::table).values(rows).execute(conn).await?;
+        diesel::insert_into(events::table)
+            .values(rows)
+            .execute(conn)
+            .await?;
         start = end;
     }
     Ok(())
@@ -139,18 +151,29 @@ pub async fn list(
     let has_more = items.len() as i64 > limit;
     items.truncate(usize::try_from(limit).unwrap_or(0));
     let next_seq = items.last().map_or(after, |e| e.seq);
-    Ok(EventPage { items, next_seq, has_more })
+    Ok(EventPage {
+        items,
+        next_seq,
+        has_more,
+    })
 }
 
 /// Encodes a log position as an opaque cursor.
 pub fn encode_cursor(seq: i64) -> String {
-    format!("c{}", data_encoding::BASE32HEX_NOPAD.encode(&seq.to_be_bytes()).to_ascii_lowercase())
+    format!(
+        "c{}",
+        data_encoding::BASE32HEX_NOPAD
+            .encode(&seq.to_be_bytes())
+            .to_ascii_lowercase()
+    )
 }
 
 /// Decodes a cursor made by [`encode_cursor`].
 pub fn decode_cursor(cursor: &str) -> Option<i64> {
     let body = cursor.strip_prefix('c')?;
-    let bytes = data_encoding::BASE32HEX_NOPAD.decode(body.to_ascii_uppercase().as_bytes()).ok()?;
+    let bytes = data_encoding::BASE32HEX_NOPAD
+        .decode(body.to_ascii_uppercase().as_bytes())
+        .ok()?;
     let arr: [u8; 8] = bytes.try_into().ok()?;
     let seq = i64::from_be_bytes(arr);
     (seq >= 0).then_some(seq)

@@ -32,7 +32,12 @@ pub struct KeyedRequest<'a> {
 /// transaction, as its first write. A concurrent request with the same key
 /// waits here until the first commits (then replays) or rolls back (then
 /// claims the key itself), so one object is created.
-pub async fn claim(conn: &mut AsyncPgConnection, req: KeyedRequest<'_>, object_id: &str, now: i64) -> Result<Claim> {
+pub async fn claim(
+    conn: &mut AsyncPgConnection,
+    req: KeyedRequest<'_>,
+    object_id: &str,
+    now: i64,
+) -> Result<Claim> {
     let inserted = diesel::insert_into(ik::table)
         .values((
             ik::tenant_id.eq(req.tenant_id),

@@ -31,7 +31,9 @@ pub fn new_id(prefix: &str, now_ms: i64) -> String {
 pub fn new_secret() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    let encoded = data_encoding::BASE32_NOPAD.encode(&bytes).to_ascii_lowercase();
+    let encoded = data_encoding::BASE32_NOPAD
+        .encode(&bytes)
+        .to_ascii_lowercase();
     format!("bck_{encoded}")
 }
 
@@ -45,6 +47,13 @@ pub fn hash_secret(secret: &str) -> Vec<u8> {
 pub fn request_hash(body: &serde_json::Value) -> Vec<u8> {
     // serde_json's default map is ordered by key, so this is canonical.
     Sha256::digest(body.to_string().as_bytes()).to_vec()
+}
+
+/// A random request id (32 hex characters) for requests that bring none.
+pub fn new_request_id() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    data_encoding::HEXLOWER.encode(&bytes)
 }
 
 #[cfg(test)]
@@ -69,7 +78,9 @@ mod tests {
     }
 
     fn regex_lite(id: &str) -> bool {
-        let Some(rest) = id.strip_prefix("rgrant_") else { return false };
+        let Some(rest) = id.strip_prefix("rgrant_") else {
+            return false;
+        };
         rest.len() == 26 && rest.bytes().all(|b| ALPHABET.contains(&b))
     }
 

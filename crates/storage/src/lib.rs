@@ -11,6 +11,7 @@ pub mod error;
 pub mod events;
 pub mod idempotency;
 pub mod ids;
+pub mod lifecycle;
 pub mod pools;
 pub mod schema;
 pub mod tenancy;

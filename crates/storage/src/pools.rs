@@ -88,8 +88,18 @@ pub struct Quota {
 
 impl Quota {
     fn from_parts(pool_id: String, resource: String, max: i64, used: i64) -> Self {
-        let row = quotas_core::QuotaRow { resource: resource.clone(), max, used };
-        Quota { pool_id, resource, max, used, available: row.available() }
+        let row = quotas_core::QuotaRow {
+            resource: resource.clone(),
+            max,
+            used,
+        };
+        Quota {
+            pool_id,
+            resource,
+            max,
+            used,
+            available: row.available(),
+        }
     }
 }
 
@@ -111,7 +121,12 @@ pub struct NewPool<'a> {
 }
 
 async fn pool_row(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Option<PoolRow>> {
-    Ok(pools::table.find(pool_id).select(PoolRow::as_select()).first(conn).await.optional()?)
+    Ok(pools::table
+        .find(pool_id)
+        .select(PoolRow::as_select())
+        .first(conn)
+        .await
+        .optional()?)
 }
 
 async fn offered_to(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Vec<String>> {
@@ -137,7 +152,12 @@ fn to_pool(row: PoolRow, offered: Vec<String>) -> Result<Pool> {
 }
 
 /// Whether `tenant` may use the pool: root always, others when offered.
-pub async fn is_visible(conn: &mut AsyncPgConnection, pool_id: &str, tenant: &str, root: &str) -> Result<bool> {
+pub async fn is_visible(
+    conn: &mut AsyncPgConnection,
+    pool_id: &str,
+    tenant: &str,
+    root: &str,
+) -> Result<bool> {
     if tenant == root {
         return Ok(pool_row(conn, pool_id).await?.is_some());
     }
@@ -151,13 +171,24 @@ pub async fn is_visible(conn: &mut AsyncPgConnection, pool_id: &str, tenant: &st
 }
 
 /// `pools.get`: `NOT_FOUND` unless the pool is visible to `tenant`.
-pub async fn get(conn: &mut AsyncPgConnection, pool_id: &str, tenant: &str, root: &str) -> Result<Pool> {
+pub async fn get(
+    conn: &mut AsyncPgConnection,
+    pool_id: &str,
+    tenant: &str,
+    root: &str,
+) -> Result<Pool> {
     if !is_visible(conn, pool_id, tenant, root).await? {
         return Err(Error::not_found("pool", pool_id));
     }
-    let row = pool_row(conn, pool_id).await?.ok_or_else(|| Error::not_found("pool", pool_id))?;
+    let row = pool_row(conn, pool_id)
+        .await?
+        .ok_or_else(|| Error::not_found("pool", pool_id))?;
     let offered = offered_to(conn, pool_id).await?;
-    let offered = if tenant == root { offered } else { vec![tenant.to_owned()] };
+    let offered = if tenant == root {
+        offered
+    } else {
+        vec![tenant.to_owned()]
+    };
     to_pool(row, offered)
 }
 
@@ -190,7 +221,11 @@ pub async fn list(conn: &mut AsyncPgConnection, tenant: &str, root: &str) -> Res
     rows.into_iter()
         .map(|row| {
             let offered = if tenant == root {
-                offers.iter().filter(|(p, _)| *p == row.pool_id).map(|(_, t)| t.clone()).collect()
+                offers
+                    .iter()
+                    .filter(|(p, _)| *p == row.pool_id)
+                    .map(|(_, t)| t.clone())
+                    .collect()
             } else {
                 vec![tenant.to_owned()]
             };
@@ -239,49 +274,65 @@ pub async fn set_quota_row(
                 ))
                 .on_conflict((quotas::tenant_id, quotas::pool_id, quotas::resource))
                 .do_update()
-                .set(quotas::max_value.eq(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-                    "GREATEST(EXCLUDED.max_value, quotas.used)",
-                )))
+                .set(
+                    quotas::max_value.eq(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                        "GREATEST(EXCLUDED.max_value, quotas.used)",
+                    )),
+                )
                 .returning((quotas::max_value, quotas::used))
                 .get_result(conn)
                 .await?;
             (max, used, true)
         }
     };
-    Ok((Quota::from_parts(pool_id.to_owned(), resource.to_owned(), max, used), changed))
+    Ok((
+        Quota::from_parts(pool_id.to_owned(), resource.to_owned(), max, used),
+        changed,
+    ))
 }
 
 fn quota_event(tenant: &str, pool_id: &str, resource: &str, requested: i64, now: i64) -> NewEvent {
-    NewEvent::new(tenant, "quota.updated", json!({ "poolId": pool_id, "resource": resource, "max": requested }), now)
+    NewEvent::new(
+        tenant,
+        "quota.updated",
+        json!({ "poolId": pool_id, "resource": resource, "max": requested }),
+        now,
+    )
 }
 
 /// `pools.create` by root, idempotent under `key`.
-pub async fn create(conn: &mut AsyncPgConnection, root: &str, new: NewPool<'_>, key: KeyedRequest<'_>, now: i64) -> Result<Pool> {
+pub async fn create(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    new: NewPool<'_>,
+    key: KeyedRequest<'_>,
+    now: i64,
+) -> Result<Pool> {
     conn.transaction::<_, Error, _>(async move |conn| {
-            let id = ids::new_id("pool", now);
-            if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
-                return get(conn, &existing, root, root).await;
-            }
-            accounts::get(conn, root, new.account_id).await?;
-            diesel::insert_into(pools::table)
-                .values((
-                    pools::pool_id.eq(&id),
-                    pools::name.eq(new.name),
-                    pools::region.eq(new.region),
-                    pools::provider.eq(new.provider),
-                    pools::account_id.eq(new.account_id),
-                    pools::flavors.eq(serde_json::to_value(new.flavors)?),
-                    pools::created_at.eq(now),
-                ))
-                .execute(conn)
-                .await?;
-            let mut batch = Vec::new();
-            for (resource, max) in new.quotas {
-                set_quota_row(conn, root, &id, resource, *max).await?;
-                batch.push(quota_event(root, &id, resource, *max, now));
-            }
-            events::publish(conn, now, batch).await?;
-            get(conn, &id, root, root).await
+        let id = ids::new_id("pool", now);
+        if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
+            return get(conn, &existing, root, root).await;
+        }
+        accounts::get(conn, root, new.account_id).await?;
+        diesel::insert_into(pools::table)
+            .values((
+                pools::pool_id.eq(&id),
+                pools::name.eq(new.name),
+                pools::region.eq(new.region),
+                pools::provider.eq(new.provider),
+                pools::account_id.eq(new.account_id),
+                pools::flavors.eq(serde_json::to_value(new.flavors)?),
+                pools::created_at.eq(now),
+            ))
+            .execute(conn)
+            .await?;
+        let mut batch = Vec::new();
+        for (resource, max) in new.quotas {
+            set_quota_row(conn, root, &id, resource, *max).await?;
+            batch.push(quota_event(root, &id, resource, *max, now));
+        }
+        events::publish(conn, now, batch).await?;
+        get(conn, &id, root, root).await
     })
     .await
 }
@@ -296,26 +347,28 @@ pub async fn offer(
     now: i64,
 ) -> Result<Pool> {
     conn.transaction::<_, Error, _>(async move |conn| {
-            pool_row(conn, pool_id).await?.ok_or_else(|| Error::not_found("pool", pool_id))?;
-            tenancy::active_tenant(conn, tenant).await?;
-            diesel::insert_into(pool_offers::table)
-                .values((
-                    pool_offers::pool_id.eq(pool_id),
-                    pool_offers::tenant_id.eq(tenant),
-                    pool_offers::offered_at.eq(now),
-                ))
-                .on_conflict_do_nothing()
-                .execute(conn)
-                .await?;
-            let mut batch = Vec::new();
-            for (resource, max) in quota_max {
-                let (_, changed) = set_quota_row(conn, tenant, pool_id, resource, *max).await?;
-                if changed {
-                    batch.push(quota_event(tenant, pool_id, resource, *max, now));
-                }
+        pool_row(conn, pool_id)
+            .await?
+            .ok_or_else(|| Error::not_found("pool", pool_id))?;
+        tenancy::active_tenant(conn, tenant).await?;
+        diesel::insert_into(pool_offers::table)
+            .values((
+                pool_offers::pool_id.eq(pool_id),
+                pool_offers::tenant_id.eq(tenant),
+                pool_offers::offered_at.eq(now),
+            ))
+            .on_conflict_do_nothing()
+            .execute(conn)
+            .await?;
+        let mut batch = Vec::new();
+        for (resource, max) in quota_max {
+            let (_, changed) = set_quota_row(conn, tenant, pool_id, resource, *max).await?;
+            if changed {
+                batch.push(quota_event(tenant, pool_id, resource, *max, now));
             }
-            events::publish(conn, now, batch).await?;
-            get(conn, pool_id, root, root).await
+        }
+        events::publish(conn, now, batch).await?;
+        get(conn, pool_id, root, root).await
     })
     .await
 }
@@ -330,11 +383,18 @@ pub async fn set_quota(
     now: i64,
 ) -> Result<Quota> {
     conn.transaction::<_, Error, _>(async move |conn| {
-            tenancy::active_tenant(conn, target).await?;
-            pool_row(conn, pool_id).await?.ok_or_else(|| Error::not_found("pool", pool_id))?;
-            let (quota, _) = set_quota_row(conn, target, pool_id, resource, requested).await?;
-            events::publish(conn, now, vec![quota_event(target, pool_id, resource, requested, now)]).await?;
-            Ok(quota)
+        tenancy::active_tenant(conn, target).await?;
+        pool_row(conn, pool_id)
+            .await?
+            .ok_or_else(|| Error::not_found("pool", pool_id))?;
+        let (quota, _) = set_quota_row(conn, target, pool_id, resource, requested).await?;
+        events::publish(
+            conn,
+            now,
+            vec![quota_event(target, pool_id, resource, requested, now)],
+        )
+        .await?;
+        Ok(quota)
     })
     .await
 }
@@ -349,16 +409,25 @@ pub async fn get_quotas(
     let mut query = quotas::table
         .filter(quotas::tenant_id.eq(tenant))
         .order((quotas::pool_id.asc(), quotas::resource.asc()))
-        .select((quotas::pool_id, quotas::resource, quotas::max_value, quotas::used))
+        .select((
+            quotas::pool_id,
+            quotas::resource,
+            quotas::max_value,
+            quotas::used,
+        ))
         .into_boxed();
     if let Some(pool_id) = pool_id {
         query = query.filter(quotas::pool_id.eq(pool_id));
     }
     let rows: Vec<(String, String, i64, i64)> = query.load(conn).await?;
-    if let Some(pool_id) = pool_id {
-        if rows.is_empty() && !is_visible(conn, pool_id, tenant, root).await? {
-            return Err(Error::not_found("pool", pool_id));
-        }
+    if let Some(pool_id) = pool_id
+        && rows.is_empty()
+        && !is_visible(conn, pool_id, tenant, root).await?
+    {
+        return Err(Error::not_found("pool", pool_id));
     }
-    Ok(rows.into_iter().map(|(p, r, m, u)| Quota::from_parts(p, r, m, u)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|(p, r, m, u)| Quota::from_parts(p, r, m, u))
+        .collect())
 }

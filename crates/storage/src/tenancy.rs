@@ -86,9 +86,13 @@ pub struct Authenticated {
 }
 
 /// Looks up an active key of an active tenant by its secret.
-pub async fn authenticate(conn: &mut AsyncPgConnection, secret: &str) -> Result<Option<Authenticated>> {
+pub async fn authenticate(
+    conn: &mut AsyncPgConnection,
+    secret: &str,
+) -> Result<Option<Authenticated>> {
     let hash = ids::hash_secret(secret);
-    let row: Option<(String, String, String, Option<String>, Vec<u8>)> = api_keys::table
+    type KeyRow = (String, String, String, Option<String>, Vec<u8>);
+    let row: Option<KeyRow> = api_keys::table
         .inner_join(tenants::table)
         .filter(api_keys::secret_hash.eq(&hash))
         .filter(api_keys::revoked_at.is_null())
@@ -109,17 +113,30 @@ pub async fn authenticate(conn: &mut AsyncPgConnection, secret: &str) -> Result<
     if !bool::from(stored.as_slice().ct_eq(hash.as_slice())) {
         return Ok(None);
     }
-    let role = Role::parse(&role).ok_or_else(|| Error::internal(format!("key {key_id} has unknown role")))?;
+    let role = Role::parse(&role)
+        .ok_or_else(|| Error::internal(format!("key {key_id} has unknown role")))?;
     let scope = match account_id {
         Some(a) => KeyScope::Account(a),
         None => KeyScope::Tenant,
     };
-    Ok(Some(Authenticated { key_id, principal: Principal { tenant_id, role, scope } }))
+    Ok(Some(Authenticated {
+        key_id,
+        principal: Principal {
+            tenant_id,
+            role,
+            scope,
+        },
+    }))
 }
 
 /// Makes sure the root tenant exists and, with a bootstrap token, that an
 /// `admin` key of the root tenant with that secret exists. Idempotent.
-pub async fn bootstrap(conn: &mut AsyncPgConnection, root: &str, token: Option<&str>, now: i64) -> Result<()> {
+pub async fn bootstrap(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    token: Option<&str>,
+    now: i64,
+) -> Result<()> {
     diesel::insert_into(tenants::table)
         .values((
             tenants::tenant_id.eq(root),
@@ -175,30 +192,37 @@ pub async fn create_tenant(
     let name = name.to_owned();
     let display = display_name.unwrap_or(&name).to_owned();
     conn.transaction::<_, Error, _>(async move |conn| {
-            let inserted = diesel::insert_into(tenants::table)
-                .values((
-                    tenants::tenant_id.eq(&name),
-                    tenants::display_name.eq(&display),
-                    tenants::state.eq("active"),
-                    tenants::created_at.eq(now),
-                ))
-                .on_conflict_do_nothing()
-                .execute(conn)
-                .await?;
-            if inserted == 0 {
-                return Err(Error::new(Code::Conflict, format!("tenant name {name} is taken (names are never reused)"))
-                    .with("tenantId", name.as_str()));
-            }
-            let key = insert_key(conn, &name, "admin", Role::Admin, None, now).await?;
-            let tenant = active_tenant(conn, &name).await?;
-            Ok((tenant, key))
+        let inserted = diesel::insert_into(tenants::table)
+            .values((
+                tenants::tenant_id.eq(&name),
+                tenants::display_name.eq(&display),
+                tenants::state.eq("active"),
+                tenants::created_at.eq(now),
+            ))
+            .on_conflict_do_nothing()
+            .execute(conn)
+            .await?;
+        if inserted == 0 {
+            return Err(Error::new(
+                Code::Conflict,
+                format!("tenant name {name} is taken (names are never reused)"),
+            )
+            .with("tenantId", name.as_str()));
+        }
+        let key = insert_key(conn, &name, "admin", Role::Admin, None, now).await?;
+        let tenant = active_tenant(conn, &name).await?;
+        Ok((tenant, key))
     })
     .await
 }
 
 /// `tenants.delete` (the tenancy part: state and keys). Returns the tenant and
 /// whether this call deleted it.
-pub async fn mark_tenant_deleted(conn: &mut AsyncPgConnection, tenant_id: &str, now: i64) -> Result<(Tenant, bool)> {
+pub async fn mark_tenant_deleted(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+    now: i64,
+) -> Result<(Tenant, bool)> {
     let current: Option<Tenant> = tenants::table
         .find(tenant_id)
         .select(Tenant::as_select())
@@ -212,10 +236,14 @@ pub async fn mark_tenant_deleted(conn: &mut AsyncPgConnection, tenant_id: &str, 
     if current.state == "deleted" {
         return Ok((current, false));
     }
-    diesel::update(api_keys::table.filter(api_keys::tenant_id.eq(tenant_id)).filter(api_keys::revoked_at.is_null()))
-        .set(api_keys::revoked_at.eq(now))
-        .execute(conn)
-        .await?;
+    diesel::update(
+        api_keys::table
+            .filter(api_keys::tenant_id.eq(tenant_id))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set(api_keys::revoked_at.eq(now))
+    .execute(conn)
+    .await?;
     let tenant = diesel::update(tenants::table.find(tenant_id))
         .set((tenants::state.eq("deleted"), tenants::deleted_at.eq(now)))
         .returning(Tenant::as_returning())
@@ -235,7 +263,12 @@ pub async fn list_tenants(conn: &mut AsyncPgConnection) -> Result<Vec<Tenant>> {
 }
 
 /// `projects.create`.
-pub async fn create_project(conn: &mut AsyncPgConnection, tenant_id: &str, name: &str, now: i64) -> Result<Project> {
+pub async fn create_project(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+    name: &str,
+    now: i64,
+) -> Result<Project> {
     Ok(diesel::insert_into(projects::table)
         .values((
             projects::project_id.eq(ids::new_id("prj", now)),
@@ -260,7 +293,11 @@ pub async fn list_projects(conn: &mut AsyncPgConnection, tenant_id: &str) -> Res
 }
 
 /// Loads a project of a tenant, or `None` when it is not the tenant's.
-pub async fn tenant_project(conn: &mut AsyncPgConnection, tenant_id: &str, project_id: &str) -> Result<Option<Project>> {
+pub async fn tenant_project(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+    project_id: &str,
+) -> Result<Option<Project>> {
     Ok(projects::table
         .find(project_id)
         .filter(projects::tenant_id.eq(tenant_id))
@@ -330,7 +367,12 @@ pub async fn list_keys(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<
 }
 
 /// `apiKeys.revoke`: revoking a revoked key returns it unchanged.
-pub async fn revoke_key(conn: &mut AsyncPgConnection, tenant_id: &str, key_id: &str, now: i64) -> Result<ApiKey> {
+pub async fn revoke_key(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+    key_id: &str,
+    now: i64,
+) -> Result<ApiKey> {
     let updated: Option<ApiKey> = diesel::update(
         api_keys::table
             .find(key_id)

@@ -32,7 +32,9 @@ pub fn with_database(url: &str, name: &str) -> String {
         None => (url, None),
     };
     let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
     let mut out = format!("{}/{}", &base[..path_start], name);
     if let Some(q) = query {
         out.push('?');
@@ -56,23 +58,34 @@ struct Exists {
 async fn ensure_template(server: &str) -> anyhow::Result<String> {
     let template = template_name();
     let mut conn = AsyncPgConnection::establish(server).await?;
-    diesel::sql_query("SELECT pg_advisory_lock(7362846105)").execute(&mut conn).await?;
-    let exists: Exists = diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname = $1")
-        .bind::<Text, _>(&template)
-        .get_result(&mut conn)
+    diesel::sql_query("SELECT pg_advisory_lock(7362846105)")
+        .execute(&mut conn)
         .await?;
+    let exists: Exists =
+        diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname = $1")
+            .bind::<Text, _>(&template)
+            .get_result(&mut conn)
+            .await?;
     let result = async {
         if exists.n == 0 {
             let building = format!("{template}_building");
-            diesel::sql_query(format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)")).execute(&mut conn).await?;
-            diesel::sql_query(format!("CREATE DATABASE {building}")).execute(&mut conn).await?;
+            diesel::sql_query(format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)"))
+                .execute(&mut conn)
+                .await?;
+            diesel::sql_query(format!("CREATE DATABASE {building}"))
+                .execute(&mut conn)
+                .await?;
             db::migrate(&with_database(server, &building)).await?;
-            diesel::sql_query(format!("ALTER DATABASE {building} RENAME TO {template}")).execute(&mut conn).await?;
+            diesel::sql_query(format!("ALTER DATABASE {building} RENAME TO {template}"))
+                .execute(&mut conn)
+                .await?;
         }
         anyhow::Ok(())
     }
     .await;
-    diesel::sql_query("SELECT pg_advisory_unlock(7362846105)").execute(&mut conn).await?;
+    diesel::sql_query("SELECT pg_advisory_unlock(7362846105)")
+        .execute(&mut conn)
+        .await?;
     result?;
     Ok(template)
 }
@@ -81,15 +94,23 @@ impl TestDatabase {
     /// A new migrated database of its own.
     pub async fn new() -> TestDatabase {
         let server_url = server_url();
-        let template = ensure_template(&server_url).await.expect("test template database");
+        let template = ensure_template(&server_url)
+            .await
+            .expect("test template database");
         let name = format!("bc_test_{}", crate::ids::new_secret()[4..24].to_owned());
-        let mut conn = AsyncPgConnection::establish(&server_url).await.expect("connect to the test server");
+        let mut conn = AsyncPgConnection::establish(&server_url)
+            .await
+            .expect("connect to the test server");
         diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {template}"))
             .execute(&mut conn)
             .await
             .expect("create the test database");
         let url = with_database(&server_url, &name);
-        TestDatabase { name, url, server_url }
+        TestDatabase {
+            name,
+            url,
+            server_url,
+        }
     }
 
     /// The database's URL.
@@ -110,12 +131,18 @@ impl Drop for TestDatabase {
         // Dropping needs a connection; do it on a thread with its own runtime
         // so it works from inside or outside an async test.
         let handle = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
             rt.block_on(async move {
                 if let Ok(mut conn) = AsyncPgConnection::establish(&server).await {
-                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut conn)
-                        .await;
+                    let _ =
+                        diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut conn)
+                            .await;
                 }
             });
         });
@@ -129,8 +156,14 @@ mod tests {
 
     #[test]
     fn replaces_the_database_name() {
-        assert_eq!(with_database("postgres://u@h:5/postgres", "x"), "postgres://u@h:5/x");
-        assert_eq!(with_database("postgres://u@h:5/db?sslmode=disable", "x"), "postgres://u@h:5/x?sslmode=disable");
+        assert_eq!(
+            with_database("postgres://u@h:5/postgres", "x"),
+            "postgres://u@h:5/x"
+        );
+        assert_eq!(
+            with_database("postgres://u@h:5/db?sslmode=disable", "x"),
+            "postgres://u@h:5/x?sslmode=disable"
+        );
         assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
     }
 }

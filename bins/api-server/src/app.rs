@@ -1,0 +1,67 @@
+//! Shared state of the server and helpers handlers use.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use storage::db::{Conn, DbPool};
+use storage::{Clock, Error};
+
+use crate::metrics::Metrics;
+use crate::registry::{Call, Registry};
+
+/// Process-wide state.
+pub struct App {
+    /// Connection pool.
+    pub pool: DbPool,
+    /// Where "now" comes from.
+    pub clock: Clock,
+    /// The root tenant's id.
+    pub root_tenant: String,
+    /// The method registry.
+    pub registry: Registry,
+    /// Request metrics.
+    pub metrics: Metrics,
+}
+
+impl App {
+    /// A pooled connection (`UNAVAILABLE` when the database is unreachable).
+    pub async fn conn(&self) -> Result<Conn, Error> {
+        Ok(self.pool.get().await?)
+    }
+}
+
+impl Call {
+    /// The acting tenant (`tenantId`, validated).
+    pub fn tenant(&self) -> &str {
+        self.input
+            .get("tenantId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// The root tenant's id.
+    pub fn root(&self) -> &str {
+        &self.app.root_tenant
+    }
+
+    /// Whether the acting tenant is the root tenant.
+    pub fn in_root(&self) -> bool {
+        self.tenant() == self.app.root_tenant
+    }
+
+    /// The validated input as a typed struct.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        serde_json::from_value(self.input.clone()).map_err(Error::internal)
+    }
+
+    /// A connection and the current instant.
+    pub async fn conn_now(&self) -> Result<(Conn, i64), Error> {
+        let mut conn = self.app.conn().await?;
+        let now = self.app.clock.now(&mut conn).await?;
+        Ok((conn, now))
+    }
+
+    /// The idempotency identity of this (creating) request.
+    pub fn request_hash(&self) -> Vec<u8> {
+        storage::ids::request_hash(&self.input)
+    }
+}

@@ -1,0 +1,141 @@
+//! The API server: hyper front, method registry, handlers.
+
+pub mod app;
+pub mod handlers;
+pub mod metrics;
+pub mod registry;
+pub mod schema;
+pub mod server;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use storage::Clock;
+use tokio::net::TcpListener;
+
+/// Process configuration (contract 8.1), read from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`.
+    pub database_url: String,
+    /// `BC_LISTEN` (default `127.0.0.1:8080`).
+    pub listen: String,
+    /// `BC_ROOT_TENANT` (default `root`).
+    pub root_tenant: String,
+    /// `BC_CLOCK` (default `system`).
+    pub clock: Clock,
+    /// `BC_BOOTSTRAP_TOKEN` (optional).
+    pub bootstrap_token: Option<String>,
+    /// `BC_DB_POOL_SIZE` (default 16).
+    pub pool_size: usize,
+}
+
+impl Config {
+    /// Reads the configuration from the environment.
+    pub fn from_env() -> anyhow::Result<Config> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let clock = var("BC_CLOCK").unwrap_or_else(|| "system".into());
+        Ok(Config {
+            database_url: var("DATABASE_URL").context("DATABASE_URL is required")?,
+            listen: var("BC_LISTEN").unwrap_or_else(|| "127.0.0.1:8080".into()),
+            root_tenant: var("BC_ROOT_TENANT").unwrap_or_else(|| "root".into()),
+            clock: Clock::parse(&clock)
+                .with_context(|| format!("BC_CLOCK must be system or manual, not {clock:?}"))?,
+            bootstrap_token: var("BC_BOOTSTRAP_TOKEN"),
+            pool_size: var("BC_DB_POOL_SIZE")
+                .map(|v| v.parse())
+                .transpose()
+                .context("BC_DB_POOL_SIZE")?
+                .unwrap_or(16),
+        })
+    }
+}
+
+/// Sets up logging: `RUST_LOG` filters (default `info`), `RUST_LOG_FORMAT=json`
+/// writes one JSON object per line.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = std::env::var("RUST_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Migrates, bootstraps, binds and serves until SIGTERM/SIGINT.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let applied = storage::db::migrate(&config.database_url)
+        .await
+        .context("applying migrations")?;
+    tracing::info!(applied = applied.len(), "migrations up to date");
+    let pool = storage::db::pool(&config.database_url, config.pool_size)?;
+    {
+        let mut conn = pool.get().await.context("connecting to the database")?;
+        let now = config
+            .clock
+            .now(&mut conn)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        storage::tenancy::bootstrap(
+            &mut conn,
+            &config.root_tenant,
+            config.bootstrap_token.as_deref(),
+            now,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
+    }
+    let app = Arc::new(app::App {
+        pool,
+        clock: config.clock,
+        root_tenant: config.root_tenant.clone(),
+        registry: registry::Registry::new(),
+        metrics: metrics::Metrics::default(),
+    });
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, clock = config.clock.as_str(), root = %config.root_tenant, "api-server listening");
+    // Tests and scripts read this line to find an ephemeral port.
+    #[expect(
+        clippy::print_stdout,
+        reason = "the ready line is part of the process interface"
+    )]
+    {
+        println!("api-server listening on http://{addr}");
+    }
+    server::serve(app, listener, shutdown_signal()).await;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,311 @@
+//! The HTTP front: request ids, body limit, routing, authentication,
+//! validation, authorization, dispatch to a handler, errors as JSON, metrics
+//! and one log line per request.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method as HttpMethod, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use iam_check::{AccessRequest, Decision};
+use serde_json::Value;
+use storage::{Code, Error};
+use tokio::net::TcpListener;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::app::App;
+use crate::registry::{Call, Method};
+use crate::schema::validate_object;
+
+/// Request bodies above this are refused with 413.
+pub const MAX_BODY: usize = 1024 * 1024;
+
+type Resp = Response<Full<Bytes>>;
+
+/// Serves until `shutdown` resolves, then finishes in-flight requests.
+pub async fn serve(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(v) => v,
+                    Err(e) => { warn!(error = %e, "accept failed"); continue; }
+                };
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let service = service_fn(move |req| {
+                    let app = app.clone();
+                    async move { Ok::<_, Infallible>(handle(app, req, peer).await) }
+                });
+                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => {
+                info!("shutting down: finishing in-flight requests");
+                break;
+            }
+        }
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    info!("stopped");
+}
+
+fn request_id(req: &Request<Incoming>) -> String {
+    req.headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(storage::ids::new_request_id)
+}
+
+/// Handles one request.
+pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
+    let start = Instant::now();
+    let rid = request_id(&req);
+    let path = req.uri().path().to_owned();
+    let span = info_span!("request", request_id = %rid, path = %path);
+    async move {
+        let (label, mut resp, log) = route(&app, req).await;
+        let code = resp
+            .extensions()
+            .get::<ErrorCode>()
+            .map_or("OK", |c| c.0.as_str());
+        let elapsed = start.elapsed();
+        app.metrics.observe(&label, code, elapsed);
+        if let Ok(v) = HeaderValue::from_str(&rid) {
+            resp.headers_mut().insert("x-request-id", v);
+        }
+        if label != "healthz" && label != "metrics" {
+            info!(
+                method = %label,
+                status = resp.status().as_u16(),
+                code,
+                elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+                tenant = log.tenant.as_deref().unwrap_or(""),
+                key = log.key_id.as_deref().unwrap_or(""),
+                peer = %peer,
+                "request"
+            );
+        }
+        resp
+    }
+    .instrument(span)
+    .await
+}
+
+#[derive(Clone, Copy)]
+struct ErrorCode(Code);
+
+#[derive(Default)]
+struct LogFields {
+    tenant: Option<String>,
+    key_id: Option<String>,
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Resp {
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// The JSON envelope of an error, with the code kept for metrics.
+pub fn error_response(e: &Error) -> Resp {
+    let status =
+        StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = json_response(status, &e.to_json());
+    resp.extensions_mut().insert(ErrorCode(e.code));
+    resp
+}
+
+async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFields) {
+    let path = req.uri().path().to_owned();
+    let is_get = req.method() == HttpMethod::GET;
+    let fixed = |label: &str, resp: Resp| (label.to_owned(), resp, LogFields::default());
+    let not_allowed = |label: &str, allowed: &'static str| {
+        let mut r = error_response(&Error::new(
+            Code::MethodNotAllowed,
+            format!("use {allowed} on {label}"),
+        ));
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allowed));
+        (label.to_owned(), r, LogFields::default())
+    };
+    match path.as_str() {
+        "/healthz" if is_get => fixed(
+            "healthz",
+            json_response(StatusCode::OK, &serde_json::json!({ "status": "ok" })),
+        ),
+        "/readyz" if is_get => {
+            let ready = storage::db::ready(&app.pool).await;
+            let (status, body) = if ready {
+                (StatusCode::OK, serde_json::json!({ "status": "ready" }))
+            } else {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    serde_json::json!({ "status": "not ready" }),
+                )
+            };
+            fixed("readyz", json_response(status, &body))
+        }
+        "/metrics" if is_get => {
+            let mut resp = Response::new(Full::new(Bytes::from(app.metrics.render())));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            fixed("metrics", resp)
+        }
+        "/api/openapi.json" if is_get => fixed(
+            "openapi",
+            json_response(StatusCode::OK, &app.registry.openapi()),
+        ),
+        "/api/compute/methods" if is_get => fixed(
+            "methods",
+            json_response(StatusCode::OK, &app.registry.list()),
+        ),
+        "/healthz" | "/readyz" | "/metrics" | "/api/openapi.json" | "/api/compute/methods" => {
+            not_allowed(&path, "GET")
+        }
+        _ => match app.registry.get(&path) {
+            Some(m) if req.method() == HttpMethod::POST => {
+                let mut log = LogFields::default();
+                let resp = match call(app, m, req, &mut log).await {
+                    Ok(v) => json_response(StatusCode::OK, &v),
+                    Err(e) => error_response(&e),
+                };
+                (m.name(), resp, log)
+            }
+            Some(m) => not_allowed(&m.name(), "POST"),
+            None => fixed(
+                "unknown",
+                error_response(&Error::new(Code::NotFound, format!("no such path: {path}"))),
+            ),
+        },
+    }
+}
+
+fn bearer(req: &Request<Incoming>) -> Option<String> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, secret) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let secret = secret.trim();
+    (!secret.is_empty()).then(|| secret.to_owned())
+}
+
+/// The checks of contract 1.2 in order: size, authentication, shape,
+/// permission; then the handler (existence and the method's own rules).
+async fn call(
+    app: &Arc<App>,
+    m: &Method,
+    req: Request<Incoming>,
+    log: &mut LogFields,
+) -> Result<Value, Error> {
+    let too_large = || {
+        Error::new(Code::PayloadTooLarge, "the request body is over 1 MiB").with("limit", MAX_BODY)
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let secret = bearer(&req);
+    let body = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                too_large()
+            } else {
+                Error::invalid("", "body", "the request body could not be read")
+            }
+        })?
+        .to_bytes();
+
+    let secret = secret.ok_or_else(|| {
+        Error::new(
+            Code::Unauthenticated,
+            "missing credentials: send Authorization: Bearer <api key>",
+        )
+    })?;
+    let caller = {
+        let mut conn = app.conn().await?;
+        storage::tenancy::authenticate(&mut conn, &secret).await?
+    }
+    .ok_or_else(|| Error::new(Code::Unauthenticated, "unknown or revoked API key"))?;
+    log.key_id = Some(caller.key_id.clone());
+
+    let input: Value = serde_json::from_slice(&body).map_err(|e| {
+        Error::new(
+            Code::InvalidInput,
+            format!("the body is not valid JSON: {e}"),
+        )
+        .with("reason", "json")
+    })?;
+    validate_object(&input, &m.fields, "")?;
+    let tenant = input
+        .get("tenantId")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    log.tenant = Some(tenant.clone());
+
+    let account = input.get("accountId").and_then(Value::as_str);
+    let decision = iam_check::decide(
+        &caller.principal,
+        &AccessRequest {
+            tenant_id: &tenant,
+            root_tenant: &app.root_tenant,
+            permission: m.permission,
+            tenant_rule: m.tenant_rule,
+            account_id: account,
+        },
+    );
+    if let Decision::Deny(reason) = decision {
+        warn!(method = %m.name(), key = %caller.key_id, %reason, "access denied");
+        return Err(Error::access_denied(format!(
+            "{} is not allowed to call {}",
+            caller.key_id,
+            m.name()
+        )));
+    }
+    (m.handler)(Call {
+        app: app.clone(),
+        caller,
+        input,
+        name: m.name(),
+    })
+    .await
+}
