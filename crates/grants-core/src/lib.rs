@@ -10,8 +10,8 @@ mod rules;
 
 pub use capacity::{CapacityShort, Commitment, Term, check_capacity, peak_overlap};
 pub use metering::{
-    HOUR_MS, MICROS_PER_UNIT, Record, Segment, cumulative_rounded_records, format_micros,
-    grant_slot_records, hour_buckets,
+    HOUR_MS, MICROS_PER_UNIT, Record, Segment, bucket_start, cumulative_rounded_records,
+    format_micros, grant_slot_records, hour_buckets,
 };
 pub use placement::{
     Billing, CapacityUnavailable, LiveGrant, Placement, PlacementRequest, Refusal, ReservationView,

@@ -53,15 +53,27 @@ mod tests {
     fn a_tenant_wide_grant_serves_every_project_of_its_tenant() {
         let grant = owner("acme", None);
         assert!(serves(grant, owner("acme", None), Billing::Standard));
-        assert!(serves(grant, owner("acme", Some("prj_a")), Billing::Standard));
+        assert!(serves(
+            grant,
+            owner("acme", Some("prj_a")),
+            Billing::Standard
+        ));
         assert!(!serves(grant, owner("other", None), Billing::Standard));
     }
 
     #[test]
     fn a_project_grant_serves_only_its_project() {
         let grant = owner("acme", Some("prj_a"));
-        assert!(serves(grant, owner("acme", Some("prj_a")), Billing::Standard));
-        assert!(!serves(grant, owner("acme", Some("prj_b")), Billing::Standard));
+        assert!(serves(
+            grant,
+            owner("acme", Some("prj_a")),
+            Billing::Standard
+        ));
+        assert!(!serves(
+            grant,
+            owner("acme", Some("prj_b")),
+            Billing::Standard
+        ));
         assert!(!serves(grant, owner("acme", None), Billing::Standard));
     }
 

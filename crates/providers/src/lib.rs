@@ -11,7 +11,8 @@ mod secret;
 /// The future returned by provider calls: boxed so that [`ReservationProvider`]
 /// stays dyn-compatible (`Arc<dyn ReservationProvider>`), and `Send` so it can
 /// be awaited on a multi-threaded runtime.
-pub type ProviderFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ProviderError>> + Send + 'a>>;
+pub type ProviderFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, ProviderError>> + Send + 'a>>;
 
 /// Reads the capacity reservations of one provider account.
 ///

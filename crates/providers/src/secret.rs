@@ -24,19 +24,19 @@ const MARKERS: &[&str] = &[
 /// Prefixes of well-known token formats, with the minimum length at which a
 /// string starting with them is taken to be a token.
 const PREFIXES: &[(&str, usize)] = &[
-    ("ya29.", 6),        // Google OAuth 2.0 access token
-    ("1//", 20),         // Google OAuth 2.0 refresh token
-    ("AIza", 30),        // Google API key
-    ("GOCSPX-", 20),     // Google OAuth client secret
-    ("ghp_", 20),        // GitHub tokens
+    ("ya29.", 6),    // Google OAuth 2.0 access token
+    ("1//", 20),     // Google OAuth 2.0 refresh token
+    ("AIza", 30),    // Google API key
+    ("GOCSPX-", 20), // Google OAuth client secret
+    ("ghp_", 20),    // GitHub tokens
     ("gho_", 20),
     ("ghu_", 20),
     ("ghs_", 20),
     ("github_pat_", 20),
-    ("glpat-", 20),      // GitLab
-    ("xoxb-", 20),       // Slack
+    ("glpat-", 20), // GitLab
+    ("xoxb-", 20),  // Slack
     ("xoxp-", 20),
-    ("sk_live_", 20),    // Stripe
+    ("sk_live_", 20), // Stripe
     ("rk_live_", 20),
 ];
 
@@ -62,7 +62,11 @@ pub(crate) fn value_looks_like_secret(value: &Value) -> bool {
             map.keys().any(|k| {
                 matches!(
                     k.as_str(),
-                    "private_key" | "private_key_id" | "client_secret" | "refresh_token" | "access_token"
+                    "private_key"
+                        | "private_key_id"
+                        | "client_secret"
+                        | "refresh_token"
+                        | "access_token"
                 )
             }) || map.values().any(value_looks_like_secret)
         }
@@ -100,13 +104,16 @@ pub(crate) fn looks_like_secret(s: &str) -> bool {
 }
 
 fn is_token_char(c: char, slash: bool) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '+' | '=' | '_' | '-' | '.' | '~') || (slash && c == '/')
+    c.is_ascii_alphanumeric()
+        || matches!(c, '+' | '=' | '_' | '-' | '.' | '~')
+        || (slash && c == '/')
 }
 
 fn is_aws_access_key_id(t: &str) -> bool {
     (t.starts_with("AKIA") || t.starts_with("ASIA"))
         && t.len() == 20
-        && t.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+        && t.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
 /// `header.payload.signature`, the header being base64url JSON (`{"` encodes as `eyJ`).
@@ -124,7 +131,11 @@ fn has_secret_query(t: &str) -> bool {
     };
     let query = query.split('#').next().unwrap_or_default();
     query.split('&').any(|pair| {
-        let key = pair.split('=').next().unwrap_or_default().to_ascii_lowercase();
+        let key = pair
+            .split('=')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
         SECRET_QUERY_KEYS.contains(&key.as_str())
     })
 }
@@ -222,6 +233,8 @@ mod tests {
     fn secrets_inside_structures() {
         assert!(value_looks_like_secret(&json!({ "private_key": "x" })));
         assert!(value_looks_like_secret(&json!(["ok", "ya29.abc"])));
-        assert!(!value_looks_like_secret(&json!({ "a": ["ok", 1, null, true] })));
+        assert!(!value_looks_like_secret(
+            &json!({ "a": ["ok", 1, null, true] })
+        ));
     }
 }

@@ -306,10 +306,15 @@ mod tests {
         });
         let c = GceConfig::from_json(&v).expect("valid");
         assert_eq!(c.endpoint, "http://127.0.0.1:8085");
-        assert_eq!(c.credentials, Credentials::File("/var/run/secrets/gce/token".into()));
+        assert_eq!(
+            c.credentials,
+            Credentials::File("/var/run/secrets/gce/token".into())
+        );
         assert_eq!(GceConfig::from_json(&c.to_json()).expect("valid"), c);
-        let e = GceConfig::from_json(&json!({ "project": "prod-123456", "credentials": "env:GCE_TOKEN_1" }))
-            .expect("valid");
+        let e = GceConfig::from_json(
+            &json!({ "project": "prod-123456", "credentials": "env:GCE_TOKEN_1" }),
+        )
+        .expect("valid");
         assert_eq!(e.credentials, Credentials::Env("GCE_TOKEN_1".into()));
         assert_eq!(e.to_json()["credentials"], "env:GCE_TOKEN_1");
     }
@@ -330,9 +335,22 @@ mod tests {
 
     #[test]
     fn project_rules() {
-        assert_eq!(err(json!({ "credentials": "none" })), pair("config.project", "missing"));
-        assert_eq!(err(json!({ "project": 12, "credentials": "none" })), pair("config.project", "type"));
-        for bad in ["short", "My-project", "1project", "my-project-", "my_project", "my project x"] {
+        assert_eq!(
+            err(json!({ "credentials": "none" })),
+            pair("config.project", "missing")
+        );
+        assert_eq!(
+            err(json!({ "project": 12, "credentials": "none" })),
+            pair("config.project", "type")
+        );
+        for bad in [
+            "short",
+            "My-project",
+            "1project",
+            "my-project-",
+            "my_project",
+            "my project x",
+        ] {
             assert_eq!(
                 err(json!({ "project": bad, "credentials": "none" })),
                 pair("config.project", "pattern"),
@@ -340,15 +358,22 @@ mod tests {
             );
         }
         let long = format!("p{}", "a".repeat(30));
-        assert_eq!(err(json!({ "project": long, "credentials": "none" })), pair("config.project", "length"));
+        assert_eq!(
+            err(json!({ "project": long, "credentials": "none" })),
+            pair("config.project", "length")
+        );
         for good in ["abcdef", "my-project-1", "a23456789012345678901234567890"] {
-            assert!(GceConfig::from_json(&json!({ "project": good, "credentials": "none" })).is_ok(), "{good}");
+            assert!(
+                GceConfig::from_json(&json!({ "project": good, "credentials": "none" })).is_ok(),
+                "{good}"
+            );
         }
     }
 
     #[test]
     fn endpoint_rules() {
-        let with = |e: Value| json!({ "project": "my-project", "endpoint": e, "credentials": "none" });
+        let with =
+            |e: Value| json!({ "project": "my-project", "endpoint": e, "credentials": "none" });
         assert_eq!(err(with(json!(8085))), pair("config.endpoint", "type"));
         assert_eq!(err(with(json!(null))), pair("config.endpoint", "type"));
         for bad in [
@@ -359,7 +384,11 @@ mod tests {
             "https://compute.googleapis.com/#x",
             "not a url",
         ] {
-            assert_eq!(err(with(json!(bad))), pair("config.endpoint", "pattern"), "{bad}");
+            assert_eq!(
+                err(with(json!(bad))),
+                pair("config.endpoint", "pattern"),
+                "{bad}"
+            );
         }
         assert_eq!(
             err(with(json!("https://user:hunter2@compute.googleapis.com"))),
@@ -371,18 +400,34 @@ mod tests {
         );
         let long = format!("https://example.com/{}", "a".repeat(ENDPOINT_MAX));
         assert_eq!(err(with(json!(long))), pair("config.endpoint", "length"));
-        let ok = GceConfig::from_json(&with(json!("https://proxy.example.com/gce/"))).expect("valid");
+        let ok =
+            GceConfig::from_json(&with(json!("https://proxy.example.com/gce/"))).expect("valid");
         assert_eq!(ok.endpoint, "https://proxy.example.com/gce");
     }
 
     #[test]
     fn credentials_rules() {
         let with = |c: Value| json!({ "project": "my-project", "credentials": c });
-        assert_eq!(err(json!({ "project": "my-project" })), pair("config.credentials", "missing"));
+        assert_eq!(
+            err(json!({ "project": "my-project" })),
+            pair("config.credentials", "missing")
+        );
         assert_eq!(err(with(json!(true))), pair("config.credentials", "type"));
         assert_eq!(err(with(json!(null))), pair("config.credentials", "type"));
-        for bad in ["env:", "env:lower", "env:1ABC", "env:A-B", "file:", "file:relative/path", "file:/"] {
-            assert_eq!(err(with(json!(bad))), pair("config.credentials", "pattern"), "{bad}");
+        for bad in [
+            "env:",
+            "env:lower",
+            "env:1ABC",
+            "env:A-B",
+            "file:",
+            "file:relative/path",
+            "file:/",
+        ] {
+            assert_eq!(
+                err(with(json!(bad))),
+                pair("config.credentials", "pattern"),
+                "{bad}"
+            );
         }
         let long = format!("env:{}", "A".repeat(ENV_NAME_MAX + 1));
         assert_eq!(err(with(json!(long))), pair("config.credentials", "length"));
@@ -414,7 +459,11 @@ mod tests {
             json!("Zk3q9Vb7Lm2Xp8Rt5Wn4Yc6Hd1Gf0Js9Ke7Ua3Ob2Ci5Pz"),
             json!("Bearer abcdef"),
         ] {
-            assert_eq!(err(with(secret.clone())), pair("config.credentials", "secret-value"), "{secret}");
+            assert_eq!(
+                err(with(secret.clone())),
+                pair("config.credentials", "secret-value"),
+                "{secret}"
+            );
         }
         // A secret in the project or endpoint, or under an unknown key.
         assert_eq!(
@@ -437,8 +486,9 @@ mod tests {
 
     #[test]
     fn error_display_names_field_and_reason_only() {
-        let e = GceConfig::from_json(&json!({ "project": "my-project", "credentials": "ya29.secret" }))
-            .expect_err("refused");
+        let e =
+            GceConfig::from_json(&json!({ "project": "my-project", "credentials": "ya29.secret" }))
+                .expect_err("refused");
         assert_eq!(e.to_string(), "config.credentials: secret-value");
     }
 

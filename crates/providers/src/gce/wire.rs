@@ -63,8 +63,9 @@ struct InstanceProperties {
 /// else missing or ill-typed makes the whole page malformed: a partial answer
 /// would make the missing reservations look gone.
 pub(crate) fn parse_page(body: &[u8], project: &str) -> Result<Page, ProviderError> {
-    let list: AggregatedList = serde_json::from_slice(body)
-        .map_err(|e| ProviderError::Malformed(format!("not an aggregated reservation list ({e})")))?;
+    let list: AggregatedList = serde_json::from_slice(body).map_err(|e| {
+        ProviderError::Malformed(format!("not an aggregated reservation list ({e})"))
+    })?;
     let mut reservations = Vec::new();
     for (scope, scoped) in list.items {
         for wire in scoped.reservations {
@@ -87,7 +88,9 @@ fn map_reservation(
     let name = wire
         .name
         .filter(|n| !n.is_empty() && !n.contains('/'))
-        .ok_or_else(|| ProviderError::Malformed(format!("a reservation in {scope} has no valid name")))?;
+        .ok_or_else(|| {
+            ProviderError::Malformed(format!("a reservation in {scope} has no valid name"))
+        })?;
     let malformed = |what: &str| ProviderError::Malformed(format!("reservation {name}: {what}"));
 
     // The reservation's own `zone` URL, else the scope key (`zones/{zone}`).
@@ -120,11 +123,15 @@ fn map_reservation(
         .count
         .as_ref()
         .ok_or_else(|| malformed("specificReservation.count is missing"))
-        .and_then(|v| int64(v).ok_or_else(|| malformed("specificReservation.count is not a count")))?;
+        .and_then(|v| {
+            int64(v).ok_or_else(|| malformed("specificReservation.count is not a count"))
+        })?;
     let in_use = match &specific.in_use_count {
         // GCE may omit zero-valued fields.
         None => 0,
-        Some(v) => int64(v).ok_or_else(|| malformed("specificReservation.inUseCount is not a count"))?,
+        Some(v) => {
+            int64(v).ok_or_else(|| malformed("specificReservation.inUseCount is not a count"))?
+        }
     };
     let status = wire
         .status
@@ -278,7 +285,10 @@ mod tests {
             .iter()
             .find(|r| r.reservation_id.ends_with("/r3"))
             .expect("r3");
-        assert_eq!((r3.region.as_str(), r3.total, r3.status), ("europe-west4", 8, ReservationStatus::NotReady));
+        assert_eq!(
+            (r3.region.as_str(), r3.total, r3.status),
+            ("europe-west4", 8, ReservationStatus::NotReady)
+        );
     }
 
     #[test]
@@ -305,16 +315,21 @@ mod tests {
         let r = &page.reservations[0];
         assert_eq!(r.flavor, "a3-highgpu-8g");
         assert_eq!(r.zone, "us-central1-a", "zone falls back to the scope key");
-        assert_eq!((r.total, r.in_use, r.status), (3, 0, ReservationStatus::NotReady));
+        assert_eq!(
+            (r.total, r.in_use, r.status),
+            (3, 0, ReservationStatus::NotReady)
+        );
     }
 
     #[test]
     fn template_based_reservations_are_skipped() {
-        let page = parse(json!({ "items": { "zones/us-central1-a": { "reservations": [
-            { "name": "t", "zone": "zones/us-central1-a", "status": "READY",
-              "specificReservation": { "count": "2", "sourceInstanceTemplate": "x" } },
-            { "name": "a", "zone": "zones/us-central1-a", "status": "READY" }
-        ]}}}))
+        let page = parse(
+            json!({ "items": { "zones/us-central1-a": { "reservations": [
+                { "name": "t", "zone": "zones/us-central1-a", "status": "READY",
+                  "specificReservation": { "count": "2", "sourceInstanceTemplate": "x" } },
+                { "name": "a", "zone": "zones/us-central1-a", "status": "READY" }
+            ]}}}),
+        )
         .expect("valid");
         assert!(page.reservations.is_empty());
     }
@@ -327,28 +342,44 @@ mod tests {
         };
         bad(json!([]));
         bad(json!({ "items": [] }));
-        assert!(bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
-            reservation("r", "us-central1-a", "READY", json!("four"), json!("0"))
-        ]}}}))
-        .contains("count"));
-        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
-            reservation("r", "us-central1-a", "READY", json!("-1"), json!("0"))
-        ]}}}));
-        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
-            reservation("r", "us-central1-a", "READY", json!(1.5), json!("0"))
-        ]}}}));
-        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
-            reservation("r", "us-central1-a", "READY", json!("1"), json!(true))
-        ]}}}));
-        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
-            { "zone": "zones/us-central1-a", "specificReservation": { "count": "1" } }
-        ]}}}));
-        bad(json!({ "items": { "regions/us-central1": { "reservations": [
-            { "name": "r", "specificReservation": { "count": "1", "instanceProperties": { "machineType": "n2" } } }
-        ]}}}));
-        bad(json!({ "items": { "zones/us-central1-a": { "reservations": [
-            { "name": "r", "specificReservation": { "instanceProperties": { "machineType": "n2" } } }
-        ]}}}));
+        assert!(
+            bad(
+                json!({ "items": { "zones/us-central1-a": { "reservations": [
+                    reservation("r", "us-central1-a", "READY", json!("four"), json!("0"))
+                ]}}})
+            )
+            .contains("count")
+        );
+        bad(
+            json!({ "items": { "zones/us-central1-a": { "reservations": [
+                reservation("r", "us-central1-a", "READY", json!("-1"), json!("0"))
+            ]}}}),
+        );
+        bad(
+            json!({ "items": { "zones/us-central1-a": { "reservations": [
+                reservation("r", "us-central1-a", "READY", json!(1.5), json!("0"))
+            ]}}}),
+        );
+        bad(
+            json!({ "items": { "zones/us-central1-a": { "reservations": [
+                reservation("r", "us-central1-a", "READY", json!("1"), json!(true))
+            ]}}}),
+        );
+        bad(
+            json!({ "items": { "zones/us-central1-a": { "reservations": [
+                { "zone": "zones/us-central1-a", "specificReservation": { "count": "1" } }
+            ]}}}),
+        );
+        bad(
+            json!({ "items": { "regions/us-central1": { "reservations": [
+                { "name": "r", "specificReservation": { "count": "1", "instanceProperties": { "machineType": "n2" } } }
+            ]}}}),
+        );
+        bad(
+            json!({ "items": { "zones/us-central1-a": { "reservations": [
+                { "name": "r", "specificReservation": { "instanceProperties": { "machineType": "n2" } } }
+            ]}}}),
+        );
         assert!(parse_page(b"<html>", "p").is_err());
     }
 }

@@ -1,0 +1,277 @@
+//! The in-memory reservations and the GCE shapes they are shown in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+
+use serde_json::{Map, Value, json};
+
+/// The page size when the caller sends no `maxResults` (also GCE's maximum).
+pub const MAX_PAGE_SIZE: usize = 500;
+
+const API_ROOT: &str = "https://www.googleapis.com/compute/v1";
+
+/// What a `PUT /fake/...` stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationSpec {
+    /// `specificReservation.count`.
+    pub count: i64,
+    /// `specificReservation.inUseCount`.
+    pub in_use_count: i64,
+    /// `specificReservation.instanceProperties.machineType`.
+    pub machine_type: String,
+    /// `status`, e.g. `READY`.
+    pub status: String,
+}
+
+#[derive(Debug, Clone)]
+struct Stored {
+    id: u64,
+    spec: ReservationSpec,
+}
+
+/// `(zone, name)`: the order reservations are listed and paged in.
+type Key = (String, String);
+
+#[derive(Debug, Default)]
+struct Project {
+    reservations: BTreeMap<Key, Stored>,
+    /// Every zone that ever held a reservation: GCE lists each zone on every
+    /// page, with a `NO_RESULTS_ON_PAGE` warning when it has none there.
+    zones: BTreeSet<String>,
+}
+
+/// All projects' reservations, and the failures still to inject.
+#[derive(Debug)]
+pub struct Store {
+    projects: BTreeMap<String, Project>,
+    failures_left: u64,
+    next_id: u64,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            projects: BTreeMap::new(),
+            failures_left: 0,
+            next_id: 1_000_000_000_000_000_001,
+        }
+    }
+}
+
+/// Why a page could not be served.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PageError {
+    /// The `pageToken` is not one this fake handed out.
+    BadToken,
+}
+
+impl Store {
+    /// Creates or replaces a reservation; answers it in the GCE shape.
+    pub fn put(&mut self, project: &str, zone: &str, name: &str, spec: ReservationSpec) -> Value {
+        let p = self.projects.entry(project.to_owned()).or_default();
+        p.zones.insert(zone.to_owned());
+        let key = (zone.to_owned(), name.to_owned());
+        let id = match p.reservations.get(&key) {
+            Some(existing) => existing.id,
+            None => {
+                self.next_id += 1;
+                self.next_id
+            }
+        };
+        let stored = Stored { id, spec };
+        let shown = reservation_json(project, zone, name, &stored);
+        p.reservations.insert(key, stored);
+        shown
+    }
+
+    /// One reservation in the GCE shape, if it exists.
+    pub fn get(&self, project: &str, zone: &str, name: &str) -> Option<Value> {
+        let stored = self
+            .projects
+            .get(project)?
+            .reservations
+            .get(&(zone.to_owned(), name.to_owned()))?;
+        Some(reservation_json(project, zone, name, stored))
+    }
+
+    /// Deletes a reservation; answers whether it existed.
+    pub fn delete(&mut self, project: &str, zone: &str, name: &str) -> bool {
+        self.projects
+            .get_mut(project)
+            .and_then(|p| p.reservations.remove(&(zone.to_owned(), name.to_owned())))
+            .is_some()
+    }
+
+    /// Makes the next `count` read calls fail (replacing any count left).
+    pub fn fail_next(&mut self, count: u64) {
+        self.failures_left = count;
+    }
+
+    /// Whether this read call is one that must fail; counts it down.
+    pub fn take_failure(&mut self) -> bool {
+        if self.failures_left > 0 {
+            self.failures_left -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// One page of `aggregated/reservations` in the GCE shape.
+    ///
+    /// The token is the `zone.name` key of the last reservation on the
+    /// previous page, so a listing stays consistent while reservations are
+    /// added or removed between pages.
+    pub fn aggregated_page(
+        &self,
+        project: &str,
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> Result<Value, PageError> {
+        let start = match page_token {
+            None => Bound::Unbounded,
+            Some(token) => {
+                let (zone, name) = token.split_once('.').ok_or(PageError::BadToken)?;
+                if zone.is_empty() || name.is_empty() {
+                    return Err(PageError::BadToken);
+                }
+                Bound::Excluded((zone.to_owned(), name.to_owned()))
+            }
+        };
+        let empty = Project::default();
+        let p = self.projects.get(project).unwrap_or(&empty);
+        let mut rest = p.reservations.range((start, Bound::Unbounded));
+        let page: Vec<(&Key, &Stored)> = rest.by_ref().take(page_size).collect();
+        let more = rest.next().is_some();
+
+        let mut items: BTreeMap<String, Vec<Value>> = p
+            .zones
+            .iter()
+            .map(|z| (format!("zones/{z}"), Vec::new()))
+            .collect();
+        for ((zone, name), stored) in &page {
+            items
+                .entry(format!("zones/{zone}"))
+                .or_default()
+                .push(reservation_json(project, zone, name, stored));
+        }
+        let items: Map<String, Value> = items
+            .into_iter()
+            .map(|(scope, reservations)| {
+                let scoped = if reservations.is_empty() {
+                    no_results_warning(&scope)
+                } else {
+                    json!({ "reservations": reservations })
+                };
+                (scope, scoped)
+            })
+            .collect();
+
+        let mut list = json!({
+            "kind": "compute#reservationAggregatedList",
+            "id": format!("projects/{project}/aggregated/reservations"),
+            "items": items,
+            "selfLink": format!("{API_ROOT}/projects/{project}/aggregated/reservations"),
+        });
+        if more && let Some(((zone, name), _)) = page.last() {
+            list["nextPageToken"] = Value::String(format!("{zone}.{name}"));
+        }
+        Ok(list)
+    }
+}
+
+fn no_results_warning(scope: &str) -> Value {
+    json!({
+        "warning": {
+            "code": "NO_RESULTS_ON_PAGE",
+            "message": format!("There are no results for scope '{scope}' on this page."),
+            "data": [{ "key": "scope", "value": scope }]
+        }
+    })
+}
+
+fn reservation_json(project: &str, zone: &str, name: &str, stored: &Stored) -> Value {
+    let zone_url = format!("{API_ROOT}/projects/{project}/zones/{zone}");
+    json!({
+        "kind": "compute#reservation",
+        "id": stored.id.to_string(),
+        "name": name,
+        "zone": zone_url,
+        "selfLink": format!("{zone_url}/reservations/{name}"),
+        "specificReservation": {
+            // int64 travels as a JSON string, as in the real API.
+            "count": stored.spec.count.to_string(),
+            "inUseCount": stored.spec.in_use_count.to_string(),
+            "instanceProperties": { "machineType": stored.spec.machine_type },
+        },
+        "specificReservationRequired": false,
+        "status": stored.spec.status,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(count: i64) -> ReservationSpec {
+        ReservationSpec {
+            count,
+            in_use_count: 0,
+            machine_type: "n2-standard-4".into(),
+            status: "READY".into(),
+        }
+    }
+
+    fn names(page: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        for scoped in page["items"].as_object().expect("items").values() {
+            for r in scoped["reservations"].as_array().into_iter().flatten() {
+                out.push(r["name"].as_str().expect("name").to_owned());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn pages_follow_keys_and_survive_deletes() {
+        let mut s = Store::default();
+        for (zone, name) in [
+            ("a-b1-a", "r1"),
+            ("a-b1-a", "r2"),
+            ("a-b1-b", "r3"),
+            ("a-b1-b", "r4"),
+        ] {
+            s.put("proj-1", zone, name, spec(1));
+        }
+        let first = s.aggregated_page("proj-1", 2, None).expect("page");
+        assert_eq!(names(&first), ["r1", "r2"]);
+        let token = first["nextPageToken"].as_str().expect("token").to_owned();
+        assert!(s.delete("proj-1", "a-b1-a", "r2"));
+        let second = s.aggregated_page("proj-1", 2, Some(&token)).expect("page");
+        assert_eq!(names(&second), ["r3", "r4"]);
+        assert!(second.get("nextPageToken").is_none());
+        assert!(second["items"]["zones/a-b1-a"]["warning"].is_object());
+        assert_eq!(
+            s.aggregated_page("proj-1", 2, Some("nodot")),
+            Err(PageError::BadToken)
+        );
+    }
+
+    #[test]
+    fn replace_keeps_the_id() {
+        let mut s = Store::default();
+        let a = s.put("proj-1", "a-b1-a", "r1", spec(1));
+        let b = s.put("proj-1", "a-b1-a", "r1", spec(3));
+        assert_eq!(a["id"], b["id"]);
+        assert_eq!(b["specificReservation"]["count"], "3");
+    }
+
+    #[test]
+    fn failures_count_down_and_replace() {
+        let mut s = Store::default();
+        s.fail_next(5);
+        s.fail_next(1);
+        assert!(s.take_failure());
+        assert!(!s.take_failure());
+    }
+}

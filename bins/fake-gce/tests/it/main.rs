@@ -1,0 +1,8 @@
+//! Integration tests: each starts the real `fake-gce` binary on an ephemeral
+//! loopback port and talks HTTP to it, directly (`endpoints`) or through the
+//! `providers` GCE adapter (`gce_adapter`). One test binary, so the helpers in
+//! `common` are shared without dead-code warnings.
+
+mod common;
+mod endpoints;
+mod gce_adapter;

@@ -1,0 +1,186 @@
+//! reconciler-worker: runs the reconciler passes on an interval, or once.
+//!
+//! Every pass is idempotent and safe with any number of replicas: work is
+//! claimed with row locks and results are written under unique constraints,
+//! so a pass killed at any point is simply run again.
+
+pub mod metrics;
+pub mod passes;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use storage::Clock;
+use storage::db::DbPool;
+use tracing::{error, info};
+
+use crate::metrics::WorkerMetrics;
+use crate::passes::{Pass, PassContext};
+
+/// Process configuration (contract 8.2).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`.
+    pub database_url: String,
+    /// `BC_ROOT_TENANT` (default `root`).
+    pub root_tenant: String,
+    /// `BC_CLOCK` (default `system`).
+    pub clock: Clock,
+    /// `BC_INTERVAL_MS` (default 10000).
+    pub interval: Duration,
+    /// `BC_WORKER_METRICS_LISTEN` (optional).
+    pub metrics_listen: Option<String>,
+    /// `--once`.
+    pub once: bool,
+    /// `--only NAME` (repeatable); empty means every pass.
+    pub only: Vec<String>,
+}
+
+impl Config {
+    /// Reads the environment and the command line.
+    pub fn from_env_and_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Config> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let clock = var("BC_CLOCK").unwrap_or_else(|| "system".into());
+        let mut once = false;
+        let mut only = Vec::new();
+        let mut args = args.into_iter();
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--once" => once = true,
+                "--only" => only.push(args.next().context("--only needs a pass name")?),
+                "--help" | "-h" => bail!("usage: reconciler-worker [--once] [--only NAME]..."),
+                other => match other.strip_prefix("--only=") {
+                    Some(name) => only.push(name.to_owned()),
+                    None => bail!(
+                        "unknown argument {other:?}; usage: reconciler-worker [--once] [--only NAME]..."
+                    ),
+                },
+            }
+        }
+        // Unknown pass names are a usage error, found before connecting.
+        select(passes::all(), &only)?;
+        Ok(Config {
+            database_url: var("DATABASE_URL").context("DATABASE_URL is required")?,
+            root_tenant: var("BC_ROOT_TENANT").unwrap_or_else(|| "root".into()),
+            clock: Clock::parse(&clock)
+                .with_context(|| format!("BC_CLOCK must be system or manual, not {clock:?}"))?,
+            interval: Duration::from_millis(
+                var("BC_INTERVAL_MS")
+                    .map(|v| v.parse())
+                    .transpose()
+                    .context("BC_INTERVAL_MS")?
+                    .unwrap_or(10_000),
+            ),
+            metrics_listen: var("BC_WORKER_METRICS_LISTEN"),
+            once,
+            only,
+        })
+    }
+}
+
+/// The passes selected by `--only` (all when empty); unknown names are an error.
+pub fn select(all: Vec<Box<dyn Pass>>, only: &[String]) -> anyhow::Result<Vec<Box<dyn Pass>>> {
+    for name in only {
+        if !all.iter().any(|p| p.name() == name) {
+            let known: Vec<&str> = all.iter().map(|p| p.name()).collect();
+            bail!("unknown pass {name:?}; known passes: {}", known.join(", "));
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|p| only.is_empty() || only.iter().any(|n| n == p.name()))
+        .collect())
+}
+
+/// Runs the worker until SIGTERM/SIGINT (or one round with `--once`).
+/// Returns whether every pass of the last round succeeded.
+pub async fn run(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<bool> {
+    let pool: DbPool = storage::db::pool(&config.database_url, 4)?;
+    drop(pool.get().await.context("connecting to the database")?);
+    let passes = select(passes::all(), &config.only)?;
+    let names: Vec<&str> = passes.iter().map(|p| p.name()).collect();
+    info!(passes = ?names, once = config.once, interval_ms = config.interval.as_millis() as u64, "reconciler-worker started");
+    let metrics = Arc::new(WorkerMetrics::default());
+    if let Some(listen) = &config.metrics_listen {
+        metrics::serve(listen, metrics.clone()).await?;
+    }
+    let ctx = PassContext {
+        pool,
+        clock: config.clock,
+        root_tenant: config.root_tenant.clone(),
+    };
+    tokio::pin!(shutdown);
+    loop {
+        let mut all_ok = true;
+        for pass in &passes {
+            let start = Instant::now();
+            let result = tokio::select! {
+                r = pass.run(&ctx) => r,
+                () = &mut shutdown => {
+                    info!("shutting down mid-round; the interrupted pass is safe to rerun");
+                    return Ok(all_ok);
+                }
+            };
+            let elapsed = start.elapsed();
+            match result {
+                Ok(report) => {
+                    metrics.observe(pass.name(), true, elapsed, &report);
+                    info!(pass = pass.name(), elapsed_ms = elapsed.as_millis() as u64, %report, "pass done");
+                }
+                Err(e) => {
+                    all_ok = false;
+                    metrics.observe(pass.name(), false, elapsed, &Default::default());
+                    error!(pass = pass.name(), elapsed_ms = elapsed.as_millis() as u64, error = %e, "pass failed");
+                }
+            }
+        }
+        if config.once {
+            return Ok(all_ok);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(config.interval) => {}
+            () = &mut shutdown => {
+                info!("shutting down");
+                return Ok(all_ok);
+            }
+        }
+    }
+}
+
+/// Sets up logging as api-server does.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = std::env::var("RUST_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,554 @@
+//! Slot allocation (contract section 4): where `instances.create` (and
+//! `instances.start`) puts an instance among the capacity reservations bound to
+//! its pool.
+//!
+//! The caller settles each candidate reservation's timeline up to now, then
+//! describes it at that instant as a [`ReservationView`] and asks [`place`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::rules::{self, Owner};
+
+/// How an instance is billed (`instances.create { billing }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Billing {
+    /// `"standard"`: billed by its meters; may enter a grant of its tenant.
+    Standard,
+    /// `"none"` (root only): writes no meters, takes an ordinary slot and
+    /// never enters a grant.
+    None,
+}
+
+impl Billing {
+    /// Every billing mode.
+    pub const ALL: [Billing; 2] = [Billing::Standard, Billing::None];
+
+    /// The wire name: `"standard"` or `"none"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Billing::Standard => "standard",
+            Billing::None => "none",
+        }
+    }
+
+    /// Parses a wire name; `None` for anything else (exact, case-sensitive).
+    pub fn parse(s: &str) -> Option<Billing> {
+        Billing::ALL.into_iter().find(|b| b.as_str() == s)
+    }
+}
+
+impl fmt::Display for Billing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The slot an instance holds on one reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Seat {
+    /// A slot of this grant (`placement.kind: "grant"`).
+    Grant(String),
+    /// An ordinary slot of the reservation (`placement.kind: "reservation"`).
+    Ordinary,
+}
+
+/// A grant live on the reservation at the instant of the decision
+/// (non-cancelled, `startsAt <= t < endsAt`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveGrant {
+    /// The grant's id (`rgrant_...`).
+    pub grant_id: String,
+    /// The grantee.
+    pub tenant_id: String,
+    /// The one project the grant serves, if it names one.
+    pub project_id: Option<String>,
+    /// The committed slots.
+    pub slots: u32,
+    /// The start of its term; earlier grants are filled first.
+    pub starts_at: i64,
+    /// How many instances it holds, running or stopped (a stopped instance
+    /// keeps its grant slot).
+    pub held: u32,
+}
+
+impl LiveGrant {
+    /// The slots the grant pays for that none of its instances holds.
+    pub fn free(&self) -> u32 {
+        self.slots.saturating_sub(self.held)
+    }
+}
+
+/// One capacity reservation as a placement decision sees it at one instant,
+/// after its timeline has been settled up to that instant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationView {
+    /// The provider's reservation id.
+    pub reservation_id: String,
+    /// The reservation's slots (`total` from the last scan).
+    pub total: u64,
+    /// The instances the provider reports on it (`providerInUse`), ours or not.
+    pub provider_in_use: u64,
+    /// The grants live on it at the instant. Only these are considered; the
+    /// caller leaves scheduled, ended and cancelled grants out.
+    pub live_grants: Vec<LiveGrant>,
+    /// Our running instances on it outside any grant: on ordinary slots,
+    /// `billing: "none"` ones included.
+    pub running_outside_grants: u64,
+    /// All our running instances on it, in grants or not.
+    pub running: u64,
+}
+
+impl ReservationView {
+    /// The slots anyone may take: `total - sum(slots of live grants) -
+    /// running instances outside grants`, floored at 0.
+    ///
+    /// Granted slots are subtracted whole, used or not: nobody but the
+    /// grantee ever takes a granted slot.
+    pub fn ordinary_free(&self) -> u64 {
+        let granted: u64 = self.live_grants.iter().map(|g| u64::from(g.slots)).sum();
+        self.total
+            .saturating_sub(granted)
+            .saturating_sub(self.running_outside_grants)
+    }
+
+    /// `max(running instances on it, providerInUse)`.
+    pub fn physical_in_use(&self) -> u64 {
+        self.running.max(self.provider_in_use)
+    }
+
+    /// Whether the provider has no room for one more VM on it
+    /// (`physical_in_use >= total`); such a reservation refuses everyone,
+    /// grantees included.
+    pub fn is_physically_full(&self) -> bool {
+        self.physical_in_use() >= self.total
+    }
+
+    /// The ordinary slots one more instance could take now: [`ordinary_free`]
+    /// bounded by the physical room left. This is `details.available` of
+    /// `CAPACITY_UNAVAILABLE`.
+    ///
+    /// [`ordinary_free`]: ReservationView::ordinary_free
+    pub fn available(&self) -> u64 {
+        self.ordinary_free()
+            .min(self.total.saturating_sub(self.physical_in_use()))
+    }
+}
+
+/// The instance to place.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRequest {
+    /// The instance's tenant.
+    pub tenant_id: String,
+    /// The instance's project, if any.
+    pub project_id: Option<String>,
+    /// How the instance is billed.
+    pub billing: Billing,
+    /// For `instances.start`: the grant in which the stopped instance still
+    /// holds its slot. If that grant is live it takes the instance back
+    /// without a free slot (its slot is already counted in `held`). `None`
+    /// for a new instance or one that held no grant slot.
+    pub held_grant: Option<String>,
+}
+
+impl PlacementRequest {
+    /// A new instance of `tenant_id` (in `project_id`, if any) billed `billing`.
+    pub fn new(
+        tenant_id: impl Into<String>,
+        project_id: Option<String>,
+        billing: Billing,
+    ) -> PlacementRequest {
+        PlacementRequest {
+            tenant_id: tenant_id.into(),
+            project_id,
+            billing,
+            held_grant: None,
+        }
+    }
+
+    fn owner(&self) -> Owner<'_> {
+        Owner {
+            tenant_id: &self.tenant_id,
+            project_id: self.project_id.as_deref(),
+        }
+    }
+}
+
+/// Why one reservation refuses an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Refusal {
+    /// `physical_in_use >= total`: no room for one more VM, whoever asks.
+    PhysicallyFull,
+    /// No grant of the tenant has a free slot for it and no ordinary slot is
+    /// free.
+    NoFreeSlot,
+}
+
+/// Where [`place`] puts an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Placement {
+    /// On `reservation_id`, in `seat`.
+    Reserved {
+        /// The reservation that takes it.
+        reservation_id: String,
+        /// A slot of one of its grants, or an ordinary slot.
+        seat: Seat,
+    },
+    /// No reservation is bound to the pool for the flavor: on-demand.
+    OnDemand,
+}
+
+/// Every candidate reservation refuses: `CAPACITY_UNAVAILABLE` with
+/// `details { reservationId, total, inUse, available }` of the first
+/// candidate (in reservation id order).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityUnavailable {
+    /// The first candidate's id.
+    pub reservation_id: String,
+    /// Its total slots.
+    pub total: u64,
+    /// Its [`ReservationView::physical_in_use`].
+    pub in_use: u64,
+    /// Its [`ReservationView::available`].
+    pub available: u64,
+}
+
+impl CapacityUnavailable {
+    fn of(view: &ReservationView) -> CapacityUnavailable {
+        CapacityUnavailable {
+            reservation_id: view.reservation_id.clone(),
+            total: view.total,
+            in_use: view.physical_in_use(),
+            available: view.available(),
+        }
+    }
+}
+
+impl fmt::Display for CapacityUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "reservation {} has no slot for the instance ({} of {} in use, {} available)",
+            self.reservation_id, self.in_use, self.total, self.available
+        )
+    }
+}
+
+impl std::error::Error for CapacityUnavailable {}
+
+/// Whether one reservation takes the instance, and in which seat:
+///
+/// 1. physically full: [`Refusal::PhysicallyFull`];
+/// 2. a live grant of the tenant that serves the instance (no project, or
+///    the instance's) with a free slot: that grant, preferring
+///    project-scoped grants, then the earliest `startsAt`, then the lowest
+///    grant id (the grant named by `held_grant` first, if live).
+///    `billing: "none"` instances never enter a grant;
+/// 3. else an ordinary slot if [`ReservationView::ordinary_free`] is above 0;
+/// 4. else [`Refusal::NoFreeSlot`].
+pub fn place_on(view: &ReservationView, request: &PlacementRequest) -> Result<Seat, Refusal> {
+    if view.is_physically_full() {
+        return Err(Refusal::PhysicallyFull);
+    }
+    if let Some(grant) = choose_grant(view, request) {
+        return Ok(Seat::Grant(grant.grant_id.clone()));
+    }
+    if view.ordinary_free() > 0 {
+        Ok(Seat::Ordinary)
+    } else {
+        Err(Refusal::NoFreeSlot)
+    }
+}
+
+/// The grant of `view` that takes the instance, if any (step 2 of
+/// [`place_on`]).
+fn choose_grant<'v>(
+    view: &'v ReservationView,
+    request: &PlacementRequest,
+) -> Option<&'v LiveGrant> {
+    let serving = || {
+        view.live_grants.iter().filter(|grant| {
+            let owner = Owner {
+                tenant_id: &grant.tenant_id,
+                project_id: grant.project_id.as_deref(),
+            };
+            rules::serves(owner, request.owner(), request.billing)
+        })
+    };
+    let own_slot = request
+        .held_grant
+        .as_deref()
+        .and_then(|held| serving().find(|grant| grant.grant_id == held));
+    own_slot.or_else(|| {
+        serving()
+            .filter(|grant| grant.free() > 0)
+            .min_by_key(|grant| preference(grant))
+    })
+}
+
+fn preference(grant: &LiveGrant) -> (bool, i64, &str) {
+    rules::grant_preference(
+        grant.project_id.as_deref(),
+        grant.starts_at,
+        &grant.grant_id,
+    )
+}
+
+/// Places an instance among the candidate reservations (those bound to its
+/// pool with its flavor and `ready`): the first, in reservation id order,
+/// whose [`place_on`] accepts it.
+///
+/// No candidate at all: [`Placement::OnDemand`]. Every candidate refuses:
+/// [`CapacityUnavailable`] describing the first candidate.
+///
+/// ```
+/// use grants_core::{place, Billing, LiveGrant, Placement, PlacementRequest, ReservationView, Seat};
+///
+/// let view = ReservationView {
+///     reservation_id: "projects/p/zones/z/reservations/r".into(),
+///     total: 4,
+///     provider_in_use: 0,
+///     live_grants: vec![LiveGrant {
+///         grant_id: "rgrant_1".into(),
+///         tenant_id: "acme".into(),
+///         project_id: None,
+///         slots: 3,
+///         starts_at: 0,
+///         held: 0,
+///     }],
+///     running_outside_grants: 0,
+///     running: 0,
+/// };
+/// let acme = PlacementRequest::new("acme", None, Billing::Standard);
+/// let other = PlacementRequest::new("globex", None, Billing::Standard);
+///
+/// // The grantee enters its grant; anyone else shares the one ungranted slot.
+/// assert!(matches!(place(&[view.clone()], &acme),
+///     Ok(Placement::Reserved { seat: Seat::Grant(id), .. }) if id == "rgrant_1"));
+/// assert!(matches!(place(&[view.clone()], &other),
+///     Ok(Placement::Reserved { seat: Seat::Ordinary, .. })));
+/// assert_eq!(place(&[], &other), Ok(Placement::OnDemand));
+/// ```
+pub fn place(
+    candidates: &[ReservationView],
+    request: &PlacementRequest,
+) -> Result<Placement, CapacityUnavailable> {
+    let mut ordered: Vec<&ReservationView> = candidates.iter().collect();
+    ordered.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
+    let Some(first) = ordered.first() else {
+        return Ok(Placement::OnDemand);
+    };
+    ordered
+        .iter()
+        .find_map(|view| {
+            place_on(view, request)
+                .ok()
+                .map(|seat| Placement::Reserved {
+                    reservation_id: view.reservation_id.clone(),
+                    seat,
+                })
+        })
+        .ok_or_else(|| CapacityUnavailable::of(first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(id: &str, tenant: &str, project: Option<&str>, slots: u32, held: u32) -> LiveGrant {
+        LiveGrant {
+            grant_id: id.into(),
+            tenant_id: tenant.into(),
+            project_id: project.map(Into::into),
+            slots,
+            starts_at: 0,
+            held,
+        }
+    }
+
+    fn view(id: &str, total: u64, grants: Vec<LiveGrant>) -> ReservationView {
+        ReservationView {
+            reservation_id: id.into(),
+            total,
+            provider_in_use: 0,
+            live_grants: grants,
+            running_outside_grants: 0,
+            running: 0,
+        }
+    }
+
+    fn request(tenant: &str, project: Option<&str>) -> PlacementRequest {
+        PlacementRequest::new(tenant, project.map(Into::into), Billing::Standard)
+    }
+
+    #[test]
+    fn ordinary_free_subtracts_every_granted_slot_used_or_not() {
+        let mut r = view("r", 10, vec![grant("g1", "acme", None, 4, 1)]);
+        r.running_outside_grants = 3;
+        r.running = 4;
+        assert_eq!(r.ordinary_free(), 3);
+        r.running_outside_grants = 9;
+        assert_eq!(r.ordinary_free(), 0, "floored at 0");
+    }
+
+    #[test]
+    fn the_grantee_fills_its_grant_then_takes_ordinary_slots() {
+        let mut r = view("r", 3, vec![grant("g1", "acme", None, 1, 0)]);
+        assert_eq!(
+            place_on(&r, &request("acme", None)),
+            Ok(Seat::Grant("g1".into()))
+        );
+        r.live_grants[0].held = 1;
+        r.running = 1;
+        assert_eq!(place_on(&r, &request("acme", None)), Ok(Seat::Ordinary));
+    }
+
+    #[test]
+    fn others_never_take_an_idle_granted_slot() {
+        let r = view("r", 2, vec![grant("g1", "acme", None, 2, 0)]);
+        assert_eq!(
+            place_on(&r, &request("globex", None)),
+            Err(Refusal::NoFreeSlot)
+        );
+    }
+
+    #[test]
+    fn a_stopped_instance_keeps_its_grant_slot() {
+        // g1's only slot is held by a stopped instance: nothing runs, yet
+        // neither the grantee's new instance nor anyone else gets it.
+        let r = view("r", 1, vec![grant("g1", "acme", None, 1, 1)]);
+        assert_eq!(r.physical_in_use(), 0);
+        assert_eq!(
+            place_on(&r, &request("acme", None)),
+            Err(Refusal::NoFreeSlot)
+        );
+        assert_eq!(
+            place_on(&r, &request("globex", None)),
+            Err(Refusal::NoFreeSlot)
+        );
+        // The stopped instance itself starts again in its own slot.
+        let mut again = request("acme", None);
+        again.held_grant = Some("g1".into());
+        assert_eq!(place_on(&r, &again), Ok(Seat::Grant("g1".into())));
+    }
+
+    #[test]
+    fn physically_full_refuses_the_grantee_too() {
+        let mut r = view("r", 4, vec![grant("g1", "acme", None, 2, 0)]);
+        r.provider_in_use = 4;
+        assert_eq!(
+            place_on(&r, &request("acme", None)),
+            Err(Refusal::PhysicallyFull)
+        );
+        let mut again = request("acme", None);
+        again.held_grant = Some("g1".into());
+        assert_eq!(place_on(&r, &again), Err(Refusal::PhysicallyFull));
+    }
+
+    #[test]
+    fn project_scoped_grants_serve_only_their_project() {
+        let r = view("r", 1, vec![grant("g1", "acme", Some("prj_a"), 1, 0)]);
+        assert_eq!(
+            place_on(&r, &request("acme", Some("prj_a"))),
+            Ok(Seat::Grant("g1".into()))
+        );
+        assert_eq!(
+            place_on(&r, &request("acme", Some("prj_b"))),
+            Err(Refusal::NoFreeSlot)
+        );
+        assert_eq!(
+            place_on(&r, &request("acme", None)),
+            Err(Refusal::NoFreeSlot)
+        );
+    }
+
+    #[test]
+    fn project_grants_first_then_earliest_then_lowest_id() {
+        let mut wide = grant("g0", "acme", None, 1, 0);
+        wide.starts_at = -100;
+        let mut late = grant("g1", "acme", Some("prj_a"), 1, 0);
+        late.starts_at = 50;
+        let mut early_b = grant("g3", "acme", Some("prj_a"), 1, 0);
+        early_b.starts_at = 10;
+        let mut early_a = grant("g2", "acme", Some("prj_a"), 1, 0);
+        early_a.starts_at = 10;
+        let r = view("r", 10, vec![wide, late, early_b, early_a]);
+        assert_eq!(
+            place_on(&r, &request("acme", Some("prj_a"))),
+            Ok(Seat::Grant("g2".into()))
+        );
+        assert_eq!(
+            place_on(&r, &request("acme", Some("prj_b"))),
+            Ok(Seat::Grant("g0".into()))
+        );
+    }
+
+    #[test]
+    fn unbilled_instances_never_enter_a_grant() {
+        let r = view("r", 3, vec![grant("g1", "acme", None, 2, 0)]);
+        let none = PlacementRequest::new("acme", None, Billing::None);
+        assert_eq!(place_on(&r, &none), Ok(Seat::Ordinary));
+    }
+
+    #[test]
+    fn candidates_are_tried_in_reservation_id_order() {
+        let full = view("r-a", 1, vec![grant("g1", "globex", None, 1, 0)]);
+        let open = view("r-b", 1, vec![]);
+        let placed = place(&[open, full.clone()], &request("acme", None));
+        assert_eq!(
+            placed,
+            Ok(Placement::Reserved {
+                reservation_id: "r-b".into(),
+                seat: Seat::Ordinary
+            })
+        );
+        assert_eq!(
+            place(&[full], &request("acme", None)),
+            Err(CapacityUnavailable {
+                reservation_id: "r-a".into(),
+                total: 1,
+                in_use: 0,
+                available: 0
+            })
+        );
+    }
+
+    #[test]
+    fn the_refusal_reports_the_first_candidate() {
+        let mut a = view("r-a", 2, vec![]);
+        a.provider_in_use = 2;
+        a.running = 1;
+        a.running_outside_grants = 1;
+        let mut b = view("r-b", 1, vec![]);
+        b.running = 1;
+        b.running_outside_grants = 1;
+        assert_eq!(
+            place(&[b, a], &request("acme", None)),
+            Err(CapacityUnavailable {
+                reservation_id: "r-a".into(),
+                total: 2,
+                in_use: 2,
+                available: 0
+            })
+        );
+    }
+
+    #[test]
+    fn billing_uses_the_wire_names() {
+        for billing in Billing::ALL {
+            assert_eq!(Billing::parse(billing.as_str()), Some(billing));
+            let json = serde_json::to_value(billing).expect("serializes");
+            assert_eq!(json, serde_json::Value::String(billing.as_str().into()));
+        }
+        assert_eq!(Billing::parse("None"), None);
+    }
+}

@@ -1,0 +1,410 @@
+//! Property tests of settlement: idempotent, composable, take-in and
+//! hand-over oldest first within free slots, and no grant ever holds more
+//! instances than it has slots.
+
+use grants_core::{
+    Billing, Destination, EndReason, ForcedEnd, GrantState, Power, Seat, TimelineGrant,
+    TimelineInstance, Transition, apply, force_end, settle,
+};
+use proptest::prelude::*;
+
+const TENANTS: [&str; 2] = ["acme", "globex"];
+const PROJECTS: [Option<&str>; 3] = [None, Some("prj_a"), Some("prj_b")];
+
+#[derive(Debug, Clone)]
+struct Snapshot {
+    grants: Vec<TimelineGrant>,
+    instances: Vec<TimelineInstance>,
+}
+
+impl Snapshot {
+    fn apply_all(&mut self, transitions: &[Transition]) {
+        for transition in transitions {
+            apply(&mut self.grants, &mut self.instances, transition);
+        }
+    }
+
+    fn grant(&self, id: &str) -> &TimelineGrant {
+        self.grants
+            .iter()
+            .find(|g| g.grant_id == id)
+            .expect("known grant")
+    }
+
+    fn instance(&self, id: &str) -> &TimelineInstance {
+        self.instances
+            .iter()
+            .find(|i| i.instance_id == id)
+            .expect("known instance")
+    }
+
+    fn held(&self, grant_id: &str) -> usize {
+        self.instances
+            .iter()
+            .filter(|i| i.seat == Some(Seat::Grant(grant_id.into())))
+            .count()
+    }
+
+    fn free(&self, grant: &TimelineGrant) -> usize {
+        (grant.slots as usize).saturating_sub(self.held(&grant.grant_id))
+    }
+}
+
+fn serves(grant: &TimelineGrant, instance: &TimelineInstance) -> bool {
+    instance.billing == Billing::Standard
+        && grant.tenant_id == instance.tenant_id
+        && (grant.project_id.is_none() || grant.project_id == instance.project_id)
+}
+
+fn age(instance: &TimelineInstance) -> (i64, &str) {
+    (instance.created_at, &instance.instance_id)
+}
+
+prop_compose! {
+    fn grant(i: usize)(tenant in 0..TENANTS.len(), project in 0..PROJECTS.len(), slots in 1u32..4,
+        starts_at in 0i64..40, len in 0i64..30, created_early in -3i64..10) -> TimelineGrant {
+        TimelineGrant {
+            grant_id: format!("rgrant_{i}"),
+            tenant_id: TENANTS[tenant].into(),
+            project_id: PROJECTS[project].map(Into::into),
+            slots,
+            starts_at,
+            ends_at: starts_at + len,
+            created_at: starts_at - created_early,
+            settled: GrantState::Scheduled,
+        }
+    }
+}
+
+prop_compose! {
+    fn instance(i: usize)(tenant in 0..TENANTS.len(), project in 0..PROJECTS.len(),
+        billing in prop_oneof![4 => Just(Billing::Standard), 1 => Just(Billing::None)],
+        running in any::<bool>(), created_at in -10i64..40) -> TimelineInstance {
+        TimelineInstance {
+            instance_id: format!("inst_{i}"),
+            tenant_id: TENANTS[tenant].into(),
+            project_id: PROJECTS[project].map(Into::into),
+            billing,
+            power: if running { Power::Running } else { Power::Stopped },
+            created_at,
+            seat: running.then_some(Seat::Ordinary),
+        }
+    }
+}
+
+fn grants() -> impl Strategy<Value = Vec<TimelineGrant>> {
+    (0usize..6).prop_flat_map(|n| (0..n).map(grant).collect::<Vec<_>>())
+}
+
+fn instances() -> impl Strategy<Value = Vec<TimelineInstance>> {
+    (0usize..9).prop_flat_map(|n| (0..n).map(instance).collect::<Vec<_>>())
+}
+
+prop_compose! {
+    /// A reservation settled up to some `t0`, after which some instances were
+    /// stopped or started (so grants hold stopped instances too).
+    fn snapshot()(grants in grants(), instances in instances(), t0 in 0i64..60,
+        toggles in prop::collection::vec(any::<bool>(), 9)) -> (Snapshot, i64) {
+        let mut snapshot = Snapshot { grants, instances };
+        let due = settle(&snapshot.grants, &snapshot.instances, t0);
+        snapshot.apply_all(&due);
+        for (instance, toggle) in snapshot.instances.iter_mut().zip(toggles) {
+            if !toggle {
+                continue;
+            }
+            match (instance.power, &instance.seat) {
+                (Power::Running, Some(Seat::Ordinary)) => {
+                    instance.power = Power::Stopped;
+                    instance.seat = None;
+                }
+                (Power::Running, _) => instance.power = Power::Stopped,
+                (Power::Stopped, None) => {
+                    instance.power = Power::Running;
+                    instance.seat = Some(Seat::Ordinary);
+                }
+                (Power::Stopped, Some(_)) => instance.power = Power::Running,
+            }
+        }
+        (snapshot, t0)
+    }
+}
+
+fn cause() -> impl Strategy<Value = ForcedEnd> {
+    prop_oneof![
+        (0usize..6).prop_map(|i| ForcedEnd::Root {
+            grant_id: format!("rgrant_{i}")
+        }),
+        (0..TENANTS.len()).prop_map(|t| ForcedEnd::TenantDeleted {
+            tenant_id: TENANTS[t].into()
+        }),
+        Just(ForcedEnd::ReservationGone),
+    ]
+}
+
+/// Take-in: exactly the oldest eligible instances, up to the free slots.
+fn check_activation(
+    before: &Snapshot,
+    grant_id: &str,
+    at: i64,
+    take_in: &[String],
+) -> Result<(), TestCaseError> {
+    let grant = before.grant(grant_id);
+    prop_assert_eq!(grant.settled, GrantState::Scheduled);
+    let mut eligible: Vec<&TimelineInstance> = before
+        .instances
+        .iter()
+        .filter(|i| {
+            i.seat == Some(Seat::Ordinary)
+                && i.power == Power::Running
+                && i.created_at <= at
+                && serves(grant, i)
+        })
+        .collect();
+    eligible.sort_by_key(|i| age(i));
+    let room = if at < grant.ends_at {
+        before.free(grant)
+    } else {
+        0
+    };
+    let expected: Vec<&str> = eligible
+        .iter()
+        .take(room)
+        .map(|i| i.instance_id.as_str())
+        .collect();
+    prop_assert_eq!(
+        take_in.iter().map(String::as_str).collect::<Vec<_>>(),
+        expected
+    );
+    Ok(())
+}
+
+/// Hand-over: every holder moves once, running first then stopped, oldest
+/// first; renewals get only instances they serve, within their free slots,
+/// and greedily in that order.
+fn check_end(before: &Snapshot, transition: &Transition) -> Result<(), TestCaseError> {
+    let Transition::End {
+        grant_id,
+        at,
+        reason,
+        moves,
+    } = transition
+    else {
+        unreachable!("an end");
+    };
+    let ending = before.grant(grant_id);
+    prop_assert!(matches!(
+        ending.settled,
+        GrantState::Active | GrantState::Scheduled
+    ));
+    if *reason == EndReason::TermOver {
+        prop_assert_eq!(*at, ending.ends_at);
+    }
+
+    let mut holders: Vec<&str> = before
+        .instances
+        .iter()
+        .filter(|i| i.seat == Some(Seat::Grant(grant_id.clone())))
+        .map(|i| i.instance_id.as_str())
+        .collect();
+    let mut moved: Vec<&str> = moves.iter().map(|m| m.instance_id.as_str()).collect();
+    let order: Vec<(bool, (i64, &str))> = moved
+        .iter()
+        .map(|id| {
+            let i = before.instance(id);
+            (i.power != Power::Running, age(i))
+        })
+        .collect();
+    prop_assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "running first, oldest first"
+    );
+    holders.sort_unstable();
+    moved.sort_unstable();
+    prop_assert_eq!(holders, moved, "every holder moves exactly once");
+
+    for (k, m) in moves.iter().enumerate() {
+        let instance = before.instance(&m.instance_id);
+        match &m.to {
+            Destination::Grant(renewal_id) => {
+                let renewal = before.grant(renewal_id);
+                prop_assert_ne!(renewal_id, grant_id);
+                prop_assert!(serves(renewal, instance));
+                prop_assert!(renewal.starts_at <= *at && *at < renewal.ends_at);
+                prop_assert!(renewal.created_at <= *at);
+                let into: usize = moves
+                    .iter()
+                    .filter(|m| m.to == Destination::Grant(renewal_id.clone()))
+                    .count();
+                prop_assert!(into <= before.free(renewal), "renewal over its free slots");
+            }
+            other => {
+                let expected = match (instance.power, reason) {
+                    (Power::Stopped, _) => Destination::None,
+                    (Power::Running, EndReason::ReservationGone) => Destination::OnDemand,
+                    (Power::Running, _) => Destination::Reservation,
+                };
+                prop_assert_eq!(other, &expected);
+                // Greedy, oldest first: no renewal serving this instance took
+                // a later one.
+                for later in &moves[k + 1..] {
+                    if let Destination::Grant(renewal_id) = &later.to {
+                        prop_assert!(
+                            !serves(before.grant(renewal_id), instance),
+                            "skipped by a renewal"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies `transitions` one by one, checking each against the state it was
+/// decided on and the invariants after it.
+fn check_sequence(start: &Snapshot, transitions: &[Transition]) -> Result<Snapshot, TestCaseError> {
+    let mut state = start.clone();
+    let mut last_at = i64::MIN;
+    for transition in transitions {
+        prop_assert!(transition.at() >= last_at, "out of time order");
+        last_at = transition.at();
+        match transition {
+            Transition::Activate {
+                grant_id,
+                at,
+                take_in,
+            } => {
+                check_activation(&state, grant_id, *at, take_in)?;
+            }
+            Transition::End { .. } => check_end(&state, transition)?,
+            Transition::Cancel { grant_id, .. } => {
+                prop_assert_eq!(state.grant(grant_id).settled, GrantState::Scheduled);
+            }
+            Transition::ReservationLost { moves, .. } => {
+                for m in moves {
+                    prop_assert_eq!(&state.instance(&m.instance_id).seat, &Some(Seat::Ordinary));
+                }
+            }
+        }
+        state.apply_all(std::slice::from_ref(transition));
+        check_invariants(&state)?;
+    }
+    check_only_active_grants_hold(&state)?;
+    Ok(state)
+}
+
+/// True after every single transition.
+fn check_invariants(state: &Snapshot) -> Result<(), TestCaseError> {
+    for grant in &state.grants {
+        let held = state.held(&grant.grant_id);
+        prop_assert!(
+            held <= grant.slots as usize,
+            "{} holds {} > {}",
+            grant.grant_id,
+            held,
+            grant.slots
+        );
+        if matches!(grant.settled, GrantState::Ended | GrantState::Cancelled) {
+            prop_assert_eq!(
+                held,
+                0,
+                "{} holds instances while {}",
+                grant.grant_id,
+                grant.settled
+            );
+        }
+    }
+    for instance in &state.instances {
+        if let Some(Seat::Grant(_)) = instance.seat {
+            prop_assert_eq!(instance.billing, Billing::Standard);
+        }
+    }
+    Ok(())
+}
+
+/// True once a whole settlement is applied. (In between, a renewal starting
+/// at the instant another grant ends receives the hand-over just before its
+/// own activation.)
+fn check_only_active_grants_hold(state: &Snapshot) -> Result<(), TestCaseError> {
+    for grant in state
+        .grants
+        .iter()
+        .filter(|g| g.settled != GrantState::Active)
+    {
+        prop_assert_eq!(
+            state.held(&grant.grant_id),
+            0,
+            "{} holds instances while {}",
+            grant.grant_id,
+            grant.settled
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn settling_twice_equals_settling_once((start, t0) in snapshot(), dt in 0i64..80) {
+        let now = t0 + dt;
+        let mut state = start;
+        let due = settle(&state.grants, &state.instances, now);
+        state.apply_all(&due);
+        prop_assert_eq!(settle(&state.grants, &state.instances, now), vec![]);
+    }
+
+    #[test]
+    fn settling_in_steps_equals_settling_at_once((start, t0) in snapshot(), d1 in 0i64..80, d2 in 0i64..80) {
+        let (t1, t2) = (t0 + d1.min(d2), t0 + d1.max(d2));
+        let at_once = settle(&start.grants, &start.instances, t2);
+        let mut state = start.clone();
+        let mut stepped = settle(&state.grants, &state.instances, t1);
+        state.apply_all(&stepped);
+        stepped.extend(settle(&state.grants, &state.instances, t2));
+        prop_assert_eq!(stepped, at_once);
+    }
+
+    #[test]
+    fn every_transition_follows_the_rules((start, t0) in snapshot(), dt in 0i64..80) {
+        check_invariants(&start)?;
+        check_only_active_grants_hold(&start)?;
+        let due = settle(&start.grants, &start.instances, t0 + dt);
+        let settled = check_sequence(&start, &due)?;
+        // Settled, every grant that exists by then is in its true state.
+        for grant in settled.grants.iter().filter(|g| g.created_at <= t0 + dt) {
+            prop_assert_eq!(grant.settled, grant.state_at(t0 + dt), "{} settled", grant.grant_id);
+        }
+    }
+
+    #[test]
+    fn forced_ends_follow_the_rules_and_are_idempotent(
+        (start, t0) in snapshot(),
+        dt in 0i64..80,
+        cause in cause(),
+    ) {
+        let at = t0 + dt;
+        let due = force_end(&start.grants, &start.instances, &cause, at);
+        let after = check_sequence(&start, &due)?;
+        prop_assert_eq!(force_end(&after.grants, &after.instances, &cause, at), vec![]);
+        prop_assert_eq!(settle(&after.grants, &after.instances, at), vec![]);
+        for grant in &after.grants {
+            let covered = match &cause {
+                ForcedEnd::Root { grant_id } => grant.grant_id == *grant_id,
+                ForcedEnd::TenantDeleted { tenant_id } => grant.tenant_id == *tenant_id,
+                ForcedEnd::ReservationGone => true,
+            };
+            if covered {
+                // Ends at `at` at the latest, never later than it was; a
+                // cancelled grant keeps its term.
+                let original = start.grant(&grant.grant_id).ends_at;
+                match grant.settled {
+                    GrantState::Ended => prop_assert_eq!(grant.ends_at, original.min(at)),
+                    GrantState::Cancelled => prop_assert_eq!(grant.ends_at, original),
+                    other => prop_assert!(false, "{} still {}", grant.grant_id, other),
+                }
+            }
+        }
+        if cause == ForcedEnd::ReservationGone {
+            prop_assert!(after.instances.iter().all(|i| i.seat.is_none()));
+        }
+    }
+}
