@@ -97,7 +97,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
         if let Ok(v) = HeaderValue::from_str(&rid) {
             resp.headers_mut().insert("x-request-id", v);
         }
-        if label != "healthz" && label != "metrics" {
+        if !matches!(label.as_str(), "healthz" | "readyz" | "metrics") {
             info!(
                 method = %label,
                 status = resp.status().as_u16(),

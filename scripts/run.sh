@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `just run`: PostgreSQL (private unless DATABASE_URL is set), then fake-gce,
+# api-server and reconciler-worker in the foreground. Ctrl-C stops them all.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  server="$(scripts/db.sh url)"
+  base="${server%/*}"
+  psql "$server" -qtAc "SELECT 1 FROM pg_database WHERE datname = 'compute'" | grep -q 1 \
+    || psql "$server" -qc "CREATE DATABASE compute"
+  export DATABASE_URL="$base/compute"
+fi
+
+mkdir -p .data
+if [ -z "${BC_BOOTSTRAP_TOKEN:-}" ]; then
+  if [ ! -s .data/root-token ]; then
+    (umask 077; printf 'bck_%s\n' "$(head -c 32 /dev/urandom | base32 | tr -d '=\n' | tr 'A-Z' 'a-z')" > .data/root-token)
+  fi
+  BC_BOOTSTRAP_TOKEN="$(cat .data/root-token)"
+fi
+export BC_BOOTSTRAP_TOKEN
+export BC_LISTEN="${BC_LISTEN:-127.0.0.1:8080}"
+export BC_FAKE_GCE_LISTEN="${BC_FAKE_GCE_LISTEN:-127.0.0.1:8085}"
+export BC_CLOCK="${BC_CLOCK:-system}"
+export BC_INTERVAL_MS="${BC_INTERVAL_MS:-10000}"
+export RUST_LOG="${RUST_LOG:-info}"
+
+echo "building..." >&2
+cargo build --quiet --bins
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+target/debug/fake-gce > .data/fake-gce.out &
+pids+=($!)
+target/debug/api-server > .data/api-server.out &
+pids+=($!)
+
+# Wait for the API to answer (it applies migrations first).
+for _ in $(seq 1 100); do
+  curl -fsS "http://$BC_LISTEN/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS "http://$BC_LISTEN/readyz" >/dev/null || { echo "api-server did not become ready" >&2; exit 1; }
+
+# A demo reservation in fake-gce, for providerAccounts.scan to find.
+curl -fsS -X PUT "http://$BC_FAKE_GCE_LISTEN/fake/projects/platform-dev/zones/us-central1-a/reservations/demo-n2" \
+  -H 'content-type: application/json' -d '{"count": 8, "inUseCount": 0, "machineType": "n2-standard-4"}' >/dev/null || true
+
+target/debug/reconciler-worker &
+pids+=($!)
+
+cat <<MSG
+
+  api-server        http://$BC_LISTEN   (clock: $BC_CLOCK)
+  fake-gce          http://$BC_FAKE_GCE_LISTEN   (demo reservation: projects/platform-dev/zones/us-central1-a/reservations/demo-n2)
+  reconciler-worker every ${BC_INTERVAL_MS} ms
+  database          ${DATABASE_URL}
+
+  root token: $BC_BOOTSTRAP_TOKEN
+
+  Try:
+    curl -s -X POST http://$BC_LISTEN/api/compute/tenants/list \\
+      -H "Authorization: Bearer $BC_BOOTSTRAP_TOKEN" \\
+      -H 'content-type: application/json' -d '{"tenantId":"root"}'
+
+  Ctrl-C stops everything.
+
+MSG
+wait -n "${pids[@]}" || true
+echo "a process exited; stopping the others" >&2
