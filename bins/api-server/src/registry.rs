@@ -130,6 +130,8 @@ impl Registry {
         methods.extend(crate::handlers::tenancy::methods());
         methods.extend(crate::handlers::capacity::methods());
         methods.extend(crate::handlers::accounts::methods());
+        methods.extend(crate::handlers::accounts::reservation_methods());
+        methods.extend(crate::handlers::grants::methods());
         methods.extend(crate::handlers::system::methods());
         let by_path = methods
             .iter()

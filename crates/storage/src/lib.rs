@@ -9,14 +9,17 @@ pub mod clock;
 pub mod db;
 pub mod error;
 pub mod events;
+pub mod grants;
 pub mod idempotency;
 pub mod ids;
 pub mod lifecycle;
 pub mod pools;
+pub mod reservations;
 pub mod schema;
 pub mod tenancy;
 #[cfg(feature = "test-support")]
 pub mod test_db;
+pub mod timeline;
 
 pub use clock::Clock;
 pub use error::{Code, Error, Result};

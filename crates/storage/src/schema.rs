@@ -32,6 +32,25 @@ diesel::table! {
 }
 
 diesel::table! {
+    grants (grant_id) {
+        grant_id -> Text,
+        account_id -> Text,
+        reservation_id -> Text,
+        pool_id -> Text,
+        tenant_id -> Text,
+        project_id -> Nullable<Text>,
+        slots -> Int4,
+        starts_at -> Int8,
+        ends_at -> Int8,
+        settled_state -> Text,
+        reason -> Nullable<Text>,
+        created_at -> Int8,
+        ended_at -> Nullable<Int8>,
+        metered_through -> Int8,
+    }
+}
+
+diesel::table! {
     idempotency_keys (tenant_id, method, idem_key) {
         tenant_id -> Text,
         method -> Text,
@@ -100,6 +119,22 @@ diesel::table! {
 }
 
 diesel::table! {
+    reservations (account_id, reservation_id) {
+        account_id -> Text,
+        reservation_id -> Text,
+        region -> Text,
+        zone -> Text,
+        flavor -> Text,
+        total -> Int8,
+        provider_in_use -> Int8,
+        status -> Text,
+        pool_id -> Nullable<Text>,
+        last_scanned_at -> Int8,
+        gone_at -> Nullable<Int8>,
+    }
+}
+
+diesel::table! {
     tenants (tenant_id) {
         tenant_id -> Text,
         display_name -> Text,
@@ -109,8 +144,10 @@ diesel::table! {
     }
 }
 
-diesel::joinable!(api_keys -> provider_accounts (account_id));
 diesel::joinable!(api_keys -> tenants (tenant_id));
+diesel::joinable!(grants -> pools (pool_id));
+diesel::joinable!(grants -> projects (project_id));
+diesel::joinable!(grants -> tenants (tenant_id));
 diesel::joinable!(pool_offers -> pools (pool_id));
 diesel::joinable!(pool_offers -> tenants (tenant_id));
 diesel::joinable!(pools -> provider_accounts (account_id));
@@ -118,11 +155,14 @@ diesel::joinable!(projects -> tenants (tenant_id));
 diesel::joinable!(provider_accounts -> tenants (tenant_id));
 diesel::joinable!(quotas -> pools (pool_id));
 diesel::joinable!(quotas -> tenants (tenant_id));
+diesel::joinable!(reservations -> pools (pool_id));
+diesel::joinable!(reservations -> provider_accounts (account_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
     event_heads,
     events,
+    grants,
     idempotency_keys,
     manual_clock,
     pool_offers,
@@ -130,5 +170,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     projects,
     provider_accounts,
     quotas,
+    reservations,
     tenants,
 );

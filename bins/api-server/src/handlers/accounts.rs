@@ -7,10 +7,11 @@ use serde_json::Value;
 use storage::Error;
 use storage::accounts::{self, NewAccount};
 use storage::idempotency::KeyedRequest;
+use storage::reservations;
 
 use super::{items, one};
 use crate::registry::{Call, Kind, Method, handler};
-use crate::schema::{Ty, idem_key, name, req, tenant_id, typeid};
+use crate::schema::{Ty, idem_key, name, req, reservation_id, tenant_id, typeid};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -121,4 +122,147 @@ async fn get(call: Call) -> Result<Value, Error> {
 async fn list(call: Call) -> Result<Value, Error> {
     let mut conn = call.app.conn().await?;
     items(&accounts::list(&mut conn, call.tenant()).await?)
+}
+
+/// The methods that act on an account's reservations and lifecycle.
+pub fn reservation_methods() -> Vec<Method> {
+    let m = |method, kind, permission, summary, fields: Vec<_>, handler| Method {
+        module: "providerAccounts",
+        method,
+        service_module: "vps",
+        kind,
+        permission,
+        tenant_rule: TenantRule::Acting,
+        phase: "v1.0",
+        status: "registered",
+        summary,
+        fields,
+        handler,
+    };
+    let account = || {
+        vec![
+            req("tenantId", tenant_id()),
+            req("accountId", typeid("pacct")),
+        ]
+    };
+    let with = |mut base: Vec<crate::schema::Field>, extra: Vec<crate::schema::Field>| {
+        base.extend(extra);
+        base
+    };
+    vec![
+        m(
+            "listReservations",
+            Kind::Read,
+            Permission::ProvidersRead,
+            "Lists the reservations the account's scans have seen.",
+            account(),
+            handler!(list_reservations),
+        ),
+        m(
+            "scan",
+            Kind::Mutation,
+            Permission::ProvidersManage,
+            "Scans the account's reservations at the provider now (the vps.reservations pass for one account).",
+            account(),
+            handler!(scan),
+        ),
+        m(
+            "bindReservation",
+            Kind::Mutation,
+            Permission::ProvidersManage,
+            "Binds a reservation to a pool of the same region offering its flavor.",
+            with(
+                account(),
+                vec![
+                    req("reservationId", reservation_id()),
+                    req("poolId", typeid("pool")),
+                ],
+            ),
+            handler!(bind),
+        ),
+        m(
+            "unbindReservation",
+            Kind::Mutation,
+            Permission::ProvidersManage,
+            "Unbinds a reservation from its pool; refused while grants on it are scheduled or active.",
+            with(account(), vec![req("reservationId", reservation_id())]),
+            handler!(unbind),
+        ),
+        m(
+            "delete",
+            Kind::Mutation,
+            Permission::ProvidersManage,
+            "Deletes the account once its grants are over and fully metered.",
+            account(),
+            handler!(delete),
+        ),
+    ]
+}
+
+async fn list_reservations(call: Call) -> Result<Value, Error> {
+    let input: AccountRef = call.parse()?;
+    let mut conn = call.app.conn().await?;
+    items(&reservations::list(&mut conn, call.tenant(), &input.account_id).await?)
+}
+
+async fn scan(call: Call) -> Result<Value, Error> {
+    let input: AccountRef = call.parse()?;
+    let (outcome, found) = reservations::scan(
+        &call.app.pool,
+        call.app.clock,
+        call.root(),
+        call.tenant(),
+        &input.account_id,
+    )
+    .await?;
+    tracing::info!(account = %input.account_id, ?outcome, "scan applied");
+    items(&found)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Bind {
+    account_id: String,
+    reservation_id: String,
+    pool_id: Option<String>,
+}
+
+async fn bind(call: Call) -> Result<Value, Error> {
+    let input: Bind = call.parse()?;
+    let mut conn = call.app.conn().await?;
+    let pool_id = input.pool_id.unwrap_or_default();
+    one(
+        "reservation",
+        &reservations::bind(
+            &mut conn,
+            call.tenant(),
+            &input.account_id,
+            &input.reservation_id,
+            &pool_id,
+        )
+        .await?,
+    )
+}
+
+async fn unbind(call: Call) -> Result<Value, Error> {
+    let input: Bind = call.parse()?;
+    let (mut conn, now) = call.conn_now().await?;
+    one(
+        "reservation",
+        &reservations::unbind(
+            &mut conn,
+            call.tenant(),
+            &input.account_id,
+            &input.reservation_id,
+            now,
+        )
+        .await?,
+    )
+}
+
+async fn delete(call: Call) -> Result<Value, Error> {
+    let input: AccountRef = call.parse()?;
+    let (mut conn, now) = call.conn_now().await?;
+    reservations::delete_account(&mut conn, call.tenant(), &input.account_id, now).await?;
+    Ok(serde_json::json!({ "accountId": input.account_id, "deleted": true }))
 }

@@ -3,6 +3,7 @@
 
 pub mod accounts;
 pub mod capacity;
+pub mod grants;
 pub mod system;
 pub mod tenancy;
 

@@ -1,0 +1,314 @@
+//! Reservation grants: create, get, list, end (seed-reservation-grants.md,
+//! contract 3.6).
+
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use grants_core::{Commitment, ForcedEnd, GrantState, Term};
+use serde::Serialize;
+
+use crate::accounts;
+use crate::error::{Code, Error, Result};
+use crate::events::{self, NewEvent};
+use crate::idempotency::{self, Claim, KeyedRequest};
+use crate::ids;
+use crate::schema::{grants, pool_offers};
+use crate::tenancy;
+use crate::timeline::{self, GrantRow};
+
+/// How far in the past a new grant's `startsAt` may lie.
+pub const MAX_START_IN_PAST_MS: i64 = 5 * 60 * 1000;
+
+/// A grant as the API shows it: its state is the truth at the server's now.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Grant {
+    /// `rgrant_...`
+    pub grant_id: String,
+    /// Provider account of the reservation.
+    pub account_id: String,
+    /// The reservation.
+    pub reservation_id: String,
+    /// The reservation's pool.
+    pub pool_id: String,
+    /// The grantee.
+    pub tenant_id: String,
+    /// The one project served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// Committed slots.
+    pub slots: i32,
+    /// Term start.
+    pub starts_at: i64,
+    /// Term end.
+    pub ends_at: i64,
+    /// `scheduled`, `active`, `ended` or `cancelled`, at now.
+    pub state: &'static str,
+    /// Why it ended or was cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Creation instant.
+    pub created_at: i64,
+    /// End or cancellation instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<i64>,
+    /// Slot-hours written up to here.
+    pub metered_through: i64,
+}
+
+impl Grant {
+    /// The API view of a row at `now`.
+    pub fn at(row: GrantRow, now: i64) -> Grant {
+        let state = row.state_at(now);
+        let (reason, ended_at) = match state {
+            GrantState::Scheduled | GrantState::Active => (None, None),
+            // An ended grant whose end settlement has not recorded yet ended by its term.
+            GrantState::Ended => (
+                row.reason.clone().or_else(|| Some("term-over".into())),
+                Some(row.ends_at),
+            ),
+            GrantState::Cancelled => (row.reason.clone(), row.ended_at),
+        };
+        Grant {
+            grant_id: row.grant_id,
+            account_id: row.account_id,
+            reservation_id: row.reservation_id,
+            pool_id: row.pool_id,
+            tenant_id: row.tenant_id,
+            project_id: row.project_id,
+            slots: row.slots,
+            starts_at: row.starts_at,
+            ends_at: row.ends_at,
+            state: state.as_str(),
+            reason,
+            created_at: row.created_at,
+            ended_at,
+            metered_through: row.metered_through,
+        }
+    }
+}
+
+/// Input of `reservationGrants.create`.
+#[derive(Debug, Clone)]
+pub struct NewGrant<'a> {
+    /// The root provider account.
+    pub account_id: &'a str,
+    /// The reservation on it.
+    pub reservation_id: &'a str,
+    /// The grantee.
+    pub grant_tenant_id: &'a str,
+    /// One project of the grantee, optionally.
+    pub project_id: Option<&'a str>,
+    /// Slots to commit.
+    pub slots: i32,
+    /// Term start.
+    pub starts_at: i64,
+    /// Term end.
+    pub ends_at: i64,
+}
+
+async fn load(conn: &mut AsyncPgConnection, grant_id: &str) -> Result<Option<GrantRow>> {
+    Ok(grants::table
+        .find(grant_id)
+        .select(GrantRow::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// `reservationGrants.create`, by root, idempotent under `key`.
+pub async fn create(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    new: NewGrant<'_>,
+    key: KeyedRequest<'_>,
+    now: i64,
+) -> Result<Grant> {
+    conn.transaction::<_, Error, _>(async move |conn| {
+        let id = ids::new_id("rgrant", now);
+        if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
+            let row = load(conn, &existing).await?.ok_or_else(|| Error::not_found("grant", &existing))?;
+            return Ok(Grant::at(row, now));
+        }
+        // Existence: the account is root's, the reservation is on it, the grantee exists.
+        accounts::get(conn, root, new.account_id).await?;
+        let res = timeline::lock_reservation(conn, new.account_id, new.reservation_id)
+            .await?
+            .ok_or_else(|| Error::not_found("reservation", new.reservation_id))?;
+        tenancy::active_tenant(conn, new.grant_tenant_id).await?;
+        // State of the reservation.
+        if res.status != "ready" {
+            return Err(Error::invalid_state(format!("the reservation is {}, not ready", res.status))
+                .with("reservationId", res.reservation_id.as_str())
+                .with("status", res.status.as_str()));
+        }
+        let Some(pool_id) = res.pool_id.clone() else {
+            return Err(Error::invalid_state("the reservation is not bound to a pool")
+                .with("reservationId", res.reservation_id.as_str())
+                .with("reason", "unbound"));
+        };
+        // The grantee may use the pool, and the project is the grantee's.
+        if new.grant_tenant_id != root {
+            let offered: i64 = pool_offers::table
+                .filter(pool_offers::pool_id.eq(&pool_id))
+                .filter(pool_offers::tenant_id.eq(new.grant_tenant_id))
+                .count()
+                .get_result(conn)
+                .await?;
+            if offered == 0 {
+                return Err(Error::invalid(
+                    "grantTenantId",
+                    "pool-not-offered",
+                    format!("pool {pool_id} is not offered to {}", new.grant_tenant_id),
+                )
+                .with("poolId", pool_id.as_str()));
+            }
+        }
+        if let Some(project) = new.project_id
+            && tenancy::tenant_project(conn, new.grant_tenant_id, project).await?.is_none()
+        {
+            return Err(Error::invalid(
+                "projectId",
+                "project-not-grantee",
+                format!("project {project} is not a project of {}", new.grant_tenant_id),
+            ));
+        }
+        // The term.
+        if new.starts_at < now - MAX_START_IN_PAST_MS {
+            return Err(Error::invalid("startsAt", "past", "startsAt may be at most 5 minutes in the past")
+                .with("now", now));
+        }
+        if new.ends_at <= new.starts_at {
+            return Err(Error::invalid("endsAt", "range", "endsAt must be after startsAt"));
+        }
+        // Capacity, decided under the reservation's row lock.
+        let mut events = Vec::new();
+        timeline::settle(conn, &res, now, &mut events).await?;
+        let existing = commitments(conn, &res.account_id, &res.reservation_id).await?;
+        let total = u64::try_from(res.total).unwrap_or(0);
+        let slots = u32::try_from(new.slots).map_err(Error::internal)?;
+        grants_core::check_capacity(total, &existing, Commitment::new(Term::new(new.starts_at, new.ends_at), slots))
+            .map_err(|short| {
+                Error::new(Code::CapacityUnavailable, format!("the reservation cannot commit {slots} more slots over that term: {short}"))
+                    .with("total", short.total)
+                    .with("granted", short.granted)
+            })?;
+        let row: GrantRow = diesel::insert_into(grants::table)
+            .values((
+                grants::grant_id.eq(&id),
+                grants::account_id.eq(new.account_id),
+                grants::reservation_id.eq(new.reservation_id),
+                grants::pool_id.eq(&pool_id),
+                grants::tenant_id.eq(new.grant_tenant_id),
+                grants::project_id.eq(new.project_id),
+                grants::slots.eq(new.slots),
+                grants::starts_at.eq(new.starts_at),
+                grants::ends_at.eq(new.ends_at),
+                grants::settled_state.eq("scheduled"),
+                grants::created_at.eq(now),
+                grants::metered_through.eq(new.starts_at),
+            ))
+            .returning(GrantRow::as_returning())
+            .get_result(conn)
+            .await?;
+        events.push(NewEvent::new(&row.tenant_id, "reservation-grant.created", row.event_data(None), now));
+        // A grant starting at or before now activates (and takes in) at once.
+        timeline::settle(conn, &res, now, &mut events).await?;
+        events::publish(conn, now, events).await?;
+        tracing::info!(grant = %id, reservation = %new.reservation_id, tenant = %new.grant_tenant_id, slots, starts_at = new.starts_at, ends_at = new.ends_at, "grant created");
+        let row = load(conn, &id).await?.ok_or_else(|| Error::internal("grant vanished"))?;
+        Ok(Grant::at(row, now))
+    })
+    .await
+}
+
+/// The terms of every non-cancelled grant of a reservation.
+pub async fn commitments(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+) -> Result<Vec<Commitment>> {
+    let rows: Vec<(i64, i64, i32)> = grants::table
+        .filter(grants::account_id.eq(account_id))
+        .filter(grants::reservation_id.eq(reservation_id))
+        .filter(grants::settled_state.ne("cancelled"))
+        .select((grants::starts_at, grants::ends_at, grants::slots))
+        .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(s, e, n)| Commitment::new(Term::new(s, e), u32::try_from(n).unwrap_or(0)))
+        .collect())
+}
+
+/// `reservationGrants.get`: the grantee reads its grants; the root tenant reads any.
+pub async fn get(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    root: &str,
+    grant_id: &str,
+    now: i64,
+) -> Result<Grant> {
+    match load(conn, grant_id).await? {
+        Some(row) if row.tenant_id == tenant || tenant == root => Ok(Grant::at(row, now)),
+        _ => Err(Error::not_found("grant", grant_id)),
+    }
+}
+
+/// `reservationGrants.list`: the tenant's grants (every tenant's with
+/// `all`), newest first, at most 1000.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    all: bool,
+    now: i64,
+) -> Result<Vec<Grant>> {
+    let mut query = grants::table
+        .order((grants::created_at.desc(), grants::grant_id.desc()))
+        .limit(1000)
+        .select(GrantRow::as_select())
+        .into_boxed();
+    if !all {
+        query = query.filter(grants::tenant_id.eq(tenant));
+    }
+    let rows: Vec<GrantRow> = query.load(conn).await?;
+    Ok(rows.into_iter().map(|r| Grant::at(r, now)).collect())
+}
+
+/// `reservationGrants.end`, by root: ends the grant now (cancels it if it
+/// has not started). An ended or cancelled grant is returned unchanged.
+pub async fn end(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    account_id: &str,
+    grant_id: &str,
+    now: i64,
+) -> Result<Grant> {
+    conn.transaction::<_, Error, _>(async move |conn| {
+        accounts::get(conn, root, account_id).await?;
+        let row = match load(conn, grant_id).await? {
+            Some(row) if row.account_id == account_id => row,
+            _ => return Err(Error::not_found("grant", grant_id)),
+        };
+        let res = timeline::lock_reservation(conn, &row.account_id, &row.reservation_id)
+            .await?
+            .ok_or_else(|| Error::internal("grant without reservation"))?;
+        let mut events = Vec::new();
+        timeline::force_end(
+            conn,
+            &res,
+            &ForcedEnd::Root {
+                grant_id: grant_id.to_owned(),
+            },
+            now,
+            &mut events,
+        )
+        .await?;
+        events::publish(conn, now, events).await?;
+        let row = load(conn, grant_id)
+            .await?
+            .ok_or_else(|| Error::internal("grant vanished"))?;
+        tracing::info!(grant = %grant_id, state = row.settled_state, "grant end requested");
+        Ok(Grant::at(row, now))
+    })
+    .await
+}

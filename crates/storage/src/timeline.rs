@@ -1,0 +1,287 @@
+//! Settlement of a reservation's timeline (contract 5.3): the storage side of
+//! `grants_core::timeline`. The caller holds the reservation's row lock; the
+//! transitions due are computed by the pure crate and written here, each with
+//! its event, in the caller's transaction. Because the state change and the
+//! event commit together under the lock, each transition happens once, however
+//! many servers and workers settle concurrently.
+
+use std::collections::HashMap;
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use grants_core::{ForcedEnd, GrantState, TimelineGrant, TimelineInstance, Transition};
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::events::NewEvent;
+use crate::schema::{grants, reservations};
+
+/// A reservation row.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = reservations)]
+pub struct ReservationRow {
+    /// The provider account.
+    pub account_id: String,
+    /// The provider's id.
+    pub reservation_id: String,
+    /// Region.
+    pub region: String,
+    /// Zone.
+    pub zone: String,
+    /// Machine type.
+    pub flavor: String,
+    /// Slots the provider reports.
+    pub total: i64,
+    /// Slots the provider reports in use.
+    pub provider_in_use: i64,
+    /// `ready`, `not-ready` or `gone`.
+    pub status: String,
+    /// The pool it is bound to.
+    pub pool_id: Option<String>,
+    /// Last scan instant.
+    pub last_scanned_at: i64,
+    /// When a scan found it gone.
+    pub gone_at: Option<i64>,
+}
+
+/// A grant row.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = grants)]
+pub struct GrantRow {
+    /// `rgrant_...`
+    pub grant_id: String,
+    /// The provider account of the reservation.
+    pub account_id: String,
+    /// The reservation.
+    pub reservation_id: String,
+    /// The reservation's pool at creation.
+    pub pool_id: String,
+    /// The grantee.
+    pub tenant_id: String,
+    /// The one project it serves.
+    pub project_id: Option<String>,
+    /// Committed slots.
+    pub slots: i32,
+    /// Term start.
+    pub starts_at: i64,
+    /// Term end (final once ended).
+    pub ends_at: i64,
+    /// What settlement has recorded.
+    pub settled_state: String,
+    /// Why it ended or was cancelled.
+    pub reason: Option<String>,
+    /// Creation instant.
+    pub created_at: i64,
+    /// End or cancellation instant.
+    pub ended_at: Option<i64>,
+    /// Slot-hours written up to here.
+    pub metered_through: i64,
+}
+
+impl GrantRow {
+    /// The settled state as the core crate's type.
+    pub fn settled(&self) -> GrantState {
+        GrantState::parse(&self.settled_state).unwrap_or(GrantState::Scheduled)
+    }
+
+    /// The grant's true state at `now`.
+    pub fn state_at(&self, now: i64) -> GrantState {
+        grants_core::grant_state(
+            self.starts_at,
+            self.ends_at,
+            self.settled() == GrantState::Cancelled,
+            now,
+        )
+    }
+
+    /// The payload of its `reservation-grant.*` events.
+    pub fn event_data(&self, reason: Option<&str>) -> Value {
+        let mut data = json!({
+            "grantId": self.grant_id,
+            "poolId": self.pool_id,
+            "slots": self.slots,
+            "startsAt": self.starts_at,
+            "endsAt": self.ends_at,
+        });
+        if let Some(p) = &self.project_id {
+            data["projectId"] = json!(p);
+        }
+        if let Some(r) = reason {
+            data["reason"] = json!(r);
+        }
+        data
+    }
+
+    fn to_timeline(&self) -> TimelineGrant {
+        TimelineGrant {
+            grant_id: self.grant_id.clone(),
+            tenant_id: self.tenant_id.clone(),
+            project_id: self.project_id.clone(),
+            slots: u32::try_from(self.slots).unwrap_or(0),
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+            created_at: self.created_at,
+            settled: self.settled(),
+        }
+    }
+}
+
+/// Locks a reservation's row for the rest of the transaction.
+pub async fn lock_reservation(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+) -> Result<Option<ReservationRow>> {
+    Ok(reservations::table
+        .find((account_id, reservation_id))
+        .select(ReservationRow::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// The grants settlement still moves (scheduled or active as recorded).
+async fn open_grants(conn: &mut AsyncPgConnection, res: &ReservationRow) -> Result<Vec<GrantRow>> {
+    Ok(grants::table
+        .filter(grants::account_id.eq(&res.account_id))
+        .filter(grants::reservation_id.eq(&res.reservation_id))
+        .filter(grants::settled_state.eq_any(["scheduled", "active"]))
+        .order((grants::starts_at.asc(), grants::grant_id.asc()))
+        .select(GrantRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// The instances holding slots of the reservation. Instances are not part of
+/// the product yet, so settlement moves grants only.
+async fn seated_instances(
+    _conn: &mut AsyncPgConnection,
+    _res: &ReservationRow,
+) -> Result<Vec<TimelineInstance>> {
+    Ok(Vec::new())
+}
+
+/// Settles the locked reservation's timeline up to `now`, queuing events.
+pub async fn settle(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<usize> {
+    let grants = open_grants(conn, res).await?;
+    if grants.is_empty() {
+        return Ok(0);
+    }
+    let instances = seated_instances(conn, res).await?;
+    let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
+    let due = grants_core::settle(&timeline, &instances, now);
+    write(conn, &grants, &due, events).await?;
+    Ok(due.len())
+}
+
+/// Settles up to `at`, then applies a forced end (root `end`, tenant
+/// deletion, reservation loss) at `at`, queuing events.
+pub async fn force_end(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    cause: &ForcedEnd,
+    at: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<usize> {
+    let grants = open_grants(conn, res).await?;
+    let instances = seated_instances(conn, res).await?;
+    let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
+    let due = grants_core::force_end(&timeline, &instances, cause, at);
+    write(conn, &grants, &due, events).await?;
+    Ok(due.len())
+}
+
+async fn write(
+    conn: &mut AsyncPgConnection,
+    rows: &[GrantRow],
+    due: &[Transition],
+    events: &mut Vec<NewEvent>,
+) -> Result<()> {
+    let by_id: HashMap<&str, &GrantRow> = rows.iter().map(|g| (g.grant_id.as_str(), g)).collect();
+    let row = |id: &str| {
+        by_id
+            .get(id)
+            .copied()
+            .ok_or_else(|| Error::internal(format!("transition names unknown grant {id}")))
+    };
+    for t in due {
+        match t {
+            Transition::Activate {
+                grant_id,
+                at,
+                take_in: _,
+            } => {
+                let g = row(grant_id)?;
+                diesel::update(grants::table.find(grant_id))
+                    .set(grants::settled_state.eq("active"))
+                    .execute(conn)
+                    .await?;
+                events.push(NewEvent::new(
+                    &g.tenant_id,
+                    "reservation-grant.active",
+                    g.event_data(None),
+                    *at,
+                ));
+            }
+            Transition::End {
+                grant_id,
+                at,
+                reason,
+                moves: _,
+            } => {
+                let g = row(grant_id)?;
+                diesel::update(grants::table.find(grant_id))
+                    .set((
+                        grants::settled_state.eq("ended"),
+                        grants::ends_at.eq(*at),
+                        grants::ended_at.eq(*at),
+                        grants::reason.eq(reason.as_str()),
+                        grants::metered_through.eq(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                            &format!("LEAST(metered_through, {at})"),
+                        )),
+                    ))
+                    .execute(conn)
+                    .await?;
+                let ended = GrantRow {
+                    ends_at: *at,
+                    ..g.clone()
+                };
+                events.push(NewEvent::new(
+                    &g.tenant_id,
+                    "reservation-grant.ended",
+                    ended.event_data(Some(reason.as_str())),
+                    *at,
+                ));
+            }
+            Transition::Cancel {
+                grant_id,
+                at,
+                reason,
+            } => {
+                let g = row(grant_id)?;
+                diesel::update(grants::table.find(grant_id))
+                    .set((
+                        grants::settled_state.eq("cancelled"),
+                        grants::ended_at.eq(*at),
+                        grants::reason.eq(reason.as_str()),
+                    ))
+                    .execute(conn)
+                    .await?;
+                events.push(NewEvent::new(
+                    &g.tenant_id,
+                    "reservation-grant.cancelled",
+                    g.event_data(Some(reason.as_str())),
+                    *at,
+                ));
+            }
+            Transition::ReservationLost { .. } => {}
+        }
+    }
+    Ok(())
+}
