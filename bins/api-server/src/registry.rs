@@ -132,6 +132,7 @@ impl Registry {
         methods.extend(crate::handlers::accounts::methods());
         methods.extend(crate::handlers::accounts::reservation_methods());
         methods.extend(crate::handlers::grants::methods());
+        methods.extend(crate::handlers::instances::methods());
         methods.extend(crate::handlers::system::methods());
         let by_path = methods
             .iter()

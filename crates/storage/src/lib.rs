@@ -12,6 +12,7 @@ pub mod events;
 pub mod grants;
 pub mod idempotency;
 pub mod ids;
+pub mod instances;
 pub mod lifecycle;
 pub mod pools;
 pub mod reservations;

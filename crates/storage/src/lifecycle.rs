@@ -1,11 +1,19 @@
 //! Operations that span several parts of the model.
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use grants_core::ForcedEnd;
 
 use crate::error::{Error, Result};
+use crate::events;
+use crate::instances;
+use crate::schema::quotas;
 use crate::tenancy::{self, Tenant};
+use crate::timeline;
 
-/// `tenants.delete`: the tenant's keys stop working at once. Deleting a
+/// `tenants.delete`: the tenant's active grants end now and its scheduled
+/// ones are cancelled (`reason: "tenant-deleted"`), its instances are deleted
+/// with their slots and quota released, and its keys stop working. Deleting a
 /// deleted tenant returns it unchanged.
 pub async fn delete_tenant(
     conn: &mut AsyncPgConnection,
@@ -13,7 +21,37 @@ pub async fn delete_tenant(
     now: i64,
 ) -> Result<Tenant> {
     conn.transaction::<_, Error, _>(async move |conn| {
-        let (tenant, _deleted_now) = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
+        let current = tenancy::get_tenant(conn, tenant_id)
+            .await?
+            .ok_or_else(|| Error::not_found("tenant", tenant_id))?;
+        if current.state == "deleted" {
+            return Ok(current);
+        }
+        // Lock order: quota rows, then reservations, then instances.
+        quotas::table
+            .filter(quotas::tenant_id.eq(tenant_id))
+            .order((quotas::pool_id.asc(), quotas::resource.asc()))
+            .select(quotas::resource)
+            .for_update()
+            .load::<String>(conn)
+            .await?;
+        let mut batch = Vec::new();
+        let cause = ForcedEnd::TenantDeleted {
+            tenant_id: tenant_id.to_owned(),
+        };
+        for (account_id, reservation_id) in
+            instances::reservations_of_tenant(conn, tenant_id).await?
+        {
+            if let Some(res) =
+                timeline::lock_reservation(conn, &account_id, &reservation_id).await?
+            {
+                timeline::force_end(conn, &res, &cause, now, &mut batch).await?;
+            }
+        }
+        let deleted = instances::delete_all_of_tenant(conn, tenant_id, now).await?;
+        let (tenant, _) = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
+        events::publish(conn, now, batch).await?;
+        tracing::info!(tenant = %tenant_id, instances = deleted, "tenant deleted");
         Ok(tenant)
     })
     .await

@@ -192,6 +192,14 @@ pub async fn get(
     to_pool(row, offered)
 }
 
+/// A pool by id, whoever asks (for internal lookups).
+pub async fn get_any(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Pool> {
+    let row = pool_row(conn, pool_id)
+        .await?
+        .ok_or_else(|| Error::not_found("pool", pool_id))?;
+    to_pool(row, Vec::new())
+}
+
 /// `pools.list`: root sees every pool, another tenant the pools offered to it.
 pub async fn list(conn: &mut AsyncPgConnection, tenant: &str, root: &str) -> Result<Vec<Pool>> {
     let rows: Vec<PoolRow> = if tenant == root {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::{Commitment, ForcedEnd, GrantState, Term};
+use grants_core::{Commitment, Destination, ForcedEnd, GrantState, Term};
 use providers::gce::{GceConfig, GceProvider, GceProviderOptions};
 use providers::{ProviderReservation, ReservationProvider};
 use serde::Serialize;
@@ -17,6 +17,7 @@ use crate::clock::Clock;
 use crate::db::DbPool;
 use crate::error::{Code, Error, Result};
 use crate::events::{self, NewEvent};
+use crate::instances;
 use crate::schema::{api_keys, grants, idempotency_keys, pools, provider_accounts, reservations};
 use crate::timeline::{self, GrantRow, ReservationRow};
 
@@ -429,7 +430,7 @@ pub async fn delete_account(
             .bind::<diesel::sql_types::Text, _>(account_id)
             .execute(conn)
             .await?;
-        rows_of_account(conn, account_id, true).await?;
+        let locked = rows_of_account(conn, account_id, true).await?;
         let live = live_grant_ids(conn, account_id, None, now).await?;
         if !live.is_empty() {
             return Err(Error::invalid_state("grants of the account are scheduled or active; end them first")
@@ -458,6 +459,13 @@ pub async fn delete_account(
             .await?;
         if !pool_ids.is_empty() {
             return Err(Error::invalid_state("pools are built on this account").with("poolIds", pool_ids));
+        }
+        // Instances on the account's reservations are billed on-demand from now.
+        for res in &locked {
+            for inst in instances::seated(conn, res).await? {
+                let to = if inst.state == "running" { Destination::OnDemand } else { Destination::None };
+                instances::apply_move(conn, res, &inst.instance_id, &to, now).await?;
+            }
         }
         diesel::delete(grants::table.filter(grants::account_id.eq(account_id))).execute(conn).await?;
         diesel::delete(reservations::table.filter(reservations::account_id.eq(account_id))).execute(conn).await?;

@@ -62,9 +62,42 @@ diesel::table! {
 }
 
 diesel::table! {
+    instances (instance_id) {
+        instance_id -> Text,
+        tenant_id -> Text,
+        project_id -> Nullable<Text>,
+        pool_id -> Text,
+        flavor -> Text,
+        name -> Text,
+        billing -> Text,
+        state -> Text,
+        placement_kind -> Text,
+        grant_id -> Nullable<Text>,
+        account_id -> Nullable<Text>,
+        reservation_id -> Nullable<Text>,
+        created_at -> Int8,
+        deleted_at -> Nullable<Int8>,
+    }
+}
+
+diesel::table! {
     manual_clock (id) {
         id -> Int2,
         now_ms -> Int8,
+    }
+}
+
+diesel::table! {
+    placement_segments (segment_id) {
+        segment_id -> Int8,
+        instance_id -> Text,
+        from_ms -> Int8,
+        to_ms -> Nullable<Int8>,
+        kind -> Text,
+        running -> Bool,
+        grant_id -> Nullable<Text>,
+        account_id -> Nullable<Text>,
+        reservation_id -> Nullable<Text>,
     }
 }
 
@@ -148,6 +181,10 @@ diesel::joinable!(api_keys -> tenants (tenant_id));
 diesel::joinable!(grants -> pools (pool_id));
 diesel::joinable!(grants -> projects (project_id));
 diesel::joinable!(grants -> tenants (tenant_id));
+diesel::joinable!(instances -> pools (pool_id));
+diesel::joinable!(instances -> projects (project_id));
+diesel::joinable!(instances -> tenants (tenant_id));
+diesel::joinable!(placement_segments -> instances (instance_id));
 diesel::joinable!(pool_offers -> pools (pool_id));
 diesel::joinable!(pool_offers -> tenants (tenant_id));
 diesel::joinable!(pools -> provider_accounts (account_id));
@@ -164,7 +201,9 @@ diesel::allow_tables_to_appear_in_same_query!(
     events,
     grants,
     idempotency_keys,
+    instances,
     manual_clock,
+    placement_segments,
     pool_offers,
     pools,
     projects,

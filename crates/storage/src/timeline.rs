@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::events::NewEvent;
+use crate::instances;
 use crate::schema::{grants, reservations};
 
 /// A reservation row.
@@ -153,13 +154,29 @@ async fn open_grants(conn: &mut AsyncPgConnection, res: &ReservationRow) -> Resu
         .await?)
 }
 
-/// The instances holding slots of the reservation. Instances are not part of
-/// the product yet, so settlement moves grants only.
+/// The live instances on the reservation, as settlement sees them.
 async fn seated_instances(
-    _conn: &mut AsyncPgConnection,
-    _res: &ReservationRow,
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
 ) -> Result<Vec<TimelineInstance>> {
-    Ok(Vec::new())
+    Ok(instances::seated(conn, res)
+        .await?
+        .iter()
+        .map(instances::InstanceRow::to_timeline)
+        .collect())
+}
+
+/// The grants of a settled reservation that are live at `now`.
+pub async fn live_grants(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    now: i64,
+) -> Result<Vec<GrantRow>> {
+    Ok(open_grants(conn, res)
+        .await?
+        .into_iter()
+        .filter(|g| g.state_at(now) == GrantState::Active)
+        .collect())
 }
 
 /// Settles the locked reservation's timeline up to `now`, queuing events.
@@ -176,7 +193,7 @@ pub async fn settle(
     let instances = seated_instances(conn, res).await?;
     let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
     let due = grants_core::settle(&timeline, &instances, now);
-    write(conn, &grants, &due, events).await?;
+    write(conn, res, &grants, &due, events).await?;
     Ok(due.len())
 }
 
@@ -193,12 +210,13 @@ pub async fn force_end(
     let instances = seated_instances(conn, res).await?;
     let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
     let due = grants_core::force_end(&timeline, &instances, cause, at);
-    write(conn, &grants, &due, events).await?;
+    write(conn, res, &grants, &due, events).await?;
     Ok(due.len())
 }
 
 async fn write(
     conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
     rows: &[GrantRow],
     due: &[Transition],
     events: &mut Vec<NewEvent>,
@@ -215,9 +233,10 @@ async fn write(
             Transition::Activate {
                 grant_id,
                 at,
-                take_in: _,
+                take_in,
             } => {
                 let g = row(grant_id)?;
+                instances::take_in(conn, res, grant_id, take_in, *at).await?;
                 diesel::update(grants::table.find(grant_id))
                     .set(grants::settled_state.eq("active"))
                     .execute(conn)
@@ -233,9 +252,12 @@ async fn write(
                 grant_id,
                 at,
                 reason,
-                moves: _,
+                moves,
             } => {
                 let g = row(grant_id)?;
+                for m in moves {
+                    instances::apply_move(conn, res, &m.instance_id, &m.to, *at).await?;
+                }
                 diesel::update(grants::table.find(grant_id))
                     .set((
                         grants::settled_state.eq("ended"),
@@ -280,7 +302,11 @@ async fn write(
                     *at,
                 ));
             }
-            Transition::ReservationLost { .. } => {}
+            Transition::ReservationLost { at, moves } => {
+                for m in moves {
+                    instances::apply_move(conn, res, &m.instance_id, &m.to, *at).await?;
+                }
+            }
         }
     }
     Ok(())

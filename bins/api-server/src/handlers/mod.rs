@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod capacity;
 pub mod grants;
+pub mod instances;
 pub mod system;
 pub mod tenancy;
 

@@ -142,7 +142,7 @@ pub async fn platform(s: &Server, total: i64) -> Platform {
     .await
     .ok();
     let tenant_token = s.tenant("acme").await;
-    s.root("pools/offer", json!({ "poolId": pool, "offerTenantId": "acme", "quotas": { "instances": 10, "vcpus": 40 } }))
+    s.root("pools/offer", json!({ "poolId": pool, "offerTenantId": "acme", "quotas": { "instances": 10, "vcpus": 40, "memoryGib": 1000 } }))
         .await
         .ok();
     Platform {

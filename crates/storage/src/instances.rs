@@ -1,0 +1,813 @@
+//! Instances: admission (quota, then placement), stop/start/delete, and the
+//! placement segments billing reads (contract 3.7, 4, 5.1).
+//!
+//! Lock order, shared by every operation so none can deadlock another: the
+//! tenant's quota rows of the pool (by resource), then reservation rows (in
+//! reservation id order), then instance rows.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use grants_core::{
+    Billing, Destination, PlacementRequest, Power, ReservationView, Seat, TimelineInstance,
+};
+use quotas_core::{Charge, QuotaRow};
+use serde::Serialize;
+
+use crate::error::{Code, Error, Result};
+use crate::events::{self, NewEvent};
+use crate::idempotency::{self, Claim, KeyedRequest};
+use crate::ids;
+use crate::pools::{self, Pool};
+use crate::schema::{grants, instances, placement_segments as seg, quotas, reservations};
+use crate::tenancy;
+use crate::timeline::{self, ReservationRow};
+
+/// An instance row.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = instances)]
+pub struct InstanceRow {
+    /// `inst_...`
+    pub instance_id: String,
+    /// Owner.
+    pub tenant_id: String,
+    /// Project.
+    pub project_id: Option<String>,
+    /// Pool.
+    pub pool_id: String,
+    /// Flavor.
+    pub flavor: String,
+    /// Name.
+    pub name: String,
+    /// `standard` or `none`.
+    pub billing: String,
+    /// `running`, `stopped` or `deleted`.
+    pub state: String,
+    /// `grant`, `reservation`, `ondemand` or `none`.
+    pub placement_kind: String,
+    /// The grant holding it.
+    pub grant_id: Option<String>,
+    /// Account of its reservation.
+    pub account_id: Option<String>,
+    /// Its reservation.
+    pub reservation_id: Option<String>,
+    /// Creation instant.
+    pub created_at: i64,
+    /// Deletion instant.
+    pub deleted_at: Option<i64>,
+}
+
+impl InstanceRow {
+    fn billing(&self) -> Billing {
+        Billing::parse(&self.billing).unwrap_or(Billing::Standard)
+    }
+
+    fn running(&self) -> bool {
+        self.state == "running"
+    }
+
+    /// As settlement sees it.
+    pub fn to_timeline(&self) -> TimelineInstance {
+        TimelineInstance {
+            instance_id: self.instance_id.clone(),
+            tenant_id: self.tenant_id.clone(),
+            project_id: self.project_id.clone(),
+            billing: self.billing(),
+            power: if self.running() {
+                Power::Running
+            } else {
+                Power::Stopped
+            },
+            created_at: self.created_at,
+            seat: match (self.placement_kind.as_str(), &self.grant_id) {
+                ("grant", Some(g)) => Some(Seat::Grant(g.clone())),
+                ("reservation", _) => Some(Seat::Ordinary),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Where an instance is placed.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementView {
+    /// `grant`, `reservation`, `ondemand` or `none`.
+    pub kind: String,
+    /// The grant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
+    /// The reservation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_id: Option<String>,
+}
+
+/// An instance as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    /// `inst_...`
+    pub instance_id: String,
+    /// Owner.
+    pub tenant_id: String,
+    /// Project.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// Pool.
+    pub pool_id: String,
+    /// Flavor.
+    pub flavor: String,
+    /// Name.
+    pub name: String,
+    /// `standard` or `none`.
+    pub billing: String,
+    /// `running`, `stopped` or `deleted`.
+    pub state: String,
+    /// Where it is.
+    pub placement: PlacementView,
+    /// Creation instant.
+    pub created_at: i64,
+}
+
+impl From<InstanceRow> for Instance {
+    fn from(r: InstanceRow) -> Self {
+        Instance {
+            instance_id: r.instance_id,
+            tenant_id: r.tenant_id,
+            project_id: r.project_id,
+            pool_id: r.pool_id,
+            flavor: r.flavor,
+            name: r.name,
+            billing: r.billing,
+            state: r.state,
+            placement: PlacementView {
+                kind: r.placement_kind,
+                grant_id: r.grant_id,
+                reservation_id: r.reservation_id,
+            },
+            created_at: r.created_at,
+        }
+    }
+}
+
+/// Where to put an instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// In a grant on a reservation.
+    Grant {
+        /// The grant.
+        grant_id: String,
+        /// Account of the reservation.
+        account_id: String,
+        /// The reservation.
+        reservation_id: String,
+    },
+    /// On an ordinary slot of a reservation.
+    Reservation {
+        /// Account of the reservation.
+        account_id: String,
+        /// The reservation.
+        reservation_id: String,
+    },
+    /// On-demand.
+    OnDemand,
+    /// Nowhere (stopped without a slot, or deleted).
+    None,
+}
+
+impl Target {
+    fn from_destination(d: &Destination, res: &ReservationRow) -> Target {
+        match d {
+            Destination::Grant(g) => Target::Grant {
+                grant_id: g.clone(),
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
+            Destination::Reservation => Target::Reservation {
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
+            Destination::OnDemand => Target::OnDemand,
+            Destination::None => Target::None,
+        }
+    }
+
+    fn from_seat(seat: Seat, res: &ReservationRow) -> Target {
+        match seat {
+            Seat::Grant(g) => Target::Grant {
+                grant_id: g,
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
+            Seat::Ordinary => Target::Reservation {
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
+        }
+    }
+
+    fn columns(&self) -> (&'static str, Option<&str>, Option<&str>, Option<&str>) {
+        match self {
+            Target::Grant {
+                grant_id,
+                account_id,
+                reservation_id,
+            } => (
+                "grant",
+                Some(grant_id),
+                Some(account_id),
+                Some(reservation_id),
+            ),
+            Target::Reservation {
+                account_id,
+                reservation_id,
+            } => ("reservation", None, Some(account_id), Some(reservation_id)),
+            Target::OnDemand => ("ondemand", None, None, None),
+            Target::None => ("none", None, None, None),
+        }
+    }
+}
+
+/// Records `inst`'s new placement and power from instant `at`: updates the
+/// row and closes its open segment at `at`, opening the next one (unless
+/// deleted). A segment that would be empty is dropped.
+pub async fn place_at(
+    conn: &mut AsyncPgConnection,
+    inst: &InstanceRow,
+    target: &Target,
+    state: &str,
+    at: i64,
+) -> Result<()> {
+    let (kind, grant_id, account_id, reservation_id) = target.columns();
+    diesel::update(instances::table.find(&inst.instance_id))
+        .set((
+            instances::placement_kind.eq(kind),
+            instances::grant_id.eq(grant_id),
+            instances::account_id.eq(account_id),
+            instances::reservation_id.eq(reservation_id),
+            instances::state.eq(state),
+            instances::deleted_at.eq(if state == "deleted" {
+                Some(at)
+            } else {
+                inst.deleted_at
+            }),
+        ))
+        .execute(conn)
+        .await?;
+    diesel::update(
+        seg::table
+            .filter(seg::instance_id.eq(&inst.instance_id))
+            .filter(seg::to_ms.is_null())
+            .filter(seg::from_ms.lt(at)),
+    )
+    .set(seg::to_ms.eq(at))
+    .execute(conn)
+    .await?;
+    diesel::delete(
+        seg::table
+            .filter(seg::instance_id.eq(&inst.instance_id))
+            .filter(seg::to_ms.is_null()),
+    )
+    .execute(conn)
+    .await?;
+    if state != "deleted" {
+        // billing "none" instances bill nothing wherever they are.
+        let seg_kind = if inst.billing == "none" { "none" } else { kind };
+        diesel::insert_into(seg::table)
+            .values((
+                seg::instance_id.eq(&inst.instance_id),
+                seg::from_ms.eq(at),
+                seg::kind.eq(seg_kind),
+                seg::running.eq(state == "running"),
+                seg::grant_id.eq(grant_id),
+                seg::account_id.eq(account_id),
+                seg::reservation_id.eq(reservation_id),
+            ))
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The live instances holding a slot of the reservation.
+pub async fn seated(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+) -> Result<Vec<InstanceRow>> {
+    Ok(instances::table
+        .filter(instances::account_id.eq(&res.account_id))
+        .filter(instances::reservation_id.eq(&res.reservation_id))
+        .filter(instances::state.ne("deleted"))
+        .order((instances::created_at.asc(), instances::instance_id.asc()))
+        .select(InstanceRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Applies a settlement move of one instance on `res` at `at`.
+pub async fn apply_move(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    instance_id: &str,
+    to: &Destination,
+    at: i64,
+) -> Result<()> {
+    let inst = load(conn, instance_id)
+        .await?
+        .ok_or_else(|| Error::internal(format!("move of unknown instance {instance_id}")))?;
+    let target = Target::from_destination(to, res);
+    place_at(conn, &inst, &target, &inst.state.clone(), at).await
+}
+
+/// Moves instances taken into a grant at `at`.
+pub async fn take_in(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    grant_id: &str,
+    ids: &[String],
+    at: i64,
+) -> Result<()> {
+    for id in ids {
+        apply_move(conn, res, id, &Destination::Grant(grant_id.to_owned()), at).await?;
+    }
+    Ok(())
+}
+
+async fn load(conn: &mut AsyncPgConnection, instance_id: &str) -> Result<Option<InstanceRow>> {
+    Ok(instances::table
+        .find(instance_id)
+        .select(InstanceRow::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// The placement view of a locked, settled reservation at `now`.
+async fn view(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    now: i64,
+) -> Result<ReservationView> {
+    let seated = seated(conn, res).await?;
+    let live = timeline::live_grants(conn, res, now).await?;
+    let live_grants = live
+        .into_iter()
+        .map(|g| {
+            let held = seated
+                .iter()
+                .filter(|i| i.grant_id.as_deref() == Some(g.grant_id.as_str()))
+                .count();
+            grants_core::LiveGrant {
+                grant_id: g.grant_id,
+                tenant_id: g.tenant_id,
+                project_id: g.project_id,
+                slots: u32::try_from(g.slots).unwrap_or(0),
+                starts_at: g.starts_at,
+                held: u32::try_from(held).unwrap_or(u32::MAX),
+            }
+        })
+        .collect();
+    let running = seated.iter().filter(|i| i.running()).count() as u64;
+    let running_outside_grants = seated
+        .iter()
+        .filter(|i| i.running() && i.placement_kind == "reservation")
+        .count() as u64;
+    Ok(ReservationView {
+        reservation_id: res.reservation_id.clone(),
+        total: u64::try_from(res.total).unwrap_or(0),
+        provider_in_use: u64::try_from(res.provider_in_use).unwrap_or(0),
+        live_grants,
+        running_outside_grants,
+        running,
+    })
+}
+
+fn capacity_error(view: &ReservationView) -> Error {
+    Error::new(
+        Code::CapacityUnavailable,
+        format!(
+            "reservation {} has no slot for the instance",
+            view.reservation_id
+        ),
+    )
+    .with("reservationId", view.reservation_id.as_str())
+    .with("total", view.total)
+    .with("inUse", view.physical_in_use())
+    .with("available", view.available())
+}
+
+/// Places an instance over the pool's candidate reservations (bound, of the
+/// flavor, ready), in reservation id order, each locked and settled before
+/// its decision. No candidate: on-demand. All refuse: `CAPACITY_UNAVAILABLE`
+/// with the first candidate's figures.
+async fn decide(
+    conn: &mut AsyncPgConnection,
+    pool_id: &str,
+    flavor: &str,
+    request: &PlacementRequest,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<Target> {
+    let candidates: Vec<(String, String)> = reservations::table
+        .filter(reservations::pool_id.eq(pool_id))
+        .filter(reservations::flavor.eq(flavor))
+        .filter(reservations::status.eq("ready"))
+        .order((
+            reservations::reservation_id.asc(),
+            reservations::account_id.asc(),
+        ))
+        .select((reservations::account_id, reservations::reservation_id))
+        .load(conn)
+        .await?;
+    let mut first_refusal = None;
+    let mut considered = 0;
+    for (account_id, reservation_id) in candidates {
+        let Some(res) = timeline::lock_reservation(conn, &account_id, &reservation_id).await?
+        else {
+            continue;
+        };
+        if res.status != "ready" || res.pool_id.as_deref() != Some(pool_id) {
+            continue;
+        }
+        considered += 1;
+        timeline::settle(conn, &res, now, events).await?;
+        let view = view(conn, &res, now).await?;
+        match grants_core::place_on(&view, request) {
+            Ok(seat) => return Ok(Target::from_seat(seat, &res)),
+            Err(_) => {
+                first_refusal.get_or_insert_with(|| capacity_error(&view));
+            }
+        }
+    }
+    match first_refusal {
+        Some(e) => Err(e),
+        None if considered == 0 => Ok(Target::OnDemand),
+        None => Err(Error::internal("no decision")),
+    }
+}
+
+/// Locks the tenant's quota rows of the pool for `charges` (by resource).
+async fn lock_quota_rows(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    pool_id: &str,
+    charges: &[Charge],
+) -> Result<Vec<QuotaRow>> {
+    let resources: Vec<&str> = charges.iter().map(|c| c.resource.as_str()).collect();
+    let rows: Vec<(String, i64, i64)> = quotas::table
+        .filter(quotas::tenant_id.eq(tenant))
+        .filter(quotas::pool_id.eq(pool_id))
+        .filter(quotas::resource.eq_any(&resources))
+        .order(quotas::resource.asc())
+        .select((quotas::resource, quotas::max_value, quotas::used))
+        .for_update()
+        .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(r, m, u)| QuotaRow::new(r, m, u))
+        .collect())
+}
+
+async fn write_quota_rows(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    pool_id: &str,
+    before: &[QuotaRow],
+    after: &[QuotaRow],
+) -> Result<()> {
+    for row in after {
+        if before
+            .iter()
+            .any(|b| b.resource == row.resource && b.used == row.used)
+        {
+            continue;
+        }
+        diesel::update(quotas::table.find((tenant, pool_id, &row.resource)))
+            .set(quotas::used.eq(row.used))
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
+}
+
+fn charges_for(pool: &Pool, flavor: &str) -> Result<Vec<Charge>> {
+    let f = pool
+        .flavor(flavor)
+        .ok_or_else(|| Error::internal("flavor vanished"))?;
+    Ok(quotas_core::instance_charges(f.vcpus, f.memory_gib, f.gpus))
+}
+
+/// Input of `instances.create`.
+#[derive(Debug, Clone)]
+pub struct NewInstance<'a> {
+    /// The acting tenant.
+    pub tenant_id: &'a str,
+    /// Pool.
+    pub pool_id: &'a str,
+    /// Flavor.
+    pub flavor: &'a str,
+    /// Project.
+    pub project_id: Option<&'a str>,
+    /// Name (defaults to the id).
+    pub name: Option<&'a str>,
+    /// Billing.
+    pub billing: Billing,
+}
+
+/// `instances.create`: quota charged, then placed, atomically; idempotent.
+pub async fn create(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    new: NewInstance<'_>,
+    key: KeyedRequest<'_>,
+    now: i64,
+) -> Result<Instance> {
+    conn.transaction::<_, Error, _>(async move |conn| {
+        let id = ids::new_id("inst", now);
+        if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
+            return get(conn, new.tenant_id, &existing).await;
+        }
+        let pool = pools::get(conn, new.pool_id, new.tenant_id, root).await?;
+        if pool.flavor(new.flavor).is_none() {
+            return Err(Error::invalid("flavor", "unknown-flavor", format!("pool {} has no flavor {}", pool.pool_id, new.flavor)));
+        }
+        if let Some(p) = new.project_id
+            && tenancy::tenant_project(conn, new.tenant_id, p).await?.is_none()
+        {
+            return Err(Error::invalid("projectId", "project-not-tenant", format!("project {p} is not a project of {}", new.tenant_id)));
+        }
+        let charges = charges_for(&pool, new.flavor)?;
+        let rows = lock_quota_rows(conn, new.tenant_id, new.pool_id, &charges).await?;
+        let charged = quotas_core::charge(&rows, &charges).map_err(|q| {
+            Error::new(Code::QuotaExceeded, format!("quota {} of pool {} exceeded", q.resource, new.pool_id))
+                .with("poolId", new.pool_id)
+                .with("resource", q.resource.as_str())
+                .with("max", q.max)
+                .with("used", q.used)
+                .with("requested", q.requested)
+        })?;
+        let mut events = Vec::new();
+        let request = PlacementRequest::new(new.tenant_id, new.project_id.map(str::to_owned), new.billing);
+        let target = decide(conn, new.pool_id, new.flavor, &request, now, &mut events).await?;
+        write_quota_rows(conn, new.tenant_id, new.pool_id, &rows, &charged).await?;
+        let row: InstanceRow = diesel::insert_into(instances::table)
+            .values((
+                instances::instance_id.eq(&id),
+                instances::tenant_id.eq(new.tenant_id),
+                instances::project_id.eq(new.project_id),
+                instances::pool_id.eq(new.pool_id),
+                instances::flavor.eq(new.flavor),
+                instances::name.eq(new.name.unwrap_or(&id)),
+                instances::billing.eq(new.billing.as_str()),
+                instances::state.eq("running"),
+                instances::placement_kind.eq("none"),
+                instances::created_at.eq(now),
+            ))
+            .returning(InstanceRow::as_returning())
+            .get_result(conn)
+            .await?;
+        place_at(conn, &row, &target, "running", now).await?;
+        events::publish(conn, now, events).await?;
+        tracing::info!(instance = %id, tenant = %new.tenant_id, placement = ?target, "instance created");
+        get(conn, new.tenant_id, &id).await
+    })
+    .await
+}
+
+/// `instances.get`: an instance of the tenant.
+pub async fn get(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+) -> Result<Instance> {
+    match load(conn, instance_id).await? {
+        Some(r) if r.tenant_id == tenant => Ok(Instance::from(r)),
+        _ => Err(Error::not_found("instance", instance_id)),
+    }
+}
+
+/// `instances.list`: the tenant's instances, newest first, optionally of one project.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    project_id: Option<&str>,
+) -> Result<Vec<Instance>> {
+    let mut q = instances::table
+        .filter(instances::tenant_id.eq(tenant))
+        .order((instances::created_at.desc(), instances::instance_id.desc()))
+        .limit(1000)
+        .select(InstanceRow::as_select())
+        .into_boxed();
+    if let Some(p) = project_id {
+        q = q.filter(instances::project_id.eq(p));
+    }
+    Ok(q.load(conn)
+        .await?
+        .into_iter()
+        .map(Instance::from)
+        .collect())
+}
+
+/// Locks the instance's reservation (settled to `now`) and then the instance
+/// row, so the instance cannot move under the caller. Returns the row and the
+/// reservation it is on, if any.
+async fn lock_instance(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<(InstanceRow, Option<ReservationRow>)> {
+    loop {
+        let current = match load(conn, instance_id).await? {
+            Some(r) if r.tenant_id == tenant => r,
+            _ => return Err(Error::not_found("instance", instance_id)),
+        };
+        let res = match (&current.account_id, &current.reservation_id) {
+            (Some(a), Some(r)) => {
+                let res = timeline::lock_reservation(conn, a, r)
+                    .await?
+                    .ok_or_else(|| Error::internal("instance on unknown reservation"))?;
+                timeline::settle(conn, &res, now, events).await?;
+                Some(res)
+            }
+            _ => None,
+        };
+        let locked: InstanceRow = instances::table
+            .find(instance_id)
+            .select(InstanceRow::as_select())
+            .for_update()
+            .first(conn)
+            .await?;
+        if locked.reservation_id == current.reservation_id
+            && locked.account_id == current.account_id
+        {
+            return Ok((locked, res));
+        }
+        // It moved between the read and the lock (only ever off a reservation): retry.
+    }
+}
+
+/// `instances.stop`: a grant instance keeps its slot; others release theirs.
+pub async fn stop(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+) -> Result<Instance> {
+    conn.transaction::<_, Error, _>(async move |conn| {
+        let mut events = Vec::new();
+        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        match inst.state.as_str() {
+            "deleted" => return Err(Error::invalid_state("the instance is deleted").with("state", "deleted")),
+            "stopped" => {
+                events::publish(conn, now, events).await?;
+                return Ok(Instance::from(inst));
+            }
+            _ => {}
+        }
+        let target = match (&inst.grant_id, &res) {
+            (Some(g), Some(r)) => Target::Grant { grant_id: g.clone(), account_id: r.account_id.clone(), reservation_id: r.reservation_id.clone() },
+            _ => Target::None,
+        };
+        place_at(conn, &inst, &target, "stopped", now).await?;
+        events::publish(conn, now, events).await?;
+        get(conn, tenant, instance_id).await
+    })
+    .await
+}
+
+/// `instances.start`: back into its grant if that grant is still live,
+/// otherwise placed again like a new instance.
+pub async fn start(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+) -> Result<Instance> {
+    conn.transaction::<_, Error, _>(async move |conn| {
+        let mut events = Vec::new();
+        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        match inst.state.as_str() {
+            "deleted" => return Err(Error::invalid_state("the instance is deleted").with("state", "deleted")),
+            "running" => {
+                events::publish(conn, now, events).await?;
+                return Ok(Instance::from(inst));
+            }
+            _ => {}
+        }
+        let mut request = PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
+        let target = match (&inst.grant_id, &res) {
+            (Some(g), Some(r)) => {
+                // It still holds its slot in a live grant (settlement would
+                // have moved it otherwise): only its own reservation decides.
+                request.held_grant = Some(g.clone());
+                let view = view(conn, r, now).await?;
+                let seat = grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
+                Target::from_seat(seat, r)
+            }
+            _ => decide(conn, &inst.pool_id, &inst.flavor, &request, now, &mut events).await?,
+        };
+        place_at(conn, &inst, &target, "running", now).await?;
+        events::publish(conn, now, events).await?;
+        get(conn, tenant, instance_id).await
+    })
+    .await
+}
+
+/// Deletes a locked instance at `now`: releases its slot and its quota.
+async fn delete_locked(conn: &mut AsyncPgConnection, inst: &InstanceRow, now: i64) -> Result<()> {
+    let pool = pool_of(conn, &inst.pool_id).await?;
+    let charges = charges_for(&pool, &inst.flavor)?;
+    let rows = lock_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &charges).await?;
+    let released = quotas_core::release(&rows, &charges);
+    write_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &rows, &released).await?;
+    place_at(conn, inst, &Target::None, "deleted", now).await
+}
+
+async fn pool_of(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Pool> {
+    pools::get_any(conn, pool_id).await
+}
+
+/// `instances.delete`: releases slot and quota; deleting again returns it unchanged.
+pub async fn delete(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+) -> Result<Instance> {
+    conn.transaction::<_, Error, _>(async move |conn| {
+        // Quota rows come first in the lock order.
+        let Some(peek) = load(conn, instance_id)
+            .await?
+            .filter(|r| r.tenant_id == tenant)
+        else {
+            return Err(Error::not_found("instance", instance_id));
+        };
+        let pool = pool_of(conn, &peek.pool_id).await?;
+        lock_quota_rows(
+            conn,
+            tenant,
+            &peek.pool_id,
+            &charges_for(&pool, &peek.flavor)?,
+        )
+        .await?;
+        let mut events = Vec::new();
+        let (inst, _) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        if inst.state != "deleted" {
+            delete_locked(conn, &inst, now).await?;
+            tracing::info!(instance = %instance_id, "instance deleted");
+        }
+        events::publish(conn, now, events).await?;
+        get(conn, tenant, instance_id).await
+    })
+    .await
+}
+
+/// Deletes every live instance of a tenant (tenant deletion), in the
+/// caller's transaction; the caller has settled and force-ended the
+/// tenant's reservations.
+pub async fn delete_all_of_tenant(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    now: i64,
+) -> Result<usize> {
+    let live: Vec<InstanceRow> = instances::table
+        .filter(instances::tenant_id.eq(tenant))
+        .filter(instances::state.ne("deleted"))
+        .order(instances::instance_id.asc())
+        .select(InstanceRow::as_select())
+        .for_update()
+        .load(conn)
+        .await?;
+    for inst in &live {
+        delete_locked(conn, inst, now).await?;
+    }
+    Ok(live.len())
+}
+
+/// Reservations where the tenant has grants or live instances.
+pub async fn reservations_of_tenant(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+) -> Result<Vec<(String, String)>> {
+    let mut keys: Vec<(String, String)> = grants::table
+        .filter(grants::tenant_id.eq(tenant))
+        .filter(grants::settled_state.eq_any(["scheduled", "active"]))
+        .select((grants::account_id, grants::reservation_id))
+        .distinct()
+        .load(conn)
+        .await?;
+    let on: Vec<(Option<String>, Option<String>)> = instances::table
+        .filter(instances::tenant_id.eq(tenant))
+        .filter(instances::state.ne("deleted"))
+        .filter(instances::reservation_id.is_not_null())
+        .select((instances::account_id, instances::reservation_id))
+        .distinct()
+        .load(conn)
+        .await?;
+    keys.extend(on.into_iter().filter_map(|(a, r)| Some((a?, r?))));
+    keys.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+    keys.dedup();
+    Ok(keys)
+}

@@ -1,0 +1,2 @@
+DROP TABLE placement_segments;
+DROP TABLE instances;
