@@ -34,7 +34,7 @@ CREATE TABLE grants (
     created_at      bigint NOT NULL,
     ended_at        bigint,
     metered_through bigint NOT NULL,
-    CHECK (ends_at > starts_at),
+    CHECK (ends_at >= starts_at),
     CHECK (metered_through >= starts_at AND metered_through <= ends_at),
     FOREIGN KEY (account_id, reservation_id) REFERENCES reservations (account_id, reservation_id)
 );

@@ -50,7 +50,83 @@ pub trait Pass: Send + Sync {
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a>;
 }
 
-/// Every pass, in the order a round runs them.
+/// Every pass, in the order a round runs them: scans first (a reservation
+/// gone ends its grants at the scan's instant), then grants, then instances.
 pub fn all() -> Vec<Box<dyn Pass>> {
-    Vec::new()
+    vec![Box::new(Reservations), Box::new(Grants), Box::new(Usage)]
+}
+
+async fn now(ctx: &PassContext) -> anyhow::Result<i64> {
+    let mut conn = ctx.pool.get().await?;
+    Ok(ctx.clock.now(&mut conn).await?)
+}
+
+/// `vps.reservations`: scans every provider account.
+pub struct Reservations;
+
+impl Pass for Reservations {
+    fn name(&self) -> &'static str {
+        "vps.reservations"
+    }
+
+    fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
+        Box::pin(async move {
+            let p = storage::reservations::scan_all(&ctx.pool, ctx.clock, &ctx.root_tenant).await?;
+            Ok(PassReport {
+                counts: vec![
+                    ("accountsScanned", p.scanned),
+                    ("accountsFailed", p.failed),
+                    ("accountsBackingOff", p.backing_off),
+                    ("reservationsAppeared", p.outcome.appeared),
+                    ("reservationsGone", p.outcome.gone),
+                    ("grantsClosed", p.outcome.grants_closed),
+                    ("capacityShort", p.outcome.capacity_short),
+                ],
+            })
+        })
+    }
+}
+
+/// `vps.grants`: settles every reservation's timeline and writes
+/// `vm.grant.slot.hours`.
+pub struct Grants;
+
+impl Pass for Grants {
+    fn name(&self) -> &'static str {
+        "vps.grants"
+    }
+
+    fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
+        Box::pin(async move {
+            let now = now(ctx).await?;
+            let transitions = storage::metering::settle_all(&ctx.pool, now).await?;
+            let (grants, records) = storage::metering::meter_grants(&ctx.pool, now).await?;
+            Ok(PassReport {
+                counts: vec![
+                    ("transitions", transitions),
+                    ("grantsMetered", grants),
+                    ("records", records),
+                ],
+            })
+        })
+    }
+}
+
+/// `vps.usage`: writes the instance meters from placement segments.
+pub struct Usage;
+
+impl Pass for Usage {
+    fn name(&self) -> &'static str {
+        "vps.usage"
+    }
+
+    fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
+        Box::pin(async move {
+            let now = now(ctx).await?;
+            let (instances, records) = storage::metering::meter_instances(&ctx.pool, now).await?;
+            Ok(PassReport {
+                counts: vec![("instancesMetered", instances), ("records", records)],
+            })
+        })
+    }
 }

@@ -54,6 +54,8 @@ pub struct InstanceRow {
     pub created_at: i64,
     /// Deletion instant.
     pub deleted_at: Option<i64>,
+    /// Instance meters are written up to here.
+    pub usage_metered_through: i64,
 }
 
 impl InstanceRow {
@@ -237,6 +239,9 @@ pub async fn place_at(
     state: &str,
     at: i64,
 ) -> Result<()> {
+    // Billed history is never rewritten: a transition settled after its
+    // instant was metered takes effect at the first unmetered instant.
+    let at = at.max(inst.usage_metered_through);
     let (kind, grant_id, account_id, reservation_id) = target.columns();
     diesel::update(instances::table.find(&inst.instance_id))
         .set((
@@ -562,6 +567,7 @@ pub async fn create(
                 instances::state.eq("running"),
                 instances::placement_kind.eq("none"),
                 instances::created_at.eq(now),
+                instances::usage_metered_through.eq(now),
             ))
             .returning(InstanceRow::as_returning())
             .get_result(conn)

@@ -14,6 +14,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod instances;
 pub mod lifecycle;
+pub mod metering;
 pub mod pools;
 pub mod reservations;
 pub mod schema;

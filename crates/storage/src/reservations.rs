@@ -482,3 +482,92 @@ pub async fn delete_account(
     })
     .await
 }
+
+/// Backoff after `failures` consecutive provider failures: 10 s doubling,
+/// at most 15 minutes.
+pub fn scan_backoff_ms(failures: i32) -> i64 {
+    let exp = u32::try_from(failures.clamp(1, 20) - 1).unwrap_or(0);
+    (10_000i64 << exp.min(7)).min(15 * 60 * 1000)
+}
+
+/// What one `vps.reservations` pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ScanPass {
+    /// Accounts scanned successfully.
+    pub scanned: u64,
+    /// Accounts whose provider failed (retried later with backoff).
+    pub failed: u64,
+    /// Accounts skipped because their retry time has not come.
+    pub backing_off: u64,
+    /// Sum of the scans' outcomes.
+    pub outcome: ScanOutcome,
+}
+
+/// Scans every provider account whose retry time has come (the
+/// `vps.reservations` pass). A failing provider changes nothing for its
+/// account, is logged and retried with backoff; it never fails the pass.
+pub async fn scan_all(pool: &DbPool, clock: Clock, root: &str) -> Result<ScanPass> {
+    let mut conn = pool.get().await?;
+    let now = clock.now(&mut conn).await?;
+    let accounts: Vec<(String, String, Option<i64>)> = provider_accounts::table
+        .order(provider_accounts::account_id.asc())
+        .select((
+            provider_accounts::account_id,
+            provider_accounts::tenant_id,
+            provider_accounts::scan_retry_at,
+        ))
+        .load(&mut conn)
+        .await?;
+    drop(conn);
+    let mut pass = ScanPass::default();
+    for (account_id, tenant_id, retry_at) in accounts {
+        if retry_at.is_some_and(|t| t > now) {
+            pass.backing_off += 1;
+            continue;
+        }
+        match scan(pool, clock, root, &tenant_id, &account_id).await {
+            Ok((o, _)) => {
+                pass.scanned += 1;
+                pass.outcome.appeared += o.appeared;
+                pass.outcome.gone += o.gone;
+                pass.outcome.grants_closed += o.grants_closed;
+                pass.outcome.capacity_short += o.capacity_short;
+                let mut conn = pool.get().await?;
+                diesel::update(
+                    provider_accounts::table
+                        .find(&account_id)
+                        .filter(provider_accounts::scan_failures.ne(0)),
+                )
+                .set((
+                    provider_accounts::scan_failures.eq(0),
+                    provider_accounts::scan_retry_at.eq(None::<i64>),
+                ))
+                .execute(&mut conn)
+                .await?;
+            }
+            Err(e)
+                if e.code == Code::Unavailable
+                    && e.details.get("reason").and_then(|r| r.as_str())
+                        == Some("provider-error") =>
+            {
+                pass.failed += 1;
+                let mut conn = pool.get().await?;
+                let failures: i32 = diesel::update(provider_accounts::table.find(&account_id))
+                    .set(provider_accounts::scan_failures.eq(provider_accounts::scan_failures + 1))
+                    .returning(provider_accounts::scan_failures)
+                    .get_result(&mut conn)
+                    .await?;
+                let retry_at = now + scan_backoff_ms(failures);
+                diesel::update(provider_accounts::table.find(&account_id))
+                    .set(provider_accounts::scan_retry_at.eq(retry_at))
+                    .execute(&mut conn)
+                    .await?;
+                tracing::warn!(account = %account_id, failures, retry_at, error = %e.message, "scan failed; will retry with backoff");
+            }
+            // The account was deleted between the listing and its scan.
+            Err(e) if e.code == Code::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(pass)
+}

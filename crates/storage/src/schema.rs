@@ -77,6 +77,7 @@ diesel::table! {
         reservation_id -> Nullable<Text>,
         created_at -> Int8,
         deleted_at -> Nullable<Int8>,
+        usage_metered_through -> Int8,
     }
 }
 
@@ -138,6 +139,8 @@ diesel::table! {
         provider -> Text,
         config -> Jsonb,
         created_at -> Int8,
+        scan_failures -> Int4,
+        scan_retry_at -> Nullable<Int8>,
     }
 }
 
@@ -177,6 +180,33 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    usage_head (id) {
+        id -> Int2,
+        last_seq -> Int8,
+    }
+}
+
+diesel::table! {
+    usage_records (seq) {
+        seq -> Int8,
+        usage_id -> Text,
+        tenant_id -> Text,
+        project_id -> Nullable<Text>,
+        meter -> Text,
+        quantity_micro -> Int8,
+        unit -> Text,
+        period_start -> Int8,
+        period_end -> Int8,
+        grant_id -> Nullable<Text>,
+        instance_id -> Nullable<Text>,
+        subject -> Text,
+        target -> Text,
+        tags -> Jsonb,
+        recorded_at -> Int8,
+    }
+}
+
 diesel::joinable!(api_keys -> tenants (tenant_id));
 diesel::joinable!(grants -> pools (pool_id));
 diesel::joinable!(grants -> projects (project_id));
@@ -211,4 +241,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     quotas,
     reservations,
     tenants,
+    usage_head,
+    usage_records,
 );

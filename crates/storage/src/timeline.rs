@@ -258,6 +258,13 @@ async fn write(
                 for m in moves {
                     instances::apply_move(conn, res, &m.instance_id, &m.to, *at).await?;
                 }
+                if *at <= g.starts_at {
+                    // A forced end at the very instant the term starts would
+                    // leave an empty term: nothing was committed, so it is
+                    // recorded (and published) as a cancellation, term kept.
+                    cancel(conn, g, *at, reason.as_str(), events).await?;
+                    continue;
+                }
                 diesel::update(grants::table.find(grant_id))
                     .set((
                         grants::settled_state.eq("ended"),
@@ -287,20 +294,7 @@ async fn write(
                 reason,
             } => {
                 let g = row(grant_id)?;
-                diesel::update(grants::table.find(grant_id))
-                    .set((
-                        grants::settled_state.eq("cancelled"),
-                        grants::ended_at.eq(*at),
-                        grants::reason.eq(reason.as_str()),
-                    ))
-                    .execute(conn)
-                    .await?;
-                events.push(NewEvent::new(
-                    &g.tenant_id,
-                    "reservation-grant.cancelled",
-                    g.event_data(Some(reason.as_str())),
-                    *at,
-                ));
+                cancel(conn, g, *at, reason.as_str(), events).await?;
             }
             Transition::ReservationLost { at, moves } => {
                 for m in moves {
@@ -309,5 +303,30 @@ async fn write(
             }
         }
     }
+    Ok(())
+}
+
+/// Records `g` as cancelled at `at` and queues its `.cancelled` event.
+async fn cancel(
+    conn: &mut AsyncPgConnection,
+    g: &GrantRow,
+    at: i64,
+    reason: &str,
+    events: &mut Vec<NewEvent>,
+) -> Result<()> {
+    diesel::update(grants::table.find(&g.grant_id))
+        .set((
+            grants::settled_state.eq("cancelled"),
+            grants::ended_at.eq(at),
+            grants::reason.eq(reason),
+        ))
+        .execute(conn)
+        .await?;
+    events.push(NewEvent::new(
+        &g.tenant_id,
+        "reservation-grant.cancelled",
+        g.event_data(Some(reason)),
+        at,
+    ));
     Ok(())
 }

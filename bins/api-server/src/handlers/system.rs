@@ -3,10 +3,11 @@
 use iam_check::{Permission, TenantRule};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use storage::metering::{self, UsageFilter};
 use storage::{Error, events};
 
 use crate::registry::{Call, Kind, Method, handler};
-use crate::schema::{Ty, instant, int, opt, opt_default, pat, req, tenant_id};
+use crate::schema::{Ty, instant, int, opt, opt_default, pat, req, tenant_id, typeid};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -35,6 +36,29 @@ pub fn methods() -> Vec<Method> {
                 ),
             ],
             handler: handler!(list_events),
+        },
+        Method {
+            module: "usage",
+            method: "list",
+            service_module: "billing",
+            kind: Kind::Read,
+            permission: Permission::UsageRead,
+            tenant_rule: TenantRule::Acting,
+            phase: "v1.0",
+            status: "registered",
+            summary: "Pages the tenant's usage records in the order they were recorded (all tenants' with all, root only).",
+            fields: vec![
+                req("tenantId", tenant_id()),
+                opt("from", instant()),
+                opt("to", instant()),
+                opt("meter", pat(64, "^[a-z][a-z0-9.-]{0,63}$")),
+                opt("grantId", typeid("rgrant")),
+                opt("instanceId", typeid("inst")),
+                opt("after", pat(64, "^c[0-9a-v]{1,40}$")),
+                opt_default("limit", int(1, 1000), json!(100)),
+                opt_default("all", Ty::Bool, json!(false)),
+            ],
+            handler: handler!(list_usage),
         },
         Method {
             module: "clock",
@@ -93,6 +117,47 @@ async fn list_events(call: Call) -> Result<Value, Error> {
         "nextCursor": events::encode_cursor(page.next_seq),
         "hasMore": page.has_more,
     }))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListUsage {
+    from: Option<i64>,
+    to: Option<i64>,
+    meter: Option<String>,
+    grant_id: Option<String>,
+    instance_id: Option<String>,
+    after: Option<String>,
+    limit: Option<i64>,
+    all: Option<bool>,
+}
+
+async fn list_usage(call: Call) -> Result<Value, Error> {
+    let input: ListUsage = call.parse()?;
+    let all = input.all.unwrap_or(false);
+    if all && !call.in_root() {
+        return Err(Error::access_denied(
+            "only the root tenant may list every tenant's usage",
+        ));
+    }
+    let after = match &input.after {
+        Some(c) => events::decode_cursor(c)
+            .ok_or_else(|| Error::invalid("after", "pattern", "not a cursor from usage.list"))?,
+        None => 0,
+    };
+    let filter = UsageFilter {
+        tenant_id: (!all).then(|| call.tenant().to_owned()),
+        from: input.from,
+        to: input.to,
+        meter: input.meter,
+        grant_id: input.grant_id,
+        instance_id: input.instance_id,
+    };
+    let mut conn = call.app.conn().await?;
+    let (items, has_more) =
+        metering::list(&mut conn, &filter, after, input.limit.unwrap_or(100)).await?;
+    let next = items.last().map_or(after, |r| r.seq);
+    Ok(json!({ "items": items, "nextCursor": events::encode_cursor(next), "hasMore": has_more }))
 }
 
 async fn get_clock(call: Call) -> Result<Value, Error> {

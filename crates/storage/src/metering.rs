@@ -1,0 +1,634 @@
+//! The reconcilers' storage side: settling every reservation, writing
+//! `vm.grant.slot.hours` for grants and the instance meters from placement
+//! segments (contract 5.2, 6), and `usage.list`.
+//!
+//! Every step claims its rows with row locks (skipping rows another replica
+//! holds), writes records and the new metered-through mark in one
+//! transaction, and relies on the unique (meter, subject, target, hour) key as
+//! a backstop: a worker killed at any point loses nothing and duplicates
+//! nothing, and any number of replicas may run at once.
+
+use std::collections::BTreeMap;
+
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use grants_core::{HOUR_MS, Record, Segment};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::db::DbPool;
+use crate::error::{Error, Result};
+use crate::events;
+use crate::ids;
+use crate::instances::InstanceRow;
+use crate::schema::{
+    grants, instances, placement_segments as seg, pools, reservations, usage_records as ur,
+};
+use crate::timeline::{self, GrantRow, ReservationRow};
+
+/// Grants metered per transaction.
+const GRANT_BATCH: i64 = 200;
+/// Instances metered per transaction.
+const INSTANCE_BATCH: i64 = 200;
+
+/// The start of the hour bucket holding `t`.
+fn hour_floor(t: i64) -> i64 {
+    t.div_euclid(HOUR_MS) * HOUR_MS
+}
+
+/// A usage record to write.
+#[derive(Debug, Clone)]
+struct NewRecord {
+    tenant_id: String,
+    project_id: Option<String>,
+    meter: &'static str,
+    unit: &'static str,
+    record: Record,
+    grant_id: Option<String>,
+    instance_id: Option<String>,
+    subject: String,
+    target: String,
+    tags: Value,
+}
+
+/// Writes records under the global usage sequence (taken last, held to
+/// commit, so sequence order is commit order). Returns how many were new.
+async fn write_records(
+    conn: &mut AsyncPgConnection,
+    now: i64,
+    records: &[NewRecord],
+) -> Result<u64> {
+    if records.is_empty() {
+        return Ok(0);
+    }
+    #[derive(QueryableByName)]
+    struct Head {
+        #[diesel(sql_type = BigInt)]
+        last_seq: i64,
+    }
+    let n = i64::try_from(records.len()).map_err(Error::internal)?;
+    let head: Head = diesel::sql_query(
+        "UPDATE usage_head SET last_seq = last_seq + $1 WHERE id = 1 RETURNING last_seq",
+    )
+    .bind::<BigInt, _>(n)
+    .get_result(conn)
+    .await?;
+    let rows: Vec<_> = records
+        .iter()
+        .zip(head.last_seq - n + 1..)
+        .map(|(r, seq)| {
+            (
+                ur::seq.eq(seq),
+                ur::usage_id.eq(ids::new_id("use", now)),
+                ur::tenant_id.eq(&r.tenant_id),
+                ur::project_id.eq(&r.project_id),
+                ur::meter.eq(r.meter),
+                ur::quantity_micro.eq(r.record.quantity_micro),
+                ur::unit.eq(r.unit),
+                ur::period_start.eq(r.record.period_start),
+                ur::period_end.eq(r.record.period_end),
+                ur::grant_id.eq(&r.grant_id),
+                ur::instance_id.eq(&r.instance_id),
+                ur::subject.eq(&r.subject),
+                ur::target.eq(&r.target),
+                ur::tags.eq(&r.tags),
+                ur::recorded_at.eq(now),
+            )
+        })
+        .collect();
+    // The claim on the subject's row makes a duplicate impossible; the unique
+    // key would turn a bug into a failed, retried transaction, not a double bill.
+    Ok(diesel::insert_into(ur::table)
+        .values(rows)
+        .execute(conn)
+        .await? as u64)
+}
+
+/// Settles every reservation with a transition due by `now`, each in its own
+/// transaction; reservations another transaction holds are skipped (it
+/// settles them itself). Returns the number of transitions applied.
+pub async fn settle_all(pool: &DbPool, now: i64) -> Result<u64> {
+    let mut conn = pool.get().await?;
+    let due: Vec<(String, String)> = grants::table
+        .filter(
+            grants::settled_state
+                .eq("scheduled")
+                .and(grants::starts_at.le(now))
+                .or(grants::settled_state
+                    .eq_any(["scheduled", "active"])
+                    .and(grants::ends_at.le(now))),
+        )
+        .select((grants::account_id, grants::reservation_id))
+        .distinct()
+        .order((grants::reservation_id.asc(), grants::account_id.asc()))
+        .load(&mut conn)
+        .await?;
+    let mut applied = 0u64;
+    for (account_id, reservation_id) in due {
+        applied += conn
+            .transaction::<_, Error, _>(async |conn| {
+                let Some(res) = lock_skip(conn, &account_id, &reservation_id).await? else {
+                    return Ok(0);
+                };
+                let mut batch = Vec::new();
+                let n = timeline::settle(conn, &res, now, &mut batch).await?;
+                events::publish(conn, now, batch).await?;
+                Ok(n as u64)
+            })
+            .await?;
+    }
+    Ok(applied)
+}
+
+async fn lock_skip(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+) -> Result<Option<ReservationRow>> {
+    Ok(reservations::table
+        .find((account_id, reservation_id))
+        .select(ReservationRow::as_select())
+        .for_update()
+        .skip_locked()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Tags of a record about a reservation's grant or instance.
+fn tags(region: &str, pool_id: &str, provider: &str, extra: &[(&str, &str)]) -> Value {
+    let mut t = Map::new();
+    t.insert("region".into(), json!(region));
+    t.insert("poolId".into(), json!(pool_id));
+    t.insert("provider".into(), json!(provider));
+    for (k, v) in extra {
+        t.insert((*k).into(), json!(v));
+    }
+    Value::Object(t)
+}
+
+/// Writes `vm.grant.slot.hours` for every ended, unmetered hour bucket of
+/// every non-cancelled grant, advancing `meteredThrough`. Returns (grants,
+/// records).
+pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
+    let mut conn = pool.get().await?;
+    let cutoff = hour_floor(now);
+    let mut totals = (0u64, 0u64);
+    loop {
+        let (grants_done, written) = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let batch: Vec<GrantRow> = grants::table
+                    .filter(grants::settled_state.ne("cancelled"))
+                    .filter(grants::metered_through.lt(grants::ends_at))
+                    .filter(grants::metered_through.lt(cutoff))
+                    .order(grants::grant_id.asc())
+                    .limit(GRANT_BATCH)
+                    .select(GrantRow::as_select())
+                    .for_update()
+                    .skip_locked()
+                    .load(conn)
+                    .await?;
+                if batch.is_empty() {
+                    return Ok((0, 0));
+                }
+                let keys: Vec<(String, String)> = batch
+                    .iter()
+                    .map(|g| (g.account_id.clone(), g.reservation_id.clone()))
+                    .collect();
+                let places = reservation_places(conn, &keys).await?;
+                let mut records = Vec::new();
+                for g in &batch {
+                    let slots = u32::try_from(g.slots).unwrap_or(0);
+                    let due = grants_core::grant_slot_records(
+                        slots,
+                        g.starts_at,
+                        g.ends_at,
+                        g.metered_through,
+                        now,
+                    );
+                    let Some(last) = due.last() else { continue };
+                    let through = last.metered_through;
+                    let (region, provider) = places
+                        .get(&(g.account_id.clone(), g.reservation_id.clone()))
+                        .cloned()
+                        .unwrap_or_default();
+                    for r in due {
+                        records.push(NewRecord {
+                            tenant_id: g.tenant_id.clone(),
+                            project_id: g.project_id.clone(),
+                            meter: "vm.grant.slot.hours",
+                            unit: "slot-hours",
+                            record: r,
+                            grant_id: Some(g.grant_id.clone()),
+                            instance_id: None,
+                            subject: g.grant_id.clone(),
+                            target: g.grant_id.clone(),
+                            tags: tags(
+                                &region,
+                                &g.pool_id,
+                                &provider,
+                                &[("reservationId", &g.reservation_id)],
+                            ),
+                        });
+                    }
+                    diesel::update(grants::table.find(&g.grant_id))
+                        .set(grants::metered_through.eq(through))
+                        .execute(conn)
+                        .await?;
+                }
+                let written = write_records(conn, now, &records).await?;
+                Ok((batch.len() as u64, written))
+            })
+            .await?;
+        if grants_done == 0 {
+            return Ok(totals);
+        }
+        totals.0 += grants_done;
+        totals.1 += written;
+    }
+}
+
+/// Region and provider of reservations (by account and id).
+async fn reservation_places(
+    conn: &mut AsyncPgConnection,
+    keys: &[(String, String)],
+) -> Result<BTreeMap<(String, String), (String, String)>> {
+    let ids: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+    let rows: Vec<(String, String, String, Option<String>)> = reservations::table
+        .left_join(pools::table)
+        .filter(reservations::reservation_id.eq_any(&ids))
+        .select((
+            reservations::account_id,
+            reservations::reservation_id,
+            reservations::region,
+            pools::provider.nullable(),
+        ))
+        .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(a, r, region, provider)| {
+            ((a, r), (region, provider.unwrap_or_else(|| "gce".into())))
+        })
+        .collect())
+}
+
+/// Which meter a segment kind feeds.
+fn meter_of(kind: &str) -> Option<&'static str> {
+    match kind {
+        "grant" => Some("vm.grant.usage.hours"),
+        "reservation" => Some("vm.reserved.hours"),
+        "ondemand" => Some("vm.ondemand.hours"),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Clone, Queryable)]
+struct SegmentRow {
+    from_ms: i64,
+    to_ms: Option<i64>,
+    kind: String,
+    running: bool,
+    grant_id: Option<String>,
+    account_id: Option<String>,
+    reservation_id: Option<String>,
+}
+
+/// One meter series of an instance: its segments, its grant, its reservation.
+type Series = (Vec<Segment>, Option<String>, Option<(String, String)>);
+
+/// The instance meters of one locked instance up to `now`.
+async fn instance_records(
+    conn: &mut AsyncPgConnection,
+    inst: &InstanceRow,
+    now: i64,
+) -> Result<Vec<NewRecord>> {
+    let segments: Vec<SegmentRow> = seg::table
+        .filter(seg::instance_id.eq(&inst.instance_id))
+        .filter(seg::running.eq(true))
+        .order((seg::from_ms.asc(), seg::segment_id.asc()))
+        .select((
+            seg::from_ms,
+            seg::to_ms,
+            seg::kind,
+            seg::running,
+            seg::grant_id,
+            seg::account_id,
+            seg::reservation_id,
+        ))
+        .load(conn)
+        .await?;
+    // One series per (meter, target): its own cumulative rounding.
+    let mut series: BTreeMap<(&'static str, String), Series> = BTreeMap::new();
+    for s in segments.iter().filter(|s| s.running) {
+        let Some(meter) = meter_of(&s.kind) else {
+            continue;
+        };
+        let target = match s.kind.as_str() {
+            "grant" => s.grant_id.clone().unwrap_or_default(),
+            "reservation" => s.reservation_id.clone().unwrap_or_default(),
+            _ => "ondemand".to_owned(),
+        };
+        let res = s.account_id.clone().zip(s.reservation_id.clone());
+        let entry = series
+            .entry((meter, target))
+            .or_insert_with(|| (Vec::new(), s.grant_id.clone(), res));
+        entry.0.push(Segment {
+            from: s.from_ms,
+            to: s.to_ms.unwrap_or(i64::MAX),
+            weight: 1,
+        });
+    }
+    if series.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (pool_region, provider): (String, String) = pools::table
+        .find(&inst.pool_id)
+        .select((pools::region, pools::provider))
+        .first(conn)
+        .await?;
+    let keys: Vec<(String, String)> = series.values().filter_map(|v| v.2.clone()).collect();
+    let places = reservation_places(conn, &keys).await?;
+    let mut out = Vec::new();
+    for ((meter, target), (segments, grant_id, res)) in series {
+        let region = res
+            .as_ref()
+            .and_then(|k| places.get(k))
+            .map_or(pool_region.clone(), |(region, _)| region.clone());
+        let mut extra: Vec<(&str, &str)> = vec![("flavor", inst.flavor.as_str())];
+        if let Some((_, r)) = &res {
+            extra.push(("reservationId", r.as_str()));
+        }
+        if let Some(g) = &grant_id {
+            extra.push(("grantId", g.as_str()));
+        }
+        let tags = tags(&region, &inst.pool_id, &provider, &extra);
+        for r in grants_core::cumulative_rounded_records(&segments, inst.usage_metered_through, now)
+        {
+            out.push(NewRecord {
+                tenant_id: inst.tenant_id.clone(),
+                project_id: inst.project_id.clone(),
+                meter,
+                unit: "instance-hours",
+                record: r,
+                grant_id: grant_id.clone(),
+                instance_id: Some(inst.instance_id.clone()),
+                subject: inst.instance_id.clone(),
+                target: target.clone(),
+                tags: tags.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Meters locked instances up to the last ended hour and advances their mark.
+async fn meter_locked(
+    conn: &mut AsyncPgConnection,
+    batch: &[InstanceRow],
+    now: i64,
+) -> Result<u64> {
+    let cutoff = hour_floor(now);
+    let mut records = Vec::new();
+    for inst in batch {
+        records.extend(instance_records(conn, inst, now).await?);
+        diesel::update(instances::table.find(&inst.instance_id))
+            .set(instances::usage_metered_through.eq(cutoff.max(inst.usage_metered_through)))
+            .execute(conn)
+            .await?;
+    }
+    write_records(conn, now, &records).await
+}
+
+/// Writes the instance meters for every ended hour bucket from placement
+/// segments. Instances on a reservation are metered under its row lock after
+/// settling it, so no pending take-in or hand-over can change an hour that is
+/// being billed. Returns (instances, records).
+pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
+    let mut conn = pool.get().await?;
+    let cutoff = hour_floor(now);
+    let mut totals = (0u64, 0u64);
+    // Instances on reservations, one reservation per transaction.
+    let on: Vec<(Option<String>, Option<String>)> = instances::table
+        .filter(instances::reservation_id.is_not_null())
+        .filter(instances::state.ne("deleted"))
+        .filter(instances::usage_metered_through.lt(cutoff))
+        .select((instances::account_id, instances::reservation_id))
+        .distinct()
+        .load(&mut conn)
+        .await?;
+    let mut keys: Vec<(String, String)> =
+        on.into_iter().filter_map(|(a, r)| Some((a?, r?))).collect();
+    keys.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+    for (account_id, reservation_id) in keys {
+        let (n, w) = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let Some(res) = lock_skip(conn, &account_id, &reservation_id).await? else {
+                    return Ok((0, 0));
+                };
+                let mut batch_events = Vec::new();
+                timeline::settle(conn, &res, now, &mut batch_events).await?;
+                let batch: Vec<InstanceRow> = instances::table
+                    .filter(instances::account_id.eq(&account_id))
+                    .filter(instances::reservation_id.eq(&reservation_id))
+                    .filter(instances::state.ne("deleted"))
+                    .filter(instances::usage_metered_through.lt(cutoff))
+                    .order(instances::instance_id.asc())
+                    .select(InstanceRow::as_select())
+                    .for_update()
+                    .load(conn)
+                    .await?;
+                let written = meter_locked(conn, &batch, now).await?;
+                events::publish(conn, now, batch_events).await?;
+                Ok((batch.len() as u64, written))
+            })
+            .await?;
+        totals.0 += n;
+        totals.1 += w;
+    }
+    // Everything else: on-demand, stopped without a slot, deleted.
+    loop {
+        let (n, w) = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let batch: Vec<InstanceRow> = instances::table
+                    .filter(instances::reservation_id.is_null())
+                    .filter(instances::usage_metered_through.lt(cutoff))
+                    .filter(
+                        instances::state
+                            .ne("deleted")
+                            .or(instances::usage_metered_through
+                                .lt(instances::deleted_at.assume_not_null())),
+                    )
+                    .order(instances::instance_id.asc())
+                    .limit(INSTANCE_BATCH)
+                    .select(InstanceRow::as_select())
+                    .for_update()
+                    .skip_locked()
+                    .load(conn)
+                    .await?;
+                let written = meter_locked(conn, &batch, now).await?;
+                Ok((batch.len() as u64, written))
+            })
+            .await?;
+        if n == 0 {
+            return Ok(totals);
+        }
+        totals.0 += n;
+        totals.1 += w;
+    }
+}
+
+/// A usage record as `usage.list` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRecord {
+    /// `use_...`
+    pub usage_id: String,
+    /// The billed tenant.
+    pub tenant_id: String,
+    /// Project.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// Meter name.
+    pub meter: String,
+    /// Exactly 6 decimals.
+    pub quantity: String,
+    /// `slot-hours` or `instance-hours`.
+    pub unit: String,
+    /// Hour bucket start.
+    pub period_start: i64,
+    /// Hour bucket end.
+    pub period_end: i64,
+    /// Grant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
+    /// Instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    /// Tags.
+    pub tags: Value,
+    /// When it was written.
+    pub recorded_at: i64,
+    /// Position in the log.
+    #[serde(skip)]
+    pub seq: i64,
+}
+
+/// Filters of `usage.list`.
+#[derive(Debug, Clone, Default)]
+pub struct UsageFilter {
+    /// Only this tenant's records (None: every tenant's, root's `all`).
+    pub tenant_id: Option<String>,
+    /// Periods starting at or after.
+    pub from: Option<i64>,
+    /// Periods ending at or before.
+    pub to: Option<i64>,
+    /// One meter.
+    pub meter: Option<String>,
+    /// One grant.
+    pub grant_id: Option<String>,
+    /// One instance.
+    pub instance_id: Option<String>,
+}
+
+/// `usage.list`: records after position `after`, oldest first in the order
+/// they were recorded, at most `limit`; returns them and whether more follow.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    filter: &UsageFilter,
+    after: i64,
+    limit: i64,
+) -> Result<(Vec<UsageRecord>, bool)> {
+    let mut q = ur::table
+        .filter(ur::seq.gt(after))
+        .order(ur::seq.asc())
+        .limit(limit + 1)
+        .select((
+            ur::usage_id,
+            ur::tenant_id,
+            ur::project_id,
+            ur::meter,
+            ur::quantity_micro,
+            ur::unit,
+            ur::period_start,
+            ur::period_end,
+            ur::grant_id,
+            ur::instance_id,
+            ur::tags,
+            ur::recorded_at,
+            ur::seq,
+        ))
+        .into_boxed();
+    if let Some(t) = &filter.tenant_id {
+        q = q.filter(ur::tenant_id.eq(t.clone()));
+    }
+    if let Some(f) = filter.from {
+        q = q.filter(ur::period_start.ge(f));
+    }
+    if let Some(t) = filter.to {
+        q = q.filter(ur::period_end.le(t));
+    }
+    if let Some(m) = &filter.meter {
+        q = q.filter(ur::meter.eq(m.clone()));
+    }
+    if let Some(g) = &filter.grant_id {
+        q = q.filter(ur::grant_id.eq(g.clone()));
+    }
+    if let Some(i) = &filter.instance_id {
+        q = q.filter(ur::instance_id.eq(i.clone()));
+    }
+    type Row = (
+        String,
+        String,
+        Option<String>,
+        String,
+        i64,
+        String,
+        i64,
+        i64,
+        Option<String>,
+        Option<String>,
+        Value,
+        i64,
+        i64,
+    );
+    let rows: Vec<Row> = q.load(conn).await?;
+    let has_more = rows.len() as i64 > limit;
+    let items = rows
+        .into_iter()
+        .take(usize::try_from(limit).unwrap_or(0))
+        .map(
+            |(
+                usage_id,
+                tenant_id,
+                project_id,
+                meter,
+                q,
+                unit,
+                ps,
+                pe,
+                grant_id,
+                instance_id,
+                tags,
+                recorded_at,
+                seq,
+            )| UsageRecord {
+                usage_id,
+                tenant_id,
+                project_id,
+                meter,
+                quantity: grants_core::format_micros(q),
+                unit,
+                period_start: ps,
+                period_end: pe,
+                grant_id,
+                instance_id,
+                tags,
+                recorded_at,
+                seq,
+            },
+        )
+        .collect();
+    Ok((items, has_more))
+}
