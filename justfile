@@ -2,6 +2,10 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
+# List the recipes.
+default:
+    @just --list
+
 # Start PostgreSQL (unless DATABASE_URL is set), fake-gce, api-server and reconciler-worker.
 run:
     scripts/run.sh
@@ -26,7 +30,11 @@ schema-check:
 
 # Benchmarks against a private database (writes docs/benchmarks.md).
 bench:
-    @echo "benchmarks are not built yet (issue: Benchmarks)"; exit 1
+    @echo "benchmarks are not built yet"; exit 1
+
+# Regenerate docs/api/openapi.json from the method registry.
+docs:
+    cargo run --quiet -p api-server -- openapi > docs/api/openapi.json
 
 # Start the private PostgreSQL and print its URL.
 db:

@@ -229,3 +229,44 @@ impl Default for Registry {
         Registry::new()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_is_unique_and_takes_the_acting_tenant() {
+        let r = Registry::new();
+        let mut names: Vec<String> = r.methods().iter().map(Method::name).collect();
+        let before = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), before, "duplicate method names");
+        for m in r.methods() {
+            let first = m.fields.first().expect("fields");
+            assert_eq!(
+                (first.name, first.required),
+                ("tenantId", true),
+                "{}",
+                m.name()
+            );
+            if m.scope() == ScopeKind::ProviderAccount {
+                assert!(
+                    m.fields.iter().any(|f| f.name == "accountId" && f.required),
+                    "{} needs accountId",
+                    m.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_committed_openapi_document_is_the_generated_one() {
+        let committed: Value =
+            serde_json::from_str(include_str!("../../../docs/api/openapi.json")).expect("json");
+        assert!(
+            committed == Registry::new().openapi(),
+            "docs/api/openapi.json is stale: run `just docs` and commit it"
+        );
+    }
+}
