@@ -5,11 +5,11 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method as HttpMethod, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -210,6 +210,62 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFiel
     }
 }
 
+/// Bodies between [`MAX_BODY`] and this are read and discarded before the 413
+/// is sent, for at most [`DRAIN_TIME`]: closing a connection with unread
+/// request bytes resets it, and the client would lose the answer.
+const DRAIN_LIMIT: u64 = 16 * 1024 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// Reads a request body of at most [`MAX_BODY`] bytes; `None` when it is
+/// larger (declared or sent).
+async fn read_body(mut body: Incoming, declared: Option<u64>) -> Result<Option<Bytes>, Error> {
+    let mut over = declared.is_some_and(|n| n > MAX_BODY as u64);
+    if declared.is_some_and(|n| n > DRAIN_LIMIT) {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    let mut seen: u64 = 0;
+    let drain_until = tokio::time::Instant::now() + DRAIN_TIME;
+    loop {
+        let frame = if over {
+            if seen > DRAIN_LIMIT {
+                break;
+            }
+            match tokio::time::timeout_at(drain_until, body.frame()).await {
+                Ok(f) => f,
+                Err(_) => break,
+            }
+        } else {
+            body.frame().await
+        };
+        match frame {
+            None => break,
+            Some(Err(_)) if over => break,
+            Some(Err(_)) => {
+                return Err(Error::invalid(
+                    "",
+                    "body",
+                    "the request body could not be read",
+                ));
+            }
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    seen += data.len() as u64;
+                    if !over {
+                        if out.len() + data.len() > MAX_BODY {
+                            over = true;
+                            out = Vec::new();
+                        } else {
+                            out.extend_from_slice(&data);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((!over).then(|| Bytes::from(out)))
+}
+
 fn bearer(req: &Request<Incoming>) -> Option<String> {
     let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, secret) = value.split_once(' ')?;
@@ -236,23 +292,10 @@ async fn call(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(too_large());
-    }
     let secret = bearer(&req);
-    let body = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                too_large()
-            } else {
-                Error::invalid("", "body", "the request body could not be read")
-            }
-        })?
-        .to_bytes();
+    let body = read_body(req.into_body(), declared)
+        .await?
+        .ok_or_else(too_large)?;
 
     let secret = secret.ok_or_else(|| {
         Error::new(

@@ -416,7 +416,11 @@ pub async fn get_quotas(
 ) -> Result<Vec<Quota>> {
     let mut query = quotas::table
         .filter(quotas::tenant_id.eq(tenant))
-        .order((quotas::pool_id.asc(), quotas::resource.asc()))
+        // String (byte) order whatever the database's collation: under a
+        // linguistic one `Zeta` would sort after `alpha` and `a_b` before `a-b`.
+        .order(diesel::dsl::sql::<diesel::sql_types::Text>(
+            r#"quotas.pool_id COLLATE "C", quotas.resource COLLATE "C""#,
+        ))
         .select((
             quotas::pool_id,
             quotas::resource,

@@ -174,7 +174,17 @@ pub async fn apply_scan(
             }
         }
         for k in known.iter().filter(|k| k.status != "gone" && !seen_ids.contains(k.reservation_id.as_str())) {
-            let closed = timeline::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
+            let queued = events.len();
+            timeline::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
+            // Grants ended or cancelled by the loss (not the instances' move
+            // off the reservation, nor term ends settled on the way).
+            let closed = events[queued..]
+                .iter()
+                .filter(|e| {
+                    matches!(e.event_type.as_str(), "reservation-grant.ended" | "reservation-grant.cancelled")
+                        && e.data.get("reason").and_then(|r| r.as_str()) == Some("reservation-gone")
+                })
+                .count();
             diesel::update(reservations::table.find((&k.account_id, &k.reservation_id)))
                 .set((
                     reservations::status.eq("gone"),
@@ -467,6 +477,12 @@ pub async fn delete_account(
                 instances::apply_move(conn, res, &inst.instance_id, &to, now).await?;
             }
         }
+        // Idempotency keys live as long as the grants they created.
+        diesel::delete(idempotency_keys::table.filter(
+            idempotency_keys::object_id.eq_any(grants::table.filter(grants::account_id.eq(account_id)).select(grants::grant_id)),
+        ))
+        .execute(conn)
+        .await?;
         diesel::delete(grants::table.filter(grants::account_id.eq(account_id))).execute(conn).await?;
         diesel::delete(reservations::table.filter(reservations::account_id.eq(account_id))).execute(conn).await?;
         diesel::update(api_keys::table.filter(api_keys::account_id.eq(account_id)).filter(api_keys::revoked_at.is_null()))
