@@ -400,6 +400,34 @@ fn capacity_error(view: &ReservationView) -> Error {
     .with("available", view.available())
 }
 
+/// The pool's candidate reservations for `flavor` (bound, of the flavor,
+/// ready), in the order `decide` considers them.
+async fn candidates(
+    conn: &mut AsyncPgConnection,
+    pool_id: &str,
+    flavor: &str,
+) -> Result<Vec<(String, String)>> {
+    Ok(reservations::table
+        .filter(reservations::pool_id.eq(pool_id))
+        .filter(reservations::flavor.eq(flavor))
+        .filter(reservations::status.eq("ready"))
+        .order((
+            reservations::reservation_id.asc(),
+            reservations::account_id.asc(),
+        ))
+        .select((reservations::account_id, reservations::reservation_id))
+        .load(conn)
+        .await?)
+}
+
+/// Locks the candidate reservations `decide` would lock, in its order.
+async fn lock_candidates(conn: &mut AsyncPgConnection, pool_id: &str, flavor: &str) -> Result<()> {
+    for (account_id, reservation_id) in candidates(conn, pool_id, flavor).await? {
+        timeline::lock_reservation(conn, &account_id, &reservation_id).await?;
+    }
+    Ok(())
+}
+
 /// Places an instance over the pool's candidate reservations (bound, of the
 /// flavor, ready), in reservation id order, each locked and settled before
 /// its decision. No candidate: on-demand. All refuse: `CAPACITY_UNAVAILABLE`
@@ -412,17 +440,7 @@ async fn decide(
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<Target> {
-    let candidates: Vec<(String, String)> = reservations::table
-        .filter(reservations::pool_id.eq(pool_id))
-        .filter(reservations::flavor.eq(flavor))
-        .filter(reservations::status.eq("ready"))
-        .order((
-            reservations::reservation_id.asc(),
-            reservations::account_id.asc(),
-        ))
-        .select((reservations::account_id, reservations::reservation_id))
-        .load(conn)
-        .await?;
+    let candidates = candidates(conn, pool_id, flavor).await?;
     let mut first_refusal = None;
     let mut considered = 0;
     for (account_id, reservation_id) in candidates {
@@ -543,6 +561,13 @@ pub async fn create(
         }
         let charges = charges_for(&pool, new.flavor)?;
         let rows = lock_quota_rows(conn, new.tenant_id, new.pool_id, &charges).await?;
+        // `tenants.delete` locks every quota row of the tenant before marking
+        // it deleted, so once ours are locked the tenant's state is settled:
+        // a deletion that committed since the key was authenticated refuses
+        // the admission instead of leaving a live instance behind.
+        if tenancy::get_tenant(conn, new.tenant_id).await?.is_none_or(|t| t.state != "active") {
+            return Err(Error::new(Code::Unauthenticated, "the tenant has been deleted"));
+        }
         let charged = quotas_core::charge(&rows, &charges).map_err(|q| {
             Error::new(Code::QuotaExceeded, format!("quota {} of pool {} exceeded", q.resource, new.pool_id))
                 .with("poolId", new.pool_id)
@@ -693,6 +718,14 @@ pub async fn start(
 ) -> Result<Instance> {
     conn.transaction::<_, Error, _>(async move |conn| {
         let mut events = Vec::new();
+        // Lock order: an instance off any reservation may be placed on any
+        // candidate of its pool, so those are locked before its row (as
+        // `decide` will lock them), never after it.
+        if let Some(peek) = load(conn, instance_id).await?.filter(|r| r.tenant_id == tenant)
+            && peek.reservation_id.is_none()
+        {
+            lock_candidates(conn, &peek.pool_id, &peek.flavor).await?;
+        }
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         match inst.state.as_str() {
             "deleted" => return Err(Error::invalid_state("the instance is deleted").with("state", "deleted")),
