@@ -31,6 +31,10 @@ use crate::timeline::{self, GrantRow, ReservationRow};
 const GRANT_BATCH: i64 = 200;
 /// Instances metered per transaction.
 const INSTANCE_BATCH: i64 = 200;
+/// Usage rows per INSERT: 15 bind parameters each, well under PostgreSQL's
+/// limit of 65535 parameters per statement (a backlog of many hours can hold
+/// far more records than one statement may carry).
+const INSERT_CHUNK: usize = 1000;
 
 /// The start of the hour bucket holding `t`.
 fn hour_floor(t: i64) -> i64 {
@@ -74,9 +78,24 @@ async fn write_records(
     .bind::<BigInt, _>(n)
     .get_result(conn)
     .await?;
+    let mut written = 0u64;
+    for (i, chunk) in records.chunks(INSERT_CHUNK).enumerate() {
+        let offset = i64::try_from(i * INSERT_CHUNK).map_err(Error::internal)?;
+        written += insert_chunk(conn, now, chunk, head.last_seq - n + 1 + offset).await?;
+    }
+    Ok(written)
+}
+
+/// Inserts `records` with sequence numbers from `first_seq` on.
+async fn insert_chunk(
+    conn: &mut AsyncPgConnection,
+    now: i64,
+    records: &[NewRecord],
+    first_seq: i64,
+) -> Result<u64> {
     let rows: Vec<_> = records
         .iter()
-        .zip(head.last_seq - n + 1..)
+        .zip(first_seq..)
         .map(|(r, seq)| {
             (
                 ur::seq.eq(seq),
@@ -168,6 +187,15 @@ fn tags(region: &str, pool_id: &str, provider: &str, extra: &[(&str, &str)]) -> 
     Value::Object(t)
 }
 
+/// A reservation with grants to meter, claimed by a metering transaction.
+#[derive(QueryableByName)]
+struct DueReservation {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    account_id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    reservation_id: String,
+}
+
 /// Writes `vm.grant.slot.hours` for every ended, unmetered hour bucket of
 /// every non-cancelled grant, advancing `meteredThrough`. Returns (grants,
 /// records).
@@ -178,7 +206,27 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
     loop {
         let (grants_done, written) = conn
             .transaction::<_, Error, _>(async |conn| {
+                // Claim reservations first: settlement and `end` hold a
+                // reservation's lock while they change its grants' terms, so
+                // a grant is never metered while its end is being decided.
+                let keys: Vec<DueReservation> = diesel::sql_query(
+                    "SELECT r.account_id, r.reservation_id FROM reservations r \
+                     WHERE EXISTS (SELECT 1 FROM grants g \
+                        WHERE g.account_id = r.account_id AND g.reservation_id = r.reservation_id \
+                          AND g.settled_state <> 'cancelled' \
+                          AND g.metered_through < g.ends_at AND g.metered_through < $1) \
+                     ORDER BY r.reservation_id, r.account_id \
+                     LIMIT 50 FOR UPDATE OF r SKIP LOCKED",
+                )
+                .bind::<BigInt, _>(cutoff)
+                .load(conn)
+                .await?;
+                if keys.is_empty() {
+                    return Ok((0, 0));
+                }
+                let ids: Vec<&str> = keys.iter().map(|k| k.reservation_id.as_str()).collect();
                 let batch: Vec<GrantRow> = grants::table
+                    .filter(grants::reservation_id.eq_any(&ids))
                     .filter(grants::settled_state.ne("cancelled"))
                     .filter(grants::metered_through.lt(grants::ends_at))
                     .filter(grants::metered_through.lt(cutoff))
@@ -186,9 +234,16 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
                     .limit(GRANT_BATCH)
                     .select(GrantRow::as_select())
                     .for_update()
-                    .skip_locked()
                     .load(conn)
                     .await?;
+                let batch: Vec<GrantRow> = batch
+                    .into_iter()
+                    .filter(|g| {
+                        keys.iter().any(|k| {
+                            k.account_id == g.account_id && k.reservation_id == g.reservation_id
+                        })
+                    })
+                    .collect();
                 if batch.is_empty() {
                     return Ok((0, 0));
                 }
@@ -422,30 +477,38 @@ pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
         on.into_iter().filter_map(|(a, r)| Some((a?, r?))).collect();
     keys.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
     for (account_id, reservation_id) in keys {
-        let (n, w) = conn
-            .transaction::<_, Error, _>(async |conn| {
-                let Some(res) = lock_skip(conn, &account_id, &reservation_id).await? else {
-                    return Ok((0, 0));
-                };
-                let mut batch_events = Vec::new();
-                timeline::settle(conn, &res, now, &mut batch_events).await?;
-                let batch: Vec<InstanceRow> = instances::table
-                    .filter(instances::account_id.eq(&account_id))
-                    .filter(instances::reservation_id.eq(&reservation_id))
-                    .filter(instances::state.ne("deleted"))
-                    .filter(instances::usage_metered_through.lt(cutoff))
-                    .order(instances::instance_id.asc())
-                    .select(InstanceRow::as_select())
-                    .for_update()
-                    .load(conn)
-                    .await?;
-                let written = meter_locked(conn, &batch, now).await?;
-                events::publish(conn, now, batch_events).await?;
-                Ok((batch.len() as u64, written))
-            })
-            .await?;
-        totals.0 += n;
-        totals.1 += w;
+        // In batches, each its own transaction, so a long backlog commits
+        // piecemeal and no transaction grows without bound.
+        loop {
+            let (n, w) = conn
+                .transaction::<_, Error, _>(async |conn| {
+                    let Some(res) = lock_skip(conn, &account_id, &reservation_id).await? else {
+                        return Ok((0, 0));
+                    };
+                    let mut batch_events = Vec::new();
+                    timeline::settle(conn, &res, now, &mut batch_events).await?;
+                    let batch: Vec<InstanceRow> = instances::table
+                        .filter(instances::account_id.eq(&account_id))
+                        .filter(instances::reservation_id.eq(&reservation_id))
+                        .filter(instances::state.ne("deleted"))
+                        .filter(instances::usage_metered_through.lt(cutoff))
+                        .order(instances::instance_id.asc())
+                        .limit(INSTANCE_BATCH)
+                        .select(InstanceRow::as_select())
+                        .for_update()
+                        .load(conn)
+                        .await?;
+                    let written = meter_locked(conn, &batch, now).await?;
+                    events::publish(conn, now, batch_events).await?;
+                    Ok((batch.len() as u64, written))
+                })
+                .await?;
+            totals.0 += n;
+            totals.1 += w;
+            if n < INSTANCE_BATCH.unsigned_abs() {
+                break;
+            }
+        }
     }
     // Everything else: on-demand, stopped without a slot, deleted.
     loop {

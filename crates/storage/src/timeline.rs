@@ -150,6 +150,9 @@ async fn open_grants(conn: &mut AsyncPgConnection, res: &ReservationRow) -> Resu
         .filter(grants::settled_state.eq_any(["scheduled", "active"]))
         .order((grants::starts_at.asc(), grants::grant_id.asc()))
         .select(GrantRow::as_select())
+        // Locked (after the reservation) so a metering pass cannot advance
+        // `meteredThrough` between this read and the transition's write.
+        .for_update()
         .load(conn)
         .await?)
 }
@@ -255,6 +258,10 @@ async fn write(
                 moves,
             } => {
                 let g = row(grant_id)?;
+                // Billed history is never rewritten: a forced end decided at an
+                // instant whose hour was already metered takes effect at the
+                // first unmetered instant instead.
+                let at = &(*at).max(g.metered_through);
                 for m in moves {
                     instances::apply_move(conn, res, &m.instance_id, &m.to, *at).await?;
                 }

@@ -1,0 +1,268 @@
+//! `providerAccounts.delete` and grants (contract 3.5, source document
+//! "deleting the account removes its ended and cancelled grants, once
+//! `vps.grants` has metered every committed slot-hour of the ended ones").
+
+mod common;
+mod gce;
+mod meter_support;
+mod worker;
+
+use common::Server;
+use gce::{Gce, Platform, platform};
+use meter_support::*;
+use serde_json::{Value, json};
+
+/// A second root account on its own fake with reservation `res-b` bound to
+/// the platform's pool (the pool belongs to the first account, so the second
+/// has no pool built on it). The platform's own reservation is unbound so
+/// `res-b` is the pool's only candidate.
+struct Doomed {
+    _gce: Gce,
+    account: String,
+    reservation: String,
+}
+
+async fn doomed_account(s: &Server, p: &Platform) -> Doomed {
+    s.root(
+        "providerAccounts/unbindReservation",
+        json!({ "accountId": p.account, "reservationId": p.reservation }),
+    )
+    .await
+    .ok();
+    let fake = Gce::start().await;
+    fake.put("res-b", 4, 0, "READY").await;
+    let account = gce::account(s, &fake).await;
+    gce::scan(s, &account).await;
+    let reservation = Gce::reservation_id("res-b");
+    s.root(
+        "providerAccounts/bindReservation",
+        json!({ "accountId": account, "reservationId": reservation, "poolId": p.pool }),
+    )
+    .await
+    .ok();
+    Doomed {
+        _gce: fake,
+        account,
+        reservation,
+    }
+}
+
+async fn delete(s: &Server, account: &str) -> common::Answer {
+    s.root("providerAccounts/delete", json!({ "accountId": account }))
+        .await
+}
+
+fn grant_ids(details: &Value) -> Vec<String> {
+    let mut v: Vec<String> = details["grantIds"]
+        .as_array()
+        .expect("details.grantIds")
+        .iter()
+        .map(|g| g.as_str().expect("id").to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_waits_for_the_ended_grants_slot_hours_then_removes_them_and_sends_instances_on_demand()
+ {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let t = p.tenant_token.clone();
+    let d = doomed_account(&s, &p).await;
+    let g = grant_on(&s, &d.account, &d.reservation, "acme", 1, T0, T0 + 90 * MIN).await;
+    let sched = grant_on(
+        &s,
+        &d.account,
+        &d.reservation,
+        "acme",
+        1,
+        T0 + 5 * HOUR,
+        T0 + 6 * HOUR,
+    )
+    .await;
+    let x = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(x["placement"]["grantId"], g.as_str());
+    let y = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(y["placement"]["kind"], "reservation");
+    assert_eq!(y["placement"]["reservationId"], d.reservation.as_str());
+    let (x, y) = (
+        x["instanceId"].as_str().expect("id").to_owned(),
+        y["instanceId"].as_str().expect("id").to_owned(),
+    );
+
+    // Scheduled and active grants refuse the delete.
+    s.set_clock(T0 + 30 * MIN).await;
+    let a = delete(&s, &d.account).await;
+    let mut both = vec![g.clone(), sched.clone()];
+    both.sort();
+    assert_eq!(grant_ids(a.err(409, "INVALID_STATE")), both);
+    let cancelled = s
+        .root(
+            "reservationGrants/end",
+            json!({ "accountId": d.account, "grantId": sched }),
+        )
+        .await
+        .ok();
+    assert_eq!(cancelled["grant"]["state"], "cancelled");
+    let a = delete(&s, &d.account).await;
+    assert_eq!(grant_ids(a.err(409, "INVALID_STATE")), vec![g.clone()]);
+
+    // Ended at 01:30 but not metered: refused until vps.grants has run past 02:00.
+    s.set_clock(T0 + 100 * MIN).await;
+    let a = delete(&s, &d.account).await;
+    assert_eq!(grant_ids(a.err(409, "INVALID_STATE")), vec![g.clone()]);
+    worker::once(&s, &["vps.grants"]).await;
+    assert_eq!(get_grant(&s, &g).await["meteredThrough"], T0 + HOUR);
+    let a = delete(&s, &d.account).await;
+    assert_eq!(grant_ids(a.err(409, "INVALID_STATE")), vec![g.clone()]);
+    s.set_clock(T0 + 2 * HOUR).await;
+    let a = delete(&s, &d.account).await;
+    assert_eq!(grant_ids(a.err(409, "INVALID_STATE")), vec![g.clone()]);
+    worker::once(&s, &["vps.grants"]).await;
+    assert_eq!(get_grant(&s, &g).await["meteredThrough"], T0 + 90 * MIN);
+    s.set_clock(T0 + 2 * HOUR + 10 * MIN).await;
+    let ok = delete(&s, &d.account).await.ok();
+    assert_eq!(ok, json!({ "accountId": d.account, "deleted": true }));
+
+    // The account, its reservations and its ended and cancelled grants are gone...
+    for id in [&g, &sched] {
+        s.root("reservationGrants/get", json!({ "grantId": id }))
+            .await
+            .err(404, "NOT_FOUND");
+        s.call(
+            &t,
+            "reservationGrants/get",
+            json!({ "tenantId": "acme", "grantId": id }),
+        )
+        .await
+        .err(404, "NOT_FOUND");
+    }
+    let listed = s
+        .root("reservationGrants/list", json!({ "all": true }))
+        .await
+        .ok();
+    assert_eq!(listed["items"], json!([]));
+    s.root("providerAccounts/get", json!({ "accountId": d.account }))
+        .await
+        .err(404, "NOT_FOUND");
+    s.root(
+        "providerAccounts/listReservations",
+        json!({ "accountId": d.account }),
+    )
+    .await
+    .err(404, "NOT_FOUND");
+    // ...but the usage records stay.
+    assert_eq!(
+        q(&usage_all(
+            &s,
+            &t,
+            "acme",
+            json!({ "grantId": g, "meter": "vm.grant.slot.hours" })
+        )
+        .await),
+        at(&[(0, "1.000000"), (1, "0.500000")])
+    );
+
+    // Its instances are on-demand from the delete on.
+    for id in [&x, &y] {
+        let i = inst(&s, &t, "acme", "get", id).await;
+        assert_eq!(i["placement"]["kind"], "ondemand", "{i}");
+        assert!(i["placement"].get("reservationId").is_none(), "{i}");
+    }
+    s.set_clock(T0 + 4 * HOUR).await;
+    worker::once(&s, &[]).await;
+    let rx = usage_of_instance(&s, &t, "acme", &x).await;
+    assert_eq!(
+        q(&of_meter(&rx, "vm.grant.usage.hours")),
+        at(&[(0, "1.000000"), (1, "0.500000")])
+    );
+    assert_eq!(
+        q(&of_meter(&rx, "vm.reserved.hours")),
+        at(&[(1, "0.500000"), (2, "0.166667")])
+    );
+    assert_eq!(
+        q(&of_meter(&rx, "vm.ondemand.hours")),
+        at(&[(2, "0.833333"), (3, "1.000000")])
+    );
+    let ry = usage_of_instance(&s, &t, "acme", &y).await;
+    assert_eq!(
+        q(&of_meter(&ry, "vm.reserved.hours")),
+        at(&[(0, "1.000000"), (1, "1.000000"), (2, "0.166667")])
+    );
+    assert_eq!(
+        q(&of_meter(&ry, "vm.ondemand.hours")),
+        at(&[(2, "0.833333"), (3, "1.000000")])
+    );
+    for r in of_meter(&ry, "vm.ondemand.hours") {
+        assert_eq!(r["tags"]["region"], "us-central1");
+        assert_eq!(r["tags"]["poolId"], p.pool.as_str());
+    }
+    // Nothing about the grant was published twice.
+    let evs: Vec<Value> = events_all(&s, &t, "acme")
+        .await
+        .into_iter()
+        .filter(|e| e["data"]["grantId"] == g.as_str())
+        .collect();
+    let types: Vec<&str> = evs
+        .iter()
+        .map(|e| e["type"].as_str().expect("type"))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "reservation-grant.created",
+            "reservation-grant.active",
+            "reservation-grant.ended"
+        ]
+    );
+    // Nothing is left on the pool: a new instance is on-demand.
+    let z = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(z["placement"]["kind"], "ondemand");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_account_whose_grants_were_only_cancelled_is_deleted_at_once() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let d = doomed_account(&s, &p).await;
+    let g = grant_on(
+        &s,
+        &d.account,
+        &d.reservation,
+        "acme",
+        2,
+        T0 + HOUR,
+        T0 + 3 * HOUR,
+    )
+    .await;
+    s.root(
+        "reservationGrants/end",
+        json!({ "accountId": d.account, "grantId": g }),
+    )
+    .await
+    .ok();
+    delete(&s, &d.account).await.ok();
+    s.root("reservationGrants/get", json!({ "grantId": g }))
+        .await
+        .err(404, "NOT_FOUND");
+    s.set_clock(T0 + 4 * HOUR).await;
+    worker::once(&s, &[]).await;
+    assert!(usage_everyone(&s).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_refuses_while_a_pool_is_built_on_the_account() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    delete(&s, &p.account).await.err(409, "INVALID_STATE");
+    s.root("providerAccounts/get", json!({ "accountId": p.account }))
+        .await
+        .ok();
+    // The refusal changed nothing: the pool still places on the reservation.
+    let i = instance(&s, &p.tenant_token, "acme", &p.pool).await;
+    assert_eq!(i["placement"]["kind"], "reservation");
+}
