@@ -1,0 +1,580 @@
+//! `just bench`: the control plane's figures, each next to its ceiling on
+//! the same machine in the same run (see `docs/benchmarks.md`).
+//!
+//! It creates databases of its own on the server named by `DATABASE_URL`,
+//! starts the release `api-server` (manual clock, ephemeral port) and the
+//! fake GCE in-process, sets the platform up through the HTTP API, then:
+//!
+//! 1. `reservationGrants.create` on one hot reservation, 16 clients over
+//!    HTTP, next to the storage call and the same SQL transaction with 16
+//!    connections (the same number of operations, on a hot reservation of
+//!    their own, so each starts from the same state);
+//! 2. `instances.create` over 100 reservations with grants, likewise;
+//! 3. `reservationGrants.get` and `list` (1000 items), next to a trivial
+//!    hyper handler answering the same bytes;
+//! 4. `vps.grants` metering 10,000 grants × 24 ended hours with the real
+//!    `reconciler-worker`, next to one bulk `INSERT ... SELECT`;
+//! 5. the api-server's peak RSS during 1 and during 3.
+//!
+//! It prints the tables and writes `docs/benchmarks.md`.
+
+mod direct;
+mod http;
+mod load;
+mod metering;
+mod procs;
+mod proposed;
+mod reads;
+mod report;
+mod setup;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use diesel::sql_types::Text;
+use diesel_async::RunQueryDsl;
+use serde_json::json;
+
+use crate::direct::{GrantCtx, GrantSql, GrantStorage, InstanceCtx, InstanceSql, InstanceStorage};
+use crate::http::{BodyFn, FixedServer, HttpOp};
+use crate::load::{Outcome, Stop};
+use crate::procs::{ApiServer, Database};
+use crate::reads::ReadSql;
+use crate::report::{Machine, Measured, ReadFigure, Report};
+use crate::setup::{Api, TENANT};
+
+/// Concurrent clients (and direct connections) of every figure.
+const CLIENTS: usize = 16;
+const HOUR_MS: i64 = 3_600_000;
+
+fn seconds(var: &str, default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+#[derive(diesel::QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = Text)]
+    v: String,
+}
+
+async fn setting(db: &Database, sql: &str) -> anyhow::Result<String> {
+    let mut conn = db.connect().await?;
+    Ok(diesel::sql_query(sql)
+        .get_result::<Setting>(&mut conn)
+        .await?
+        .v)
+}
+
+async fn machine(db: &Database) -> anyhow::Result<Machine> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    Ok(Machine {
+        nproc: std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+        cpu,
+        mem_gib: mem_kib as f64 / 1024.0 / 1024.0,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+        postgres: setting(db, "SELECT version() AS v").await?,
+        pg_settings: setting(
+            db,
+            "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) AS v \
+             FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'max_connections')",
+        )
+        .await?,
+        loadavg_start: loadavg(),
+        loadavg_end: String::new(),
+    })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn say(msg: &str) {
+    eprintln!("bench: {msg}");
+}
+
+fn show(label: &str, o: &Outcome) {
+    say(&format!(
+        "  {label}: {} ops in {:.2} s = {:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
+        o.ops,
+        o.elapsed.as_secs_f64(),
+        o.throughput(),
+        o.p50().as_secs_f64() * 1e3,
+        o.p99().as_secs_f64() * 1e3
+    ));
+}
+
+async fn manual_now(db: &Database) -> anyhow::Result<i64> {
+    #[derive(diesel::QueryableByName)]
+    struct Now {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        now_ms: i64,
+    }
+    let mut conn = db.connect().await?;
+    Ok(diesel::sql_query("SELECT now_ms FROM manual_clock")
+        .get_result::<Now>(&mut conn)
+        .await?
+        .now_ms)
+}
+
+/// The grants figure: HTTP for `dur`, then the storage call and the SQL for
+/// the same number of operations, each on its own hot reservation.
+async fn figure_grants(
+    db: &Database,
+    server: &ApiServer,
+    p: &setup::Platform,
+    dur: Duration,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let ctx = |tag: &'static str| GrantCtx {
+        tag,
+        account_id: p.account_id.clone(),
+        reservation_id: p.hot[tag].clone(),
+        now: p.now,
+        starts_at: p.now + HOUR_MS,
+        ends_at: p.now + 25 * HOUR_MS,
+    };
+    let http_ctx = Arc::new(ctx("http"));
+    let body: BodyFn = {
+        let c = http_ctx.clone();
+        Arc::new(move |i| c.body(i).to_string())
+    };
+    say("figure 1: reservationGrants.create, one hot reservation, 16 clients");
+    let workers = HttpOp::many(
+        CLIENTS,
+        server.addr,
+        "/api/compute/reservationGrants/create",
+        procs::ROOT_TOKEN,
+        body,
+    )
+    .await?;
+    let api = load::run(workers, Stop::After(dur)).await?;
+    show("HTTP API", &api);
+    report.rss_fig1 = Some(server.peak_rss()?);
+    let n = api.ops;
+
+    let ctx_storage = Arc::new(ctx("storage"));
+    let workers = db
+        .connections(CLIENTS)
+        .await?
+        .into_iter()
+        .map(|conn| GrantStorage {
+            conn,
+            ctx: ctx_storage.clone(),
+        })
+        .collect();
+    let storage = load::run(workers, Stop::Count(n)).await?;
+    show("storage call", &storage);
+
+    let ctx_sql = Arc::new(ctx("sql"));
+    let workers = db
+        .connections(CLIENTS)
+        .await?
+        .into_iter()
+        .map(|conn| GrantSql {
+            conn,
+            ctx: ctx_sql.clone(),
+        })
+        .collect();
+    let sql = load::run(workers, Stop::Count(n)).await?;
+    show("direct SQL", &sql);
+    report.grants = Some(Measured { api, storage, sql });
+    Ok(())
+}
+
+/// The instances figure, like the grants figure over 100 pools per side.
+async fn figure_instances(
+    db: &Database,
+    server: &ApiServer,
+    p: &setup::Platform,
+    dur: Duration,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let ctx = |tag: &'static str| InstanceCtx {
+        tag,
+        targets: p.inst[tag].clone(),
+        now: p.now,
+    };
+    say("figure 2: instances.create over 100 reservations with grants, 16 clients");
+    let http_ctx = Arc::new(ctx("http"));
+    let body: BodyFn = {
+        let c = http_ctx.clone();
+        Arc::new(move |i| c.body(i).to_string())
+    };
+    let workers = HttpOp::many(
+        CLIENTS,
+        server.addr,
+        "/api/compute/instances/create",
+        &p.tenant_token,
+        body,
+    )
+    .await?;
+    let api = load::run(workers, Stop::After(dur)).await?;
+    show("HTTP API", &api);
+    let n = api.ops;
+
+    let ctx_storage = Arc::new(ctx("storage"));
+    let workers = db
+        .connections(CLIENTS)
+        .await?
+        .into_iter()
+        .map(|conn| InstanceStorage {
+            conn,
+            ctx: ctx_storage.clone(),
+        })
+        .collect();
+    let storage = load::run(workers, Stop::Count(n)).await?;
+    show("storage call", &storage);
+
+    let ctx_sql = Arc::new(ctx("sql"));
+    let workers = db
+        .connections(CLIENTS)
+        .await?
+        .into_iter()
+        .map(|conn| InstanceSql {
+            conn,
+            ctx: ctx_sql.clone(),
+        })
+        .collect();
+    let sql = load::run(workers, Stop::Count(n)).await?;
+    show("direct SQL", &sql);
+    report.instances = Some(Measured { api, storage, sql });
+    Ok(())
+}
+
+/// Runs `workers` for a 1 s warm-up (discarded), then for `dur`.
+async fn warm_run<W: load::Op, F, Fut>(make: F, dur: Duration) -> anyhow::Result<Outcome>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<W>>>,
+{
+    load::run(make().await?, Stop::After(Duration::from_secs(1))).await?;
+    load::run(make().await?, Stop::After(dur)).await
+}
+
+/// One read: the API (and, for `get`, a second api-server with the system
+/// clock), the trivial handler answering the same bytes to the same client
+/// with the same requests, and the request's statements run directly.
+#[expect(clippy::too_many_arguments, reason = "one call site, named arguments")]
+async fn read_figure(
+    db: &Database,
+    server: &ApiServer,
+    system: Option<&ApiServer>,
+    path: &str,
+    token: &str,
+    body: BodyFn,
+    fixed: Bytes,
+    sql: (Arc<Vec<String>>, bool),
+    dur: Duration,
+) -> anyhow::Result<ReadFigure> {
+    let http = |addr| {
+        let body = body.clone();
+        move || HttpOp::many(CLIENTS, addr, path, token, body.clone())
+    };
+    let api = warm_run(http(server.addr), dur).await?;
+    show("HTTP API", &api);
+    let api_system_clock = match system {
+        Some(s) => {
+            let o = warm_run(http(s.addr), dur).await?;
+            show("HTTP API, BC_CLOCK=system", &o);
+            Some(o)
+        }
+        None => None,
+    };
+    let trivial = {
+        let fixed = FixedServer::start(fixed)?;
+        warm_run(http(fixed.addr), dur).await?
+    };
+    show("trivial hyper", &trivial);
+    let sql_run = |full: bool| {
+        let (ids, list) = sql.clone();
+        let secret: Arc<str> = token.into();
+        move || {
+            let ids = ids.clone();
+            let secret = secret.clone();
+            async move {
+                Ok(db
+                    .connections(CLIENTS)
+                    .await?
+                    .into_iter()
+                    .map(|conn| ReadSql {
+                        conn,
+                        secret: secret.clone(),
+                        ids: ids.clone(),
+                        list,
+                        full,
+                    })
+                    .collect::<Vec<_>>())
+            }
+        }
+    };
+    let sql_full = warm_run(sql_run(true), dur).await?;
+    show("direct SQL: authenticate, clock, query", &sql_full);
+    let sql_query = warm_run(sql_run(false), dur).await?;
+    show("direct SQL: the query alone", &sql_query);
+    Ok(ReadFigure {
+        api,
+        api_system_clock,
+        trivial,
+        sql_full,
+        sql_query,
+    })
+}
+
+async fn figure_reads(
+    db: &Database,
+    server: &ApiServer,
+    p: &setup::Platform,
+    dur: Duration,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    say(
+        "figure 3: reservationGrants.get and list (1000 items), 16 clients, next to a trivial hyper handler",
+    );
+    let ids: Vec<String> = {
+        #[derive(diesel::QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = Text)]
+            grant_id: String,
+        }
+        let mut conn = db.connect().await?;
+        diesel::sql_query(
+            "SELECT grant_id FROM grants WHERE tenant_id = 'acme' ORDER BY grant_id LIMIT 1000",
+        )
+        .load::<Id>(&mut conn)
+        .await?
+        .into_iter()
+        .map(|r| r.grant_id)
+        .collect()
+    };
+    anyhow::ensure!(!ids.is_empty(), "no grants to read");
+    let ids = Arc::new(ids);
+    let api = Api::new(&server.url());
+    let log = procs::workspace_root().join("target/bench/api-server-system-clock.log");
+    let system = ApiServer::start(db, "system", &report.log_filter, &log).await?;
+
+    report.rss_reset = server.reset_peak_rss();
+    report.rss_before_fig3 = Some(server.rss()?);
+    let result = async {
+        say(" get:");
+        let get_body: BodyFn = {
+            let ids = ids.clone();
+            Arc::new(move |i| {
+                json!({ "tenantId": TENANT, "grantId": ids[(i as usize) % ids.len()] }).to_string()
+            })
+        };
+        let sample = api
+            .raw(
+                &p.tenant_token,
+                "reservationGrants/get",
+                &json!({ "tenantId": TENANT, "grantId": ids[0] }),
+            )
+            .await?;
+        report.get_bytes = sample.len();
+        report.get = Some(
+            read_figure(
+                db,
+                server,
+                Some(&system),
+                "/api/compute/reservationGrants/get",
+                &p.tenant_token,
+                get_body,
+                Bytes::from(sample),
+                (ids.clone(), false),
+                dur,
+            )
+            .await?,
+        );
+
+        say(" list:");
+        let list_req = json!({ "tenantId": TENANT });
+        let sample = api
+            .raw(&p.tenant_token, "reservationGrants/list", &list_req)
+            .await?;
+        report.list_items = serde_json::from_slice::<serde_json::Value>(&sample)?["items"]
+            .as_array()
+            .map_or(0, Vec::len);
+        report.list_bytes = sample.len();
+        let list_body: BodyFn = {
+            let s = list_req.to_string();
+            Arc::new(move |_| s.clone())
+        };
+        report.list = Some(
+            read_figure(
+                db,
+                server,
+                None,
+                "/api/compute/reservationGrants/list",
+                &p.tenant_token,
+                list_body,
+                Bytes::from(sample),
+                (ids.clone(), true),
+                dur,
+            )
+            .await?,
+        );
+        report.rss_fig3 = Some(server.peak_rss()?);
+        let mut conn = db.connect().await?;
+        let cost = reads::list_cost(&mut conn, p.now).await?;
+        say(&format!(
+            "  one list answer: storage call {:.1} ms, JSON via Value {:.1} ms, JSON direct {:.1} ms",
+            cost.storage.as_secs_f64() * 1e3,
+            cost.via_value.as_secs_f64() * 1e3,
+            cost.direct.as_secs_f64() * 1e3
+        ));
+        report.list_cost = Some(cost);
+        anyhow::Ok(())
+    }
+    .await;
+    system.stop().await?;
+    result
+}
+
+/// Whether figure `name` runs (`BENCH_FIGURES`: a comma-separated subset of
+/// grants, instances, reads, metering; default all).
+fn wanted(name: &str) -> bool {
+    std::env::var("BENCH_FIGURES").map_or(true, |v| v.split(',').any(|f| f.trim() == name))
+}
+
+/// 1,200 grants on the hot SQL reservation, for the reads when figure 1 is skipped.
+async fn fill_grants(db: &Database, p: &setup::Platform) -> anyhow::Result<()> {
+    let ctx = Arc::new(GrantCtx {
+        tag: "fill",
+        account_id: p.account_id.clone(),
+        reservation_id: p.hot["sql"].clone(),
+        now: p.now,
+        starts_at: p.now + HOUR_MS,
+        ends_at: p.now + 25 * HOUR_MS,
+    });
+    let workers = db
+        .connections(CLIENTS)
+        .await?
+        .into_iter()
+        .map(|conn| GrantSql {
+            conn,
+            ctx: ctx.clone(),
+        })
+        .collect();
+    load::run(workers, Stop::Count(1200)).await?;
+    Ok(())
+}
+
+async fn run(server_url: &str) -> anyhow::Result<Report> {
+    let write_dur = seconds("BENCH_WRITE_SECONDS", 8);
+    let read_dur = seconds("BENCH_READ_SECONDS", 5);
+    let log_filter = std::env::var("BENCH_SERVER_LOG").unwrap_or_else(|_| "info".into());
+    let root = procs::workspace_root();
+    let log_dir = root.join("target/bench");
+    std::fs::create_dir_all(&log_dir)?;
+    let log = log_dir.join("api-server.log");
+
+    let db = Database::create(server_url, "api").await?;
+    say(&format!("database {} on {server_url}", db.name));
+    let server = ApiServer::start(&db, "manual", &log_filter, &log).await?;
+    say(&format!(
+        "api-server pid {} on {} (log: {})",
+        server.pid,
+        server.url(),
+        log.display()
+    ));
+    let mut report = Report::new(
+        machine(&db).await?,
+        CLIENTS,
+        write_dur,
+        read_dur,
+        &log_filter,
+    );
+
+    let result = async {
+        let now = manual_now(&db).await?;
+        say("setting up: account, tenant, 3 hot reservations, 300 pools with a reservation and a grant each");
+        let api = Api::new(&server.url());
+        let p = setup::platform(&api, now).await.context("setup")?;
+        report.rss_after_setup = Some(server.rss()?);
+        if wanted("grants") {
+            figure_grants(&db, &server, &p, write_dur, &mut report).await?;
+        } else if wanted("reads") {
+            // The reads need the grants figure 1 leaves behind.
+            fill_grants(&db, &p).await?;
+        }
+        if wanted("instances") {
+            figure_instances(&db, &server, &p, write_dur, &mut report).await?;
+        }
+        if wanted("reads") {
+            figure_reads(&db, &server, &p, read_dur, &mut report).await?;
+        }
+        drop(p);
+        anyhow::Ok(())
+    }
+    .await;
+    server.stop().await?;
+    db.drop_now().await?;
+    result?;
+
+    if !wanted("metering") {
+        report.machine.loadavg_end = loadavg();
+        return Ok(report);
+    }
+    say(
+        "figure 4: vps.grants metering 10,000 grants x 24 ended hours, next to one bulk INSERT ... SELECT",
+    );
+    let m = metering::run(server_url).await?;
+    say(&format!(
+        "  worker: exit ok {}, pass {:.2} s, process {:.2} s, records {} ({})",
+        m.worker.ok,
+        m.worker.pass.as_secs_f64(),
+        m.worker.wall.as_secs_f64(),
+        m.records_written,
+        m.worker.line
+    ));
+    say(&format!(
+        "  bulk insert: {} rows in {:.2} s",
+        m.bulk_rows,
+        m.bulk.as_secs_f64()
+    ));
+    report.metering = Some(m);
+    report.machine.loadavg_end = loadavg();
+    Ok(report)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let server_url = std::env::var("DATABASE_URL")
+        .context("DATABASE_URL must name a PostgreSQL server (`just bench` provides one)")?;
+    let report = run(&server_url).await?;
+    let text = report.markdown();
+    println!("{}", report.terminal());
+    if std::env::var_os("BENCH_FIGURES").is_some() {
+        say("BENCH_FIGURES is set: a partial run, docs/benchmarks.md left as it is");
+        return Ok(());
+    }
+    let path = procs::workspace_root().join("docs/benchmarks.md");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    say(&format!("wrote {}", path.display()));
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! Figure 3's decomposition: the statements a read request issues, run
+//! directly (with and without the authentication and clock reads that
+//! precede the handler's query), and where a 1000-item list's time goes in
+//! the server (the storage call, then the JSON encoding as the server does
+//! it and as it could do it).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use storage::schema::{api_keys, grants, manual_clock, tenants};
+use storage::timeline::GrantRow;
+
+use crate::load::Op;
+use crate::setup::TENANT;
+
+/// A read request's statements on a connection of their own.
+pub struct ReadSql {
+    /// Its connection.
+    pub conn: AsyncPgConnection,
+    /// The API key the request carries.
+    pub secret: Arc<str>,
+    /// Grant ids to get (round robin).
+    pub ids: Arc<Vec<String>>,
+    /// `list` (else `get`).
+    pub list: bool,
+    /// With `tenancy::authenticate` and the manual clock read first, as the
+    /// API does (else the handler's query alone).
+    pub full: bool,
+}
+
+impl Op for ReadSql {
+    async fn run(&mut self, i: u64) -> anyhow::Result<()> {
+        let conn = &mut self.conn;
+        if self.full {
+            // tenancy::authenticate
+            let hash = storage::ids::hash_secret(&self.secret);
+            type KeyRow = (String, String, String, Option<String>, Vec<u8>);
+            let key: Option<KeyRow> = api_keys::table
+                .inner_join(tenants::table)
+                .filter(api_keys::secret_hash.eq(&hash))
+                .filter(api_keys::revoked_at.is_null())
+                .filter(tenants::state.eq("active"))
+                .select((
+                    api_keys::key_id,
+                    api_keys::tenant_id,
+                    api_keys::role,
+                    api_keys::account_id,
+                    api_keys::secret_hash,
+                ))
+                .first(conn)
+                .await
+                .optional()?;
+            anyhow::ensure!(key.is_some(), "unknown key");
+            // Clock::Manual.now
+            let _now: i64 = manual_clock::table
+                .select(manual_clock::now_ms)
+                .first(conn)
+                .await?;
+        }
+        if self.list {
+            // grants::list
+            let query = grants::table
+                .order((grants::created_at.desc(), grants::grant_id.desc()))
+                .limit(1000)
+                .select(GrantRow::as_select())
+                .into_boxed()
+                .filter(grants::tenant_id.eq(TENANT));
+            let rows: Vec<GrantRow> = query.load(conn).await?;
+            black_box(rows);
+        } else {
+            // grants::get
+            let id = &self.ids[(i as usize) % self.ids.len()];
+            let row: Option<GrantRow> = grants::table
+                .find(id)
+                .select(GrantRow::as_select())
+                .first(conn)
+                .await
+                .optional()?;
+            anyhow::ensure!(row.is_some(), "grant {id} not found");
+        }
+        Ok(())
+    }
+}
+
+/// Where one 1000-item list answer's time goes in the server, one request
+/// at a time on an idle server.
+#[derive(Debug, Clone)]
+pub struct ListCost {
+    /// `storage::grants::list` (SQL, decoding, `Grant::at`).
+    pub storage: Duration,
+    /// `serde_json::to_value` then `Value::to_string`, as `handlers::items`
+    /// and `server::json_response` do.
+    pub via_value: Duration,
+    /// `serde_json::to_vec` of the typed grants.
+    pub direct: Duration,
+    /// Size of the answer.
+    pub bytes: usize,
+}
+
+/// Measures [`ListCost`] on `conn` at the manual clock's `now`.
+pub async fn list_cost(conn: &mut AsyncPgConnection, now: i64) -> anyhow::Result<ListCost> {
+    const CALLS: u32 = 20;
+    const ENCODES: u32 = 50;
+    let mut grants = Vec::new();
+    let start = Instant::now();
+    for _ in 0..CALLS {
+        grants = storage::grants::list(conn, TENANT, false, now)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let storage = start.elapsed() / CALLS;
+
+    let mut bytes = 0;
+    let start = Instant::now();
+    for _ in 0..ENCODES {
+        let v = serde_json::json!({ "items": serde_json::to_value(&grants)? });
+        bytes = black_box(v.to_string()).len();
+    }
+    let via_value = start.elapsed() / ENCODES;
+
+    let start = Instant::now();
+    for _ in 0..ENCODES {
+        let mut out = Vec::with_capacity(bytes + 64);
+        out.extend_from_slice(b"{\"items\":");
+        serde_json::to_writer(&mut out, &grants)?;
+        out.push(b'}');
+        black_box(out);
+    }
+    let direct = start.elapsed() / ENCODES;
+    Ok(ListCost {
+        storage,
+        via_value,
+        direct,
+        bytes,
+    })
+}
