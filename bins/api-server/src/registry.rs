@@ -46,15 +46,25 @@ pub struct Call {
     pub name: String,
 }
 
+/// A successful answer, already serialized as a JSON object.
+#[derive(Debug, Clone)]
+pub struct Reply(pub String);
+
+impl From<Value> for Reply {
+    fn from(v: Value) -> Reply {
+        Reply(v.to_string())
+    }
+}
+
 /// What a handler returns.
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, Error>> + Send>>;
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Reply, Error>> + Send>>;
 /// A method's handler.
 pub type Handler = fn(Call) -> HandlerFuture;
 
-/// Wraps an `async fn(Call) -> Result<Value, Error>` as a [`Handler`].
+/// Wraps an `async fn(Call) -> Result<Value | Reply, Error>` as a [`Handler`].
 macro_rules! handler {
     ($f:path) => {
-        |call| Box::pin($f(call))
+        |call| Box::pin(async move { $f(call).await.map($crate::registry::Reply::from) })
     };
 }
 pub(crate) use handler;

@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::app::App;
-use crate::registry::{Call, Method};
+use crate::registry::{Call, Method, Reply};
 use crate::schema::validate_object;
 
 /// Request bodies above this are refused with 413.
@@ -134,6 +134,16 @@ fn json_response(status: StatusCode, body: &Value) -> Resp {
     resp
 }
 
+fn raw_json_response(status: StatusCode, body: String) -> Resp {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
 /// The JSON envelope of an error, with the code kept for metrics.
 pub fn error_response(e: &Error) -> Resp {
     let status =
@@ -196,7 +206,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFiel
             Some(m) if req.method() == HttpMethod::POST => {
                 let mut log = LogFields::default();
                 let resp = match call(app, m, req, &mut log).await {
-                    Ok(v) => json_response(StatusCode::OK, &v),
+                    Ok(reply) => raw_json_response(StatusCode::OK, reply.0),
                     Err(e) => error_response(&e),
                 };
                 (m.name(), resp, log)
@@ -283,7 +293,7 @@ async fn call(
     m: &Method,
     req: Request<Incoming>,
     log: &mut LogFields,
-) -> Result<Value, Error> {
+) -> Result<Reply, Error> {
     let too_large = || {
         Error::new(Code::PayloadTooLarge, "the request body is over 1 MiB").with("limit", MAX_BODY)
     };

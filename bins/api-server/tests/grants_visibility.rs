@@ -336,21 +336,21 @@ async fn end_moves_ends_at_only_earlier_within_the_term() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn ending_a_grant_at_its_start_instant_cancels_it() {
-    // Ending "now" at the instant the term starts would leave the empty term
-    // [startsAt, startsAt): nothing was committed, so the grant is cancelled
-    // (its term kept, endedAt = now), as a grant ended before it started is.
+async fn ending_a_grant_at_its_start_instant_ends_it_with_an_empty_term() {
+    // At `startsAt` the grant is active (its term is [startsAt, endsAt)), so
+    // ending it "now" at that instant ends it: endsAt = startsAt, an empty
+    // term that commits and bills nothing.
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 4).await;
     // Created active at once (startsAt = now), ended at that same instant.
     let id = id_of(&create_ok(&s, grant_body(&p, 4, T0, T0 + HOUR, "a")).await);
     let g = end(&s, &p.account, &id).await.ok()["grant"].clone();
-    assert_eq!(g["state"], "cancelled", "{g}");
+    assert_eq!(g["state"], "ended", "{g}");
     assert_eq!(g["reason"], "ended");
     assert_eq!(
         (g["startsAt"].clone(), g["endsAt"].clone()),
-        (json!(T0), json!(T0 + HOUR))
+        (json!(T0), json!(T0))
     );
     assert_eq!(g["endedAt"], T0);
     assert_eq!(g["meteredThrough"], T0);
@@ -360,7 +360,8 @@ async fn ending_a_grant_at_its_start_instant_cancels_it() {
     let id3 = id_of(&create_ok(&s, grant_body(&p, 1, T0 + 2 * HOUR, T0 + 3 * HOUR, "c")).await);
     s.set_clock(T0 + 2 * HOUR).await;
     let g3 = end(&s, &p.account, &id3).await.ok()["grant"].clone();
-    assert_eq!(g3["state"], "cancelled", "{g3}");
+    assert_eq!(g3["state"], "ended", "{g3}");
+    assert_eq!(g3["endsAt"], T0 + 2 * HOUR);
     assert_eq!(g3["endedAt"], T0 + 2 * HOUR);
     let again = end(&s, &p.account, &id3).await.ok();
     assert_eq!(again["grant"], g3);
@@ -371,7 +372,7 @@ async fn ending_a_grant_at_its_start_instant_cancels_it() {
             [
                 "reservation-grant.created",
                 "reservation-grant.active",
-                "reservation-grant.cancelled"
+                "reservation-grant.ended"
             ]
         );
     }
@@ -381,7 +382,8 @@ async fn ending_a_grant_at_its_start_instant_cancels_it() {
     p.gce.delete("res-a").await;
     gce::scan(&s, &p.account).await;
     let g4 = get(&s, ROOT_TOKEN, "root", &id4).await.ok();
-    assert_eq!(g4["grant"]["state"], "cancelled");
+    assert_eq!(g4["grant"]["state"], "ended");
+    assert_eq!(g4["grant"]["endsAt"], T0 + 5 * HOUR);
     assert_eq!(g4["grant"]["reason"], "reservation-gone");
 }
 

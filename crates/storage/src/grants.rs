@@ -106,33 +106,6 @@ pub struct NewGrant<'a> {
     pub ends_at: i64,
 }
 
-/// A new grant id (a TypeID of a UUIDv7 carrying `now`). Ids minted by this
-/// process within one millisecond increase in minting order, so grants
-/// created at one instant (common under the manual clock) still list newest
-/// first by `(createdAt, grantId)` descending.
-fn next_grant_id(now: i64) -> String {
-    use rand::RngCore;
-    static LAST: std::sync::Mutex<u128> = std::sync::Mutex::new(0);
-    const RAND_B: u128 = (1 << 62) - 1;
-    let mut random = [0u8; 10];
-    rand::rng().fill_bytes(&mut random);
-    let millis = u64::try_from(now).unwrap_or(0);
-    let fresh = uuid::Builder::from_unix_timestamp_millis(millis, &random)
-        .into_uuid()
-        .as_u128();
-    let mut last = LAST
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let same_ms = *last >> 80 == fresh >> 80;
-    let id = if same_ms && fresh <= *last && *last & RAND_B != RAND_B {
-        *last + 1
-    } else {
-        fresh
-    };
-    *last = id;
-    format!("rgrant_{}", ids::encode_suffix(id))
-}
-
 async fn load(conn: &mut AsyncPgConnection, grant_id: &str) -> Result<Option<GrantRow>> {
     Ok(grants::table
         .find(grant_id)
@@ -151,7 +124,7 @@ pub async fn create(
     now: i64,
 ) -> Result<Grant> {
     conn.transaction::<_, Error, _>(async move |conn| {
-        let id = next_grant_id(now);
+        let id = ids::new_id("rgrant", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
             let row = load(conn, &existing).await?.ok_or_else(|| Error::not_found("grant", &existing))?;
             return Ok(Grant::at(row, now));

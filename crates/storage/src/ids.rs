@@ -19,12 +19,36 @@ pub fn encode_suffix(value: u128) -> String {
 
 /// A new TypeID with `prefix` (without the underscore) whose UUIDv7 carries
 /// the instant `now_ms` (the product's clock, not the OS clock).
+///
+/// Within one process, ids made in the same millisecond increase in the
+/// order they are made (the random bits count up from a random start), so
+/// "newest first" lists that break ties by id follow creation order, and a
+/// batch of ids appends to its index instead of landing all over it.
 pub fn new_id(prefix: &str, now_ms: i64) -> String {
+    format!("{prefix}_{}", encode_suffix(next_uuid(now_ms)))
+}
+
+/// The next UUIDv7 (as an integer) of this process for `now_ms`.
+fn next_uuid(now_ms: i64) -> u128 {
+    use std::sync::{Mutex, PoisonError};
+    static LAST: Mutex<u128> = Mutex::new(0);
+    // The 62 "rand_b" bits below the variant.
+    const RAND_B: u128 = (1 << 62) - 1;
     let mut random = [0u8; 10];
     rand::rng().fill_bytes(&mut random);
     let millis = u64::try_from(now_ms).unwrap_or(0);
-    let uuid = uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid();
-    format!("{prefix}_{}", encode_suffix(uuid.as_u128()))
+    let fresh = uuid::Builder::from_unix_timestamp_millis(millis, &random)
+        .into_uuid()
+        .as_u128();
+    let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+    let same_ms = *last >> 80 == fresh >> 80;
+    let id = if same_ms && fresh <= *last && *last & RAND_B != RAND_B {
+        *last + 1
+    } else {
+        fresh
+    };
+    *last = id;
+    id
 }
 
 /// A new API key secret: `bck_` and 32 random bytes in lowercase base32.
@@ -68,6 +92,15 @@ mod tests {
         assert_eq!(encode_suffix(u128::MAX), "7zzzzzzzzzzzzzzzzzzzzzzzzz");
         let uuid = uuid::Uuid::parse_str("01890a5d-ac96-774b-bcce-b302099a8057").unwrap();
         assert_eq!(encode_suffix(uuid.as_u128()), "01h455vb4pex5vsknk084sn02q");
+    }
+
+    #[test]
+    fn ids_of_one_millisecond_increase_in_creation_order() {
+        let ids: Vec<String> = (0..1000)
+            .map(|_| new_id("use", 1_700_000_000_000))
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert!(new_id("use", 1_700_000_000_001) > ids[999]);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use diesel::prelude::*;
-use diesel::sql_types::BigInt;
+use diesel::sql_types::{Array, BigInt, Jsonb, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{HOUR_MS, Record, Segment};
 use serde::Serialize;
@@ -28,13 +28,9 @@ use crate::schema::{
 use crate::timeline::{self, GrantRow, ReservationRow};
 
 /// Grants metered per transaction.
-const GRANT_BATCH: i64 = 200;
+const GRANT_BATCH: i64 = 1000;
 /// Instances metered per transaction.
 const INSTANCE_BATCH: i64 = 200;
-/// Usage rows per INSERT: 15 bind parameters each, well under PostgreSQL's
-/// limit of 65535 parameters per statement (a backlog of many hours can hold
-/// far more records than one statement may carry).
-const INSERT_CHUNK: usize = 1000;
 
 /// The start of the hour bucket holding `t`.
 fn hour_floor(t: i64) -> i64 {
@@ -57,7 +53,10 @@ struct NewRecord {
 }
 
 /// Writes records under the global usage sequence (taken last, held to
-/// commit, so sequence order is commit order). Returns how many were new.
+/// commit, so sequence order is commit order). Returns how many were written.
+///
+/// One array-bound statement per call, whatever the number of records: the
+/// same prepared statement every time, and no per-statement parameter limit.
 async fn write_records(
     conn: &mut AsyncPgConnection,
     now: i64,
@@ -78,50 +77,64 @@ async fn write_records(
     .bind::<BigInt, _>(n)
     .get_result(conn)
     .await?;
-    let mut written = 0u64;
-    for (i, chunk) in records.chunks(INSERT_CHUNK).enumerate() {
-        let offset = i64::try_from(i * INSERT_CHUNK).map_err(Error::internal)?;
-        written += insert_chunk(conn, now, chunk, head.last_seq - n + 1 + offset).await?;
-    }
-    Ok(written)
-}
-
-/// Inserts `records` with sequence numbers from `first_seq` on.
-async fn insert_chunk(
-    conn: &mut AsyncPgConnection,
-    now: i64,
-    records: &[NewRecord],
-    first_seq: i64,
-) -> Result<u64> {
-    let rows: Vec<_> = records
-        .iter()
-        .zip(first_seq..)
-        .map(|(r, seq)| {
-            (
-                ur::seq.eq(seq),
-                ur::usage_id.eq(ids::new_id("use", now)),
-                ur::tenant_id.eq(&r.tenant_id),
-                ur::project_id.eq(&r.project_id),
-                ur::meter.eq(r.meter),
-                ur::quantity_micro.eq(r.record.quantity_micro),
-                ur::unit.eq(r.unit),
-                ur::period_start.eq(r.record.period_start),
-                ur::period_end.eq(r.record.period_end),
-                ur::grant_id.eq(&r.grant_id),
-                ur::instance_id.eq(&r.instance_id),
-                ur::subject.eq(&r.subject),
-                ur::target.eq(&r.target),
-                ur::tags.eq(&r.tags),
-                ur::recorded_at.eq(now),
-            )
-        })
-        .collect();
+    let col = |f: fn(&NewRecord) -> String| records.iter().map(f).collect::<Vec<String>>();
+    let opt = |f: fn(&NewRecord) -> Option<String>| {
+        records.iter().map(f).collect::<Vec<Option<String>>>()
+    };
+    let num = |f: fn(&NewRecord) -> i64| records.iter().map(f).collect::<Vec<i64>>();
+    let usage_ids: Vec<String> = records.iter().map(|_| ids::new_id("use", now)).collect();
+    let tags: Vec<Value> = records.iter().map(|r| r.tags.clone()).collect();
     // The claim on the subject's row makes a duplicate impossible; the unique
     // key would turn a bug into a failed, retried transaction, not a double bill.
-    Ok(diesel::insert_into(ur::table)
-        .values(rows)
-        .execute(conn)
-        .await? as u64)
+    let written = diesel::sql_query(
+        "INSERT INTO usage_records (seq, usage_id, tenant_id, project_id, meter, quantity_micro, unit, \
+         period_start, period_end, grant_id, instance_id, subject, target, tags, recorded_at) \
+         SELECT $1 + s.i, s.usage_id, s.tenant_id, s.project_id, s.meter, s.q, s.unit, s.ps, s.pe, \
+                s.grant_id, s.instance_id, s.subject, s.target, s.tags, $15 \
+         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], \
+                     $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::jsonb[]) \
+              WITH ORDINALITY AS s(usage_id, tenant_id, project_id, meter, q, unit, ps, pe, grant_id, \
+                                   instance_id, subject, target, tags, i) \
+         ORDER BY s.i",
+    )
+    .bind::<BigInt, _>(head.last_seq - n)
+    .bind::<Array<Text>, _>(&usage_ids)
+    .bind::<Array<Text>, _>(col(|r| r.tenant_id.clone()))
+    .bind::<Array<Nullable<Text>>, _>(opt(|r| r.project_id.clone()))
+    .bind::<Array<Text>, _>(col(|r| r.meter.to_owned()))
+    .bind::<Array<BigInt>, _>(num(|r| r.record.quantity_micro))
+    .bind::<Array<Text>, _>(col(|r| r.unit.to_owned()))
+    .bind::<Array<BigInt>, _>(num(|r| r.record.period_start))
+    .bind::<Array<BigInt>, _>(num(|r| r.record.period_end))
+    .bind::<Array<Nullable<Text>>, _>(opt(|r| r.grant_id.clone()))
+    .bind::<Array<Nullable<Text>>, _>(opt(|r| r.instance_id.clone()))
+    .bind::<Array<Text>, _>(col(|r| r.subject.clone()))
+    .bind::<Array<Text>, _>(col(|r| r.target.clone()))
+    .bind::<Array<Jsonb>, _>(&tags)
+    .bind::<BigInt, _>(now)
+    .execute(conn)
+    .await?;
+    Ok(written as u64)
+}
+
+/// Sets the metered-through marks of grants in one statement.
+async fn set_grant_marks(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+    marks: &[i64],
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    diesel::sql_query(
+        "UPDATE grants SET metered_through = v.t \
+         FROM unnest($1::text[], $2::bigint[]) AS v(id, t) WHERE grants.grant_id = v.id",
+    )
+    .bind::<Array<Text>, _>(ids)
+    .bind::<Array<BigInt>, _>(marks)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Settles every reservation with a transition due by `now`, each in its own
@@ -253,6 +266,7 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
                     .collect();
                 let places = reservation_places(conn, &keys).await?;
                 let mut records = Vec::new();
+                let mut marks: (Vec<String>, Vec<i64>) = (Vec::new(), Vec::new());
                 for g in &batch {
                     let slots = u32::try_from(g.slots).unwrap_or(0);
                     let due = grants_core::grant_slot_records(
@@ -287,11 +301,10 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
                             ),
                         });
                     }
-                    diesel::update(grants::table.find(&g.grant_id))
-                        .set(grants::metered_through.eq(through))
-                        .execute(conn)
-                        .await?;
+                    marks.0.push(g.grant_id.clone());
+                    marks.1.push(through);
                 }
+                set_grant_marks(conn, &marks.0, &marks.1).await?;
                 let written = write_records(conn, now, &records).await?;
                 Ok((batch.len() as u64, written))
             })

@@ -265,13 +265,6 @@ async fn write(
                 for m in moves {
                     instances::apply_move(conn, res, &m.instance_id, &m.to, *at).await?;
                 }
-                if *at <= g.starts_at {
-                    // A forced end at the very instant the term starts would
-                    // leave an empty term: nothing was committed, so it is
-                    // recorded (and published) as a cancellation, term kept.
-                    cancel(conn, g, *at, reason.as_str(), events).await?;
-                    continue;
-                }
                 diesel::update(grants::table.find(grant_id))
                     .set((
                         grants::settled_state.eq("ended"),

@@ -10,7 +10,7 @@ use storage::idempotency::KeyedRequest;
 use storage::reservations;
 
 use super::{items, one};
-use crate::registry::{Call, Kind, Method, handler};
+use crate::registry::{Call, Kind, Method, Reply, handler};
 use crate::schema::{Ty, idem_key, name, req, reservation_id, tenant_id, typeid};
 
 /// The methods of this module.
@@ -74,7 +74,7 @@ struct Create {
     idempotency_key: String,
 }
 
-async fn create(call: Call) -> Result<Value, Error> {
+async fn create(call: Call) -> Result<Reply, Error> {
     let input: Create = call.parse()?;
     let config = GceConfig::from_json(&input.config).map_err(|e| {
         Error::invalid(
@@ -110,7 +110,7 @@ struct AccountRef {
     account_id: String,
 }
 
-async fn get(call: Call) -> Result<Value, Error> {
+async fn get(call: Call) -> Result<Reply, Error> {
     let input: AccountRef = call.parse()?;
     let mut conn = call.app.conn().await?;
     one(
@@ -119,7 +119,7 @@ async fn get(call: Call) -> Result<Value, Error> {
     )
 }
 
-async fn list(call: Call) -> Result<Value, Error> {
+async fn list(call: Call) -> Result<Reply, Error> {
     let mut conn = call.app.conn().await?;
     items(&accounts::list(&mut conn, call.tenant()).await?)
 }
@@ -199,13 +199,13 @@ pub fn reservation_methods() -> Vec<Method> {
     ]
 }
 
-async fn list_reservations(call: Call) -> Result<Value, Error> {
+async fn list_reservations(call: Call) -> Result<Reply, Error> {
     let input: AccountRef = call.parse()?;
     let mut conn = call.app.conn().await?;
     items(&reservations::list(&mut conn, call.tenant(), &input.account_id).await?)
 }
 
-async fn scan(call: Call) -> Result<Value, Error> {
+async fn scan(call: Call) -> Result<Reply, Error> {
     let input: AccountRef = call.parse()?;
     let (outcome, found) = reservations::scan(
         &call.app.pool,
@@ -227,7 +227,7 @@ struct Bind {
     pool_id: Option<String>,
 }
 
-async fn bind(call: Call) -> Result<Value, Error> {
+async fn bind(call: Call) -> Result<Reply, Error> {
     let input: Bind = call.parse()?;
     let mut conn = call.app.conn().await?;
     let pool_id = input.pool_id.unwrap_or_default();
@@ -244,7 +244,7 @@ async fn bind(call: Call) -> Result<Value, Error> {
     )
 }
 
-async fn unbind(call: Call) -> Result<Value, Error> {
+async fn unbind(call: Call) -> Result<Reply, Error> {
     let input: Bind = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     one(

@@ -4,13 +4,12 @@ use std::collections::BTreeMap;
 
 use iam_check::{Permission, TenantRule};
 use serde::Deserialize;
-use serde_json::Value;
 use storage::Error;
 use storage::idempotency::KeyedRequest;
 use storage::pools::{self, Flavor, NewPool};
 
 use super::{items, one};
-use crate::registry::{Call, Kind, Method, handler};
+use crate::registry::{Call, Kind, Method, Reply, handler};
 use crate::schema::{Ty, idem_key, int, name, opt, pat, req, resource, tenant_id, typeid};
 
 fn quota_map() -> Ty {
@@ -157,7 +156,7 @@ struct CreatePool {
     idempotency_key: String,
 }
 
-async fn create_pool(call: Call) -> Result<Value, Error> {
+async fn create_pool(call: Call) -> Result<Reply, Error> {
     let input: CreatePool = call.parse()?;
     for (i, f) in input.flavors.iter().enumerate() {
         if input.flavors[..i].iter().any(|g| g.name == f.name) {
@@ -198,7 +197,7 @@ struct OfferPool {
     quotas: BTreeMap<String, i64>,
 }
 
-async fn offer_pool(call: Call) -> Result<Value, Error> {
+async fn offer_pool(call: Call) -> Result<Reply, Error> {
     let input: OfferPool = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     let pool = pools::offer(
@@ -219,7 +218,7 @@ struct PoolRef {
     pool_id: Option<String>,
 }
 
-async fn get_pool(call: Call) -> Result<Value, Error> {
+async fn get_pool(call: Call) -> Result<Reply, Error> {
     let input: PoolRef = call.parse()?;
     let mut conn = call.app.conn().await?;
     let pool_id = input.pool_id.unwrap_or_default();
@@ -229,12 +228,12 @@ async fn get_pool(call: Call) -> Result<Value, Error> {
     )
 }
 
-async fn list_pools(call: Call) -> Result<Value, Error> {
+async fn list_pools(call: Call) -> Result<Reply, Error> {
     let mut conn = call.app.conn().await?;
     items(&pools::list(&mut conn, call.tenant(), call.root()).await?)
 }
 
-async fn get_quotas(call: Call) -> Result<Value, Error> {
+async fn get_quotas(call: Call) -> Result<Reply, Error> {
     let input: PoolRef = call.parse()?;
     let mut conn = call.app.conn().await?;
     items(
@@ -257,7 +256,7 @@ struct SetQuota {
     max: i64,
 }
 
-async fn set_quota(call: Call) -> Result<Value, Error> {
+async fn set_quota(call: Call) -> Result<Reply, Error> {
     let input: SetQuota = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     let quota = pools::set_quota(

@@ -8,7 +8,7 @@ use storage::grants::{self, NewGrant};
 use storage::idempotency::KeyedRequest;
 
 use super::{items, one};
-use crate::registry::{Call, Kind, Method, handler};
+use crate::registry::{Call, Kind, Method, Reply, handler};
 use crate::schema::{
     Ty, idem_key, instant, int, opt, opt_default, req, reservation_id, tenant_id, typeid,
 };
@@ -101,7 +101,7 @@ struct Create {
     idempotency_key: String,
 }
 
-async fn create(call: Call) -> Result<Value, Error> {
+async fn create(call: Call) -> Result<Reply, Error> {
     let input: Create = call.parse()?;
     let hash = call.request_hash();
     let key = KeyedRequest {
@@ -133,7 +133,7 @@ struct GrantRef {
     account_id: Option<String>,
 }
 
-async fn get(call: Call) -> Result<Value, Error> {
+async fn get(call: Call) -> Result<Reply, Error> {
     let input: GrantRef = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     one(
@@ -147,7 +147,7 @@ struct List {
     all: Option<bool>,
 }
 
-async fn list(call: Call) -> Result<Value, Error> {
+async fn list(call: Call) -> Result<Reply, Error> {
     let input: List = call.parse()?;
     let all = input.all.unwrap_or(false);
     if all && !call.in_root() {
@@ -159,7 +159,7 @@ async fn list(call: Call) -> Result<Value, Error> {
     items(&grants::list(&mut conn, call.tenant(), all, now).await?)
 }
 
-async fn end(call: Call) -> Result<Value, Error> {
+async fn end(call: Call) -> Result<Reply, Error> {
     let input: GrantRef = call.parse()?;
     let account = input.account_id.unwrap_or_default();
     let (mut conn, now) = call.conn_now().await?;

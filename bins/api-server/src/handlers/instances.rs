@@ -9,7 +9,7 @@ use storage::idempotency::KeyedRequest;
 use storage::instances::{self, NewInstance};
 
 use super::{items, one};
-use crate::registry::{Call, Kind, Method, handler};
+use crate::registry::{Call, Kind, Method, Reply, handler};
 use crate::schema::{Ty, idem_key, name, opt, opt_default, pat, req, tenant_id, typeid};
 
 /// The methods of this module.
@@ -105,7 +105,7 @@ struct Create {
     idempotency_key: String,
 }
 
-async fn create(call: Call) -> Result<Value, Error> {
+async fn create(call: Call) -> Result<Reply, Error> {
     let input: Create = call.parse()?;
     let billing = Billing::parse(input.billing.as_deref().unwrap_or("standard"))
         .ok_or_else(|| Error::invalid("billing", "enum", "billing must be standard or none"))?;
@@ -149,7 +149,7 @@ impl InstanceRef {
     }
 }
 
-async fn stop(call: Call) -> Result<Value, Error> {
+async fn stop(call: Call) -> Result<Reply, Error> {
     let input: InstanceRef = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     one(
@@ -158,7 +158,7 @@ async fn stop(call: Call) -> Result<Value, Error> {
     )
 }
 
-async fn start(call: Call) -> Result<Value, Error> {
+async fn start(call: Call) -> Result<Reply, Error> {
     let input: InstanceRef = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     one(
@@ -167,7 +167,7 @@ async fn start(call: Call) -> Result<Value, Error> {
     )
 }
 
-async fn delete(call: Call) -> Result<Value, Error> {
+async fn delete(call: Call) -> Result<Reply, Error> {
     let input: InstanceRef = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     one(
@@ -176,7 +176,7 @@ async fn delete(call: Call) -> Result<Value, Error> {
     )
 }
 
-async fn get(call: Call) -> Result<Value, Error> {
+async fn get(call: Call) -> Result<Reply, Error> {
     let input: InstanceRef = call.parse()?;
     let mut conn = call.app.conn().await?;
     one(
@@ -185,7 +185,7 @@ async fn get(call: Call) -> Result<Value, Error> {
     )
 }
 
-async fn list(call: Call) -> Result<Value, Error> {
+async fn list(call: Call) -> Result<Reply, Error> {
     let input: InstanceRef = call.parse()?;
     let mut conn = call.app.conn().await?;
     items(&instances::list(&mut conn, call.tenant(), input.project_id.as_deref()).await?)

@@ -9,15 +9,24 @@ pub mod system;
 pub mod tenancy;
 
 use serde::Serialize;
-use serde_json::{Value, json};
 use storage::Error;
 
-/// `{ noun: value }`.
-pub fn one<T: Serialize>(noun: &str, value: &T) -> Result<Value, Error> {
-    Ok(json!({ noun: serde_json::to_value(value)? }))
+use crate::registry::Reply;
+
+/// `{ noun: value }`, serialized straight from the typed value.
+pub fn one<T: Serialize>(noun: &str, value: &T) -> Result<Reply, Error> {
+    let noun = serde_json::to_string(noun)?;
+    Ok(Reply(format!(
+        "{{{noun}:{}}}",
+        serde_json::to_string(value)?
+    )))
 }
 
-/// `{ items: [...] }`.
-pub fn items<T: Serialize>(values: &[T]) -> Result<Value, Error> {
-    Ok(json!({ "items": serde_json::to_value(values)? }))
+/// `{ items: [...] }`, serialized straight from the typed values (a list
+/// of 1000 grants never becomes a tree of JSON values).
+pub fn items<T: Serialize>(values: &[T]) -> Result<Reply, Error> {
+    Ok(Reply(format!(
+        "{{\"items\":{}}}",
+        serde_json::to_string(values)?
+    )))
 }

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use storage::{Error, tenancy};
 
 use super::{items, one};
-use crate::registry::{Call, Kind, Method, handler};
+use crate::registry::{Call, Kind, Method, Reply, handler};
 use crate::schema::{Ty, name, opt, req, tenant_id, typeid};
 
 const ROLES: &[&str] = &["admin", "provider-admin", "member", "viewer"];
@@ -146,7 +146,7 @@ struct DeleteTenant {
     target_tenant_id: String,
 }
 
-async fn delete_tenant(call: Call) -> Result<Value, Error> {
+async fn delete_tenant(call: Call) -> Result<Reply, Error> {
     let input: DeleteTenant = call.parse()?;
     if input.target_tenant_id == call.root() {
         return Err(Error::invalid(
@@ -160,7 +160,7 @@ async fn delete_tenant(call: Call) -> Result<Value, Error> {
     one("tenant", &tenant)
 }
 
-async fn list_tenants(call: Call) -> Result<Value, Error> {
+async fn list_tenants(call: Call) -> Result<Reply, Error> {
     let mut conn = call.app.conn().await?;
     items(&tenancy::list_tenants(&mut conn).await?)
 }
@@ -170,7 +170,7 @@ struct Named {
     name: String,
 }
 
-async fn create_project(call: Call) -> Result<Value, Error> {
+async fn create_project(call: Call) -> Result<Reply, Error> {
     let input: Named = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     one(
@@ -179,7 +179,7 @@ async fn create_project(call: Call) -> Result<Value, Error> {
     )
 }
 
-async fn list_projects(call: Call) -> Result<Value, Error> {
+async fn list_projects(call: Call) -> Result<Reply, Error> {
     let mut conn = call.app.conn().await?;
     items(&tenancy::list_projects(&mut conn, call.tenant()).await?)
 }
@@ -209,7 +209,7 @@ async fn create_key(call: Call) -> Result<Value, Error> {
     Ok(serde_json::to_value(issued)?)
 }
 
-async fn list_keys(call: Call) -> Result<Value, Error> {
+async fn list_keys(call: Call) -> Result<Reply, Error> {
     let mut conn = call.app.conn().await?;
     items(&tenancy::list_keys(&mut conn, call.tenant()).await?)
 }
@@ -220,7 +220,7 @@ struct RevokeKey {
     key_id: String,
 }
 
-async fn revoke_key(call: Call) -> Result<Value, Error> {
+async fn revoke_key(call: Call) -> Result<Reply, Error> {
     let input: RevokeKey = call.parse()?;
     let (mut conn, now) = call.conn_now().await?;
     one(
