@@ -211,8 +211,11 @@ pub async fn create(
             .get_result(conn)
             .await?;
         events.push(NewEvent::new(&row.tenant_id, "reservation-grant.created", row.event_data(None), now));
-        // A grant starting at or before now activates (and takes in) at once.
-        timeline::settle(conn, &res, now, &mut events).await?;
+        // A grant starting at or before now activates (and takes in) at once;
+        // one starting later has nothing due (the rest was settled above).
+        if new.starts_at <= now {
+            timeline::settle(conn, &res, now, &mut events).await?;
+        }
         events::publish(conn, now, events).await?;
         tracing::info!(grant = %id, reservation = %new.reservation_id, tenant = %new.grant_tenant_id, slots, starts_at = new.starts_at, ends_at = new.ends_at, "grant created");
         let row = load(conn, &id).await?.ok_or_else(|| Error::internal("grant vanished"))?;
