@@ -375,7 +375,7 @@ impl Op for GrantSql {
                     .get_result(conn)
                     .await?;
                 let data = row.event_data(None);
-                settle_reads(conn, &res).await?;
+                // The term is in the future: create settles only once.
                 publish_one(conn, TENANT, "reservation-grant.created", &data, now).await?;
                 let _reloaded: GrantRow = grants::table
                     .find(&id)

@@ -23,7 +23,6 @@ mod http;
 mod load;
 mod metering;
 mod procs;
-mod proposed;
 mod reads;
 mod report;
 mod setup;

@@ -30,9 +30,6 @@ pub struct Metering {
     /// `HOURS / catch_up_hours` rounds (the clock advanced that many hours
     /// each), so a figure exists; their summed pass times and records.
     pub catch_up: Option<(i64, Vec<WorkerRun>, i64)>,
-    /// The prototype of the proposed fix (`proposed::meter_grants_unnest`)
-    /// on a fresh copy, all 24 hours at once: its time and records.
-    pub proposed: (Duration, u64),
     /// The bulk insert's time.
     pub bulk: Duration,
     /// Rows the bulk insert wrote.
@@ -174,20 +171,10 @@ pub async fn run(server_url: &str) -> anyhow::Result<Metering> {
         db.drop_now().await?;
         catch_up = Some((hours_per_round, runs, written));
     }
-    let db = Database::create(server_url, "meter3").await?;
-    let t0 = seed(&db, HOURS).await?;
-    let mut conn = db.connect().await?;
-    let start = Instant::now();
-    let (_, records) =
-        crate::proposed::meter_grants_unnest(&mut conn, t0 + HOURS * HOUR_MS + 60_000).await?;
-    let proposed = (start.elapsed(), records);
-    drop(conn);
-    db.drop_now().await?;
     Ok(Metering {
         worker,
         records_written,
         catch_up,
-        proposed,
         bulk,
         bulk_rows,
     })

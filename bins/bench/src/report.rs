@@ -340,17 +340,6 @@ impl Report {
                     p99: "–".into(),
                 });
             }
-            let (t, r) = m.proposed;
-            out.push(Line {
-                fig: "4",
-                what: what.clone(),
-                run: "prototype of the proposed fix, all at once (informative, `bins/bench/src/proposed.rs`)".into(),
-                ops: r.to_string(),
-                secs: format!("{:.2}", t.as_secs_f64()),
-                rate: format!("{:.0}", r as f64 / t.as_secs_f64().max(1e-9)),
-                p50: "–".into(),
-                p99: "–".into(),
-            });
             out.push(Line {
                 fig: "4",
                 what,
@@ -504,8 +493,9 @@ impl Report {
         self.list_cost.as_ref().map_or_else(String::new, |c| {
             format!(
                 "One {}-item list answer ({} KiB), one request at a time: `storage::grants::list` \
-                 (SQL, row decoding, `Grant::at`) {:.1} ms; JSON through `serde_json::Value` as the \
-                 server encodes it {:.1} ms; the same typed grants straight to bytes {:.1} ms.\n",
+                 (SQL, row decoding, `Grant::at`) {:.1} ms; JSON through a `serde_json::Value` tree (how \
+                 answers were built before) {:.1} ms; the typed grants straight to bytes (how \
+                 `handlers::items` builds them now) {:.1} ms.\n",
                 self.list_items,
                 c.bytes / 1024,
                 c.storage.as_secs_f64() * 1e3,

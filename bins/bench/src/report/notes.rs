@@ -42,8 +42,8 @@ impl Report {
              The ceiling is the transaction `storage::grants::create` runs, replayed statement by \
              statement with the same diesel DSL (so the same SQL text): the idempotency claim, \
              the account lookup, the reservation `SELECT ... FOR UPDATE`, the tenant lookup, the \
-             offer count, the settlement reads (open grants `FOR UPDATE`, seated instances), the committed terms, the grant `INSERT ... RETURNING`, the settlement reads again, the event head \
-             upsert and event insert, the reload. It leaves out the two reads the API does before \
+             offer count, the settlement reads (open grants `FOR UPDATE`, seated instances), the committed terms, the grant `INSERT ... RETURNING` (a term in the future needs no \
+             second settlement), the event head upsert and event insert, the reload. It leaves out the two reads the API does before \
              the transaction (authentication, the manual clock), the pure decisions \
              (`grants_core::settle`, `check_capacity`), the JSON and the log line.\n\n",
         );
@@ -52,19 +52,18 @@ impl Report {
                 s,
                 "**What limits it: the reservation's row lock, held while the transaction re-reads \
                  every open grant of the reservation.** All creates serialize on the lock, so \
-                 throughput is one over the lock-hold time, and under the lock each create loads and row-locks the reservation's open grants twice (settlement before and after the insert) and reads all its non-cancelled terms once: three passes over every grant created so far, two of them taking a row lock on each. The \
+                 throughput is one over the lock-hold time, and under the lock each create loads and row-locks the reservation's open grants (settlement) and reads all its non-cancelled terms: two passes over every grant created so far, one of them taking a row lock on each (a create whose term starts at or before now settles a second time). The \
                  hold time grows with the reservation, so throughput falls during the run: the API \
                  made {:.0}/s in the first quarter of its run and {:.0}/s in the last; the SQL \
                  {:.0}/s and {:.0}/s. The API's own work (HTTP, authentication, the clock read, \
                  JSON) happens outside the lock and overlaps other clients' waits, which is why the \
                  ratio holds (API {}, storage call {}, SQL {}); what it loses is CPU taken from \
                  PostgreSQL on two shared cores while the lock holder runs.\n\n\
-                 Proposed (storage, not changed here): read the open grants once per transaction \
-                 and hand the list to the second settlement (plus the new row) and to the capacity \
-                 check (the committed terms are the open grants plus ended grants whose end is \
-                 after the new start, one filtered query); load seated instances only when a \
-                 transition is due. That cuts the rows read under the lock about threefold; it \
-                 raises the API and its ceiling alike.\n\n",
+                 Done: the second settlement after the insert now runs only for a term starting \
+                 at or before now. Possible next step: derive the committed terms from the open \
+                 grants already read (plus ended grants ending after the new start, one filtered \
+                 query) and load seated instances only when a transition is due; it would raise \
+                 the API and its ceiling alike.\n\n",
                 g.api.rate_in(0.0, 0.25),
                 g.api.rate_in(0.75, 1.0),
                 g.sql.rate_in(0.0, 0.25),
@@ -170,23 +169,17 @@ impl Report {
             };
             let _ = write!(
                 s,
-                "**`list` (1000 items): CPU in the api-server, decoding 1000 rows and, about \
-                 as costly again, encoding them through a `serde_json::Value` tree.** API {}, trivial handler {}: {}. The statements alone \
-                 reach {} and the query alone {} ({} of the trivial handler: fetching and decoding \
-                 1000 rows is itself far more work than sending the answer). Profile (perf, during the \
-                 API run): the api-server's two worker threads were busy, in `BTreeMap` inserts, \
-                 `malloc`/`free` and `serde_json::value::ser` — `handlers::items` turns the grants \
-                 into a `Value` (`to_value`: a map with 14 owned keys per grant) and \
-                 `json_response` then prints it. Measured one request at a time: \
-                 `storage::grants::list` {}, the JSON through `Value` {}, the same grants written \
-                 straight to bytes {}.\n\n\
-                 Proposed (api-server, not changed here): serialize the typed answer directly \
-                 (`serde_json::to_vec(&Items {{ items }})`, the same for `one`) instead of through \
-                 `Value`; object keys then come in field order instead of sorted (the same JSON). \
-                 That removes most of the encoding's cost (measured above), leaving the list \
-                 bounded by the query row above. **What remains:** by the same bound as for \
-                 `get`, a server doing the trivial handler's work plus the query could reach {} of \
-                 the trivial handler.\n\n",
+                "**`list` (1000 items): CPU in the api-server, decoding 1000 rows and encoding them.** \
+                 API {}, trivial handler {}: {}. The statements alone reach {} and the query alone \
+                 {} ({} of the trivial handler: fetching and decoding 1000 rows is itself far more \
+                 work than sending the answer). Measured one request at a time: \
+                 `storage::grants::list` {}, the JSON built through a `serde_json::Value` tree {}, \
+                 the same grants written straight to bytes {}. Answers were first built through \
+                 the `Value` tree (a profile showed `BTreeMap` inserts, `malloc`/`free` and \
+                 `serde_json::value::ser` on top); `handlers::items` and `one` now serialize the \
+                 typed answer directly, which is the last of the three. **What remains:** by the \
+                 same bound as for `get`, a server doing the trivial handler's work plus the \
+                 query could reach {} of the trivial handler.\n\n",
                 rate(&l.api),
                 rate(&l.trivial),
                 ratio(l.api.throughput(), l.trivial.throughput()),
@@ -249,40 +242,25 @@ impl Report {
         let (records, secs, _) = Self::meter_api(m);
         let api = records as f64 / secs.max(1e-9);
         let bulk = m.bulk_rows as f64 / m.bulk.as_secs_f64().max(1e-9);
-        let proto = m.proposed.1 as f64 / m.proposed.0.as_secs_f64().max(1e-9);
         let _ = write!(
             s,
-            "**What limits it: statements, not rows.** One connection works sequentially, and per \
-             batch of 200 grants it sends 200 single-row `UPDATE`s of `metered_through` and \
-             multi-row `INSERT`s with thousands of parameters that PostgreSQL parses and plans \
-             afresh each time. Profile (perf on the worker and on its backend, this figure's data, \
-             chunked `INSERT`s): the worker spends most of the pass waiting (backend 7.2 s of \
-             CPU, worker 2.4 s, in an 11.4 s pass); the backend's CPU goes to the \
-             parser and planner (`base_yyparse`, `copyObjectImpl`, `expression_tree_walker`, \
-             `pg_strtok`), B-tree inserts (`_bt_compare`) and per-statement overhead, and the \
-             kernel's share is the round trips; the worker's own CPU (15 values, a JSON tags object \
-             and a random TypeID per record) is about a third of the backend's. Random usage ids (all \
-             from the manual clock's one millisecond) also insert all over the `usage_id` index, \
-             where the ceiling appends.\n\n\
-             Proposed (storage `metering.rs` and `ids.rs`, not changed here), prototyped in \
-             `bins/bench/src/proposed.rs` and measured in the table: keep the locks, order, \
-             records and sequence, but write each batch with two array-bound statements \
-             (`UPDATE grants ... FROM unnest($1::text[], $2::bigint[])` and `INSERT INTO \
-             usage_records ... SELECT ... FROM unnest(...) WITH ORDINALITY`: eleven parameters \
-             whatever the batch size, one prepared statement, no parameter limit), batches of \
-             1,000 grants, the tags built once per grant, and usage ids that count up within a \
-             millisecond as grant ids already do. The prototype wrote all {} records in one run \
-             at {:.0}/s, {} of the ceiling (target {}), against the worker's {:.0}/s ({}). While \
-             building it, the statement shape and the batch size gave most of the gain (the first \
-             prototype, with only the two array-bound statements, ran at about 40% of the \
-             ceiling). **What remains** after it: building the records in Rust and jsonb input in \
-             PostgreSQL, which the ceiling does not pay.\n\n",
-            m.proposed.1,
-            proto,
-            ratio(proto, bulk),
-            TARGET_METER,
+            "**What limits it: statements and record building, on one connection.** The worker \
+             ({:.0}/s, {} of the ceiling, target {}) claims up to 50 reservations and 1,000 of \
+             their grants per transaction and writes the batch with two array-bound statements: \
+             `UPDATE grants ... FROM unnest(...)` for the marks and `INSERT INTO usage_records \
+             ... SELECT ... FROM unnest(...) WITH ORDINALITY` for the records (one prepared \
+             statement whatever the batch holds). An earlier version sent one `UPDATE` per \
+             grant and multi-row `INSERT`s with 15 parameters per record, which PostgreSQL \
+             parsed and planned afresh each time (a perf profile of the backend showed the \
+             parser and planner on top) and which ran at about a fifth of the ceiling; it also \
+             failed outright past 65,535 parameters. Usage ids now count up within a \
+             millisecond, so they append to the `usage_id` index as the ceiling's do. **What \
+             remains:** building the records in Rust (a TypeID, a tags object and 15 values per \
+             record) and jsonb input in PostgreSQL, which the ceiling does not pay, and the \
+             pass working sequentially on one connection.\n\n",
             api,
             ratio(api, bulk),
+            TARGET_METER,
         );
     }
 
@@ -292,8 +270,7 @@ impl Report {
             s,
             "`VmHWM` of the api-server from `/proc/PID/status`: read after figure 1 (the peak \
              since start, setup included), then reset (`clear_refs` 5) before figure 3 and read \
-             after it. The peak during 3 comes from `list`: 16 concurrent {} KiB answers, each \
-             also built as a `Value` tree first (the change proposed for figure 3 lowers it too). \
+             after it. The peak during 3 comes from `list`: 16 concurrent {} KiB answers. \
              Both are far under the 100 MiB target ({} and {} MiB).\n\n",
             self.list_bytes / 1024,
             super::mib(self.rss_fig1),
