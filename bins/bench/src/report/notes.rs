@@ -229,14 +229,12 @@ impl Report {
             );
         } else {
             s.push_str(
-                "While this program was being written, this run failed: `vps.grants` sent a batch's \
-                 records as one multi-row `INSERT` with 15 bind parameters per record, and 200 grants \
-                 × 24 hours is 72,000 parameters, over the protocol's 65,535 (\"error encoding \
-                 message to server\"; 200 × 21 hours passed, × 22 failed), after which every round \
-                 retried the same batch and metered nothing. The instance meters had the same shape. \
-                 A parallel change has since chunked those `INSERT`s (1,000 rows each) and batched \
-                 the instance meters; this run is on that code. If the failure comes back, the \
-                 program says so in the table and measures the work in 12-hour rounds instead.\n\n",
+                "An earlier version of `vps.grants` failed on this figure: it sent a batch's records as \
+                 one multi-row `INSERT` with 15 bind parameters per record, and 200 grants × 24 hours is \
+                 72,000 parameters, over the protocol's 65,535 (\"error encoding message to server\"), \
+                 after which every round retried the same batch and metered nothing. The array-bound \
+                 statements described below have no such limit. If a pass fails again, the program says \
+                 so in the table and measures the work in 12-hour rounds instead.\n\n",
             );
         }
         let (records, secs, _) = Self::meter_api(m);
