@@ -25,7 +25,7 @@ use crate::instances::InstanceRow;
 use crate::schema::{
     grants, instances, placement_segments as seg, pools, reservations, usage_records as ur,
 };
-use crate::timeline::{self, GrantRow, ReservationRow};
+use crate::timeline::{self, GrantRow};
 
 /// Grants metered per transaction.
 const GRANT_BATCH: i64 = 1000;
@@ -160,7 +160,9 @@ pub async fn settle_all(pool: &DbPool, now: i64) -> Result<u64> {
     for (account_id, reservation_id) in due {
         applied += conn
             .transaction::<_, Error, _>(async |conn| {
-                let Some(res) = lock_skip(conn, &account_id, &reservation_id).await? else {
+                let Some(res) =
+                    timeline::try_lock_reservation(conn, &account_id, &reservation_id).await?
+                else {
                     return Ok(0);
                 };
                 let mut batch = Vec::new();
@@ -171,21 +173,6 @@ pub async fn settle_all(pool: &DbPool, now: i64) -> Result<u64> {
             .await?;
     }
     Ok(applied)
-}
-
-async fn lock_skip(
-    conn: &mut AsyncPgConnection,
-    account_id: &str,
-    reservation_id: &str,
-) -> Result<Option<ReservationRow>> {
-    Ok(reservations::table
-        .find((account_id, reservation_id))
-        .select(ReservationRow::as_select())
-        .for_update()
-        .skip_locked()
-        .first(conn)
-        .await
-        .optional()?)
 }
 
 /// Tags of a record about a reservation's grant or instance.
@@ -495,7 +482,9 @@ pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
         loop {
             let (n, w) = conn
                 .transaction::<_, Error, _>(async |conn| {
-                    let Some(res) = lock_skip(conn, &account_id, &reservation_id).await? else {
+                    let Some(res) =
+                        timeline::try_lock_reservation(conn, &account_id, &reservation_id).await?
+                    else {
                         return Ok((0, 0));
                     };
                     let mut batch_events = Vec::new();

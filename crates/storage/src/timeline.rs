@@ -127,19 +127,41 @@ impl GrantRow {
     }
 }
 
-/// Locks a reservation's row for the rest of the transaction.
+/// Locks a reservation's row for the rest of the transaction, waiting for
+/// another holder.
 pub async fn lock_reservation(
     conn: &mut AsyncPgConnection,
     account_id: &str,
     reservation_id: &str,
 ) -> Result<Option<ReservationRow>> {
-    Ok(reservations::table
+    lock(conn, account_id, reservation_id, false).await
+}
+
+/// Locks a reservation's row unless another transaction holds it (then
+/// `None`: that transaction settles it itself). For reconciler passes.
+pub async fn try_lock_reservation(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+) -> Result<Option<ReservationRow>> {
+    lock(conn, account_id, reservation_id, true).await
+}
+
+async fn lock(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+    skip_locked: bool,
+) -> Result<Option<ReservationRow>> {
+    let query = reservations::table
         .find((account_id, reservation_id))
         .select(ReservationRow::as_select())
-        .for_update()
-        .first(conn)
-        .await
-        .optional()?)
+        .for_update();
+    Ok(if skip_locked {
+        query.skip_locked().first(conn).await.optional()?
+    } else {
+        query.first(conn).await.optional()?
+    })
 }
 
 /// The grants settlement still moves (scheduled or active as recorded).

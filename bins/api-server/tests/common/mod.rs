@@ -195,6 +195,24 @@ impl Server {
         (resp.status().as_u16(), resp.text().await.expect("body"))
     }
 
+    /// Every event of `tenant` from the start, paging with `nextCursor`.
+    pub async fn all_events(&self, token: &str, tenant: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut body = json!({ "tenantId": tenant, "limit": 1000 });
+            if let Some(a) = &after {
+                body["after"] = json!(a);
+            }
+            let page = self.call(token, "events/list", body).await.ok();
+            out.extend(page["items"].as_array().expect("items").iter().cloned());
+            after = Some(page["nextCursor"].as_str().expect("nextCursor").to_owned());
+            if page["hasMore"] != json!(true) {
+                return out;
+            }
+        }
+    }
+
     /// Sets the manual clock.
     pub async fn set_clock(&self, now: i64) {
         self.root("clock/set", json!({ "now": now })).await.ok();

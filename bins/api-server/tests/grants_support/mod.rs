@@ -76,22 +76,7 @@ pub async fn end(s: &Server, account: &str, grant: &str) -> Answer {
 
 /// Every event of `tenant`, paging with `nextCursor`.
 pub async fn events(s: &Server, token: &str, tenant: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let mut body = json!({ "tenantId": tenant, "limit": 1000 });
-        if let Some(a) = &after {
-            body["after"] = json!(a);
-        }
-        let page = s.call(token, "events/list", body).await.ok();
-        let items = page["items"].as_array().expect("items").clone();
-        let empty = items.is_empty();
-        out.extend(items);
-        if page["hasMore"] != json!(true) || empty {
-            return out;
-        }
-        after = Some(page["nextCursor"].as_str().expect("nextCursor").to_owned());
-    }
+    s.all_events(token, tenant).await
 }
 
 /// The `reservation-grant.*` event types of one grant, in order.

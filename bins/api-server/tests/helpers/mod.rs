@@ -78,20 +78,7 @@ pub async fn offer(s: &Server, pool: &str, tenant: &str, quotas: Value) -> Value
 
 /// Every event of `tenant` from the start, paging with `nextCursor`.
 pub async fn all_events(s: &Server, token: &str, tenant: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let mut body = json!({ "tenantId": tenant, "limit": 1000 });
-        if let Some(a) = &after {
-            body["after"] = json!(a);
-        }
-        let page = s.call(token, "events/list", body).await.ok();
-        out.extend(page["items"].as_array().expect("items").iter().cloned());
-        after = Some(page["nextCursor"].as_str().expect("nextCursor").to_owned());
-        if page["hasMore"] != json!(true) {
-            return out;
-        }
-    }
+    s.all_events(token, tenant).await
 }
 
 /// The events of `tenant` of one type.
