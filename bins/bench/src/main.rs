@@ -178,29 +178,19 @@ async fn figure_grants(
     let n = api.ops;
 
     let ctx_storage = Arc::new(ctx("storage"));
-    let workers = db
-        .connections(CLIENTS)
-        .await?
-        .into_iter()
-        .map(|conn| GrantStorage {
-            conn,
-            ctx: ctx_storage.clone(),
-        })
-        .collect();
-    let storage = load::run(workers, Stop::Count(n)).await?;
+    let storage = on_connections(db, n, |conn| GrantStorage {
+        conn,
+        ctx: ctx_storage.clone(),
+    })
+    .await?;
     show("storage call", &storage);
 
     let ctx_sql = Arc::new(ctx("sql"));
-    let workers = db
-        .connections(CLIENTS)
-        .await?
-        .into_iter()
-        .map(|conn| GrantSql {
-            conn,
-            ctx: ctx_sql.clone(),
-        })
-        .collect();
-    let sql = load::run(workers, Stop::Count(n)).await?;
+    let sql = on_connections(db, n, |conn| GrantSql {
+        conn,
+        ctx: ctx_sql.clone(),
+    })
+    .await?;
     show("direct SQL", &sql);
     report.grants = Some(Measured { api, storage, sql });
     Ok(())
@@ -238,29 +228,19 @@ async fn figure_instances(
     let n = api.ops;
 
     let ctx_storage = Arc::new(ctx("storage"));
-    let workers = db
-        .connections(CLIENTS)
-        .await?
-        .into_iter()
-        .map(|conn| InstanceStorage {
-            conn,
-            ctx: ctx_storage.clone(),
-        })
-        .collect();
-    let storage = load::run(workers, Stop::Count(n)).await?;
+    let storage = on_connections(db, n, |conn| InstanceStorage {
+        conn,
+        ctx: ctx_storage.clone(),
+    })
+    .await?;
     show("storage call", &storage);
 
     let ctx_sql = Arc::new(ctx("sql"));
-    let workers = db
-        .connections(CLIENTS)
-        .await?
-        .into_iter()
-        .map(|conn| InstanceSql {
-            conn,
-            ctx: ctx_sql.clone(),
-        })
-        .collect();
-    let sql = load::run(workers, Stop::Count(n)).await?;
+    let sql = on_connections(db, n, |conn| InstanceSql {
+        conn,
+        ctx: ctx_sql.clone(),
+    })
+    .await?;
     show("direct SQL", &sql);
     report.instances = Some(Measured { api, storage, sql });
     Ok(())
@@ -576,4 +556,20 @@ async fn main() -> anyhow::Result<()> {
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     say(&format!("wrote {}", path.display()));
     Ok(())
+}
+
+/// Runs exactly `n` operations over `CLIENTS` direct connections to `db`,
+/// one worker per connection, each made by `make`.
+async fn on_connections<W: load::Op>(
+    db: &Database,
+    n: u64,
+    make: impl Fn(diesel_async::AsyncPgConnection) -> W,
+) -> anyhow::Result<load::Outcome> {
+    let workers = db
+        .connections(CLIENTS)
+        .await?
+        .into_iter()
+        .map(make)
+        .collect();
+    load::run(workers, Stop::Count(n)).await
 }
