@@ -92,7 +92,7 @@ pub async fn list(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Vec<A
     Ok(pa::table
         .filter(pa::tenant_id.eq(tenant_id))
         .order((pa::created_at.desc(), pa::account_id.desc()))
-        .limit(1000)
+        .limit(crate::LIST_LIMIT)
         .select(Account::as_select())
         .load(conn)
         .await?)

@@ -11,7 +11,8 @@ use crate::error::{Code, Error, Result};
 use crate::events::{self, NewEvent};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
-use crate::schema::{grants, pool_offers};
+use crate::pools;
+use crate::schema::grants;
 use crate::tenancy;
 use crate::timeline::{self, GrantRow};
 
@@ -147,21 +148,13 @@ pub async fn create(
                 .with("reason", "unbound"));
         };
         // The grantee may use the pool, and the project is the grantee's.
-        if new.grant_tenant_id != root {
-            let offered: i64 = pool_offers::table
-                .filter(pool_offers::pool_id.eq(&pool_id))
-                .filter(pool_offers::tenant_id.eq(new.grant_tenant_id))
-                .count()
-                .get_result(conn)
-                .await?;
-            if offered == 0 {
-                return Err(Error::invalid(
-                    "grantTenantId",
-                    "pool-not-offered",
-                    format!("pool {pool_id} is not offered to {}", new.grant_tenant_id),
-                )
-                .with("poolId", pool_id.as_str()));
-            }
+        if !pools::is_visible(conn, &pool_id, new.grant_tenant_id, root).await? {
+            return Err(Error::invalid(
+                "grantTenantId",
+                "pool-not-offered",
+                format!("pool {pool_id} is not offered to {}", new.grant_tenant_id),
+            )
+            .with("poolId", pool_id.as_str()));
         }
         if let Some(project) = new.project_id
             && tenancy::tenant_project(conn, new.grant_tenant_id, project).await?.is_none()
@@ -267,7 +260,7 @@ pub async fn list(
 ) -> Result<Vec<Grant>> {
     let mut query = grants::table
         .order((grants::created_at.desc(), grants::grant_id.desc()))
-        .limit(1000)
+        .limit(crate::LIST_LIMIT)
         .select(GrantRow::as_select())
         .into_boxed();
     if !all {

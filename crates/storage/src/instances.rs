@@ -626,7 +626,7 @@ pub async fn list(
     let mut q = instances::table
         .filter(instances::tenant_id.eq(tenant))
         .order((instances::created_at.desc(), instances::instance_id.desc()))
-        .limit(1000)
+        .limit(crate::LIST_LIMIT)
         .select(InstanceRow::as_select())
         .into_boxed();
     if let Some(p) = project_id {

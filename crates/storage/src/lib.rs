@@ -24,4 +24,7 @@ pub mod test_db;
 pub mod timeline;
 
 pub use clock::Clock;
+
+/// The most items a list method returns in one answer (contract 1.6).
+pub const LIST_LIMIT: i64 = 1000;
 pub use error::{Code, Error, Result};

@@ -14,12 +14,20 @@ use crate::timeline;
 /// `tenants.delete`: the tenant's active grants end now and its scheduled
 /// ones are cancelled (`reason: "tenant-deleted"`), its instances are deleted
 /// with their slots and quota released, and its keys stop working. Deleting a
-/// deleted tenant returns it unchanged.
+/// deleted tenant returns it unchanged; the root tenant cannot be deleted.
 pub async fn delete_tenant(
     conn: &mut AsyncPgConnection,
+    root: &str,
     tenant_id: &str,
     now: i64,
 ) -> Result<Tenant> {
+    if tenant_id == root {
+        return Err(Error::invalid(
+            "targetTenantId",
+            "root-tenant",
+            "the root tenant cannot be deleted",
+        ));
+    }
     conn.transaction::<_, Error, _>(async move |conn| {
         let current = tenancy::get_tenant(conn, tenant_id)
             .await?

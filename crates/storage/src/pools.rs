@@ -205,7 +205,7 @@ pub async fn list(conn: &mut AsyncPgConnection, tenant: &str, root: &str) -> Res
     let rows: Vec<PoolRow> = if tenant == root {
         pools::table
             .order((pools::created_at.desc(), pools::pool_id.desc()))
-            .limit(1000)
+            .limit(crate::LIST_LIMIT)
             .select(PoolRow::as_select())
             .load(conn)
             .await?
@@ -214,7 +214,7 @@ pub async fn list(conn: &mut AsyncPgConnection, tenant: &str, root: &str) -> Res
             .inner_join(pool_offers::table)
             .filter(pool_offers::tenant_id.eq(tenant))
             .order((pools::created_at.desc(), pools::pool_id.desc()))
-            .limit(1000)
+            .limit(crate::LIST_LIMIT)
             .select(PoolRow::as_select())
             .load(conn)
             .await?

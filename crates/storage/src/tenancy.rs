@@ -6,9 +6,10 @@ use iam_check::{KeyScope, Principal, Role};
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
+use crate::accounts;
 use crate::error::{Code, Error, Result};
 use crate::ids;
-use crate::schema::{api_keys, projects, provider_accounts, tenants};
+use crate::schema::{api_keys, projects, tenants};
 
 /// A tenant.
 #[derive(Debug, Clone, Serialize, Queryable, Selectable)]
@@ -256,7 +257,7 @@ pub async fn mark_tenant_deleted(
 pub async fn list_tenants(conn: &mut AsyncPgConnection) -> Result<Vec<Tenant>> {
     Ok(tenants::table
         .order((tenants::created_at.desc(), tenants::tenant_id.desc()))
-        .limit(1000)
+        .limit(crate::LIST_LIMIT)
         .select(Tenant::as_select())
         .load(conn)
         .await?)
@@ -286,7 +287,7 @@ pub async fn list_projects(conn: &mut AsyncPgConnection, tenant_id: &str) -> Res
     Ok(projects::table
         .filter(projects::tenant_id.eq(tenant_id))
         .order((projects::created_at.desc(), projects::project_id.desc()))
-        .limit(1000)
+        .limit(crate::LIST_LIMIT)
         .select(Project::as_select())
         .load(conn)
         .await?)
@@ -342,15 +343,7 @@ pub async fn create_key(
     now: i64,
 ) -> Result<IssuedKey> {
     if let Some(account) = account_id {
-        let owned: i64 = provider_accounts::table
-            .filter(provider_accounts::account_id.eq(account))
-            .filter(provider_accounts::tenant_id.eq(tenant_id))
-            .count()
-            .get_result(conn)
-            .await?;
-        if owned == 0 {
-            return Err(Error::not_found("provider account", account));
-        }
+        accounts::get(conn, tenant_id, account).await?;
     }
     insert_key(conn, tenant_id, name, role, account_id, now).await
 }
@@ -360,7 +353,7 @@ pub async fn list_keys(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<
     Ok(api_keys::table
         .filter(api_keys::tenant_id.eq(tenant_id))
         .order((api_keys::created_at.desc(), api_keys::key_id.desc()))
-        .limit(1000)
+        .limit(crate::LIST_LIMIT)
         .select(ApiKey::as_select())
         .load(conn)
         .await?)

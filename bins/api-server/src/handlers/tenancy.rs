@@ -148,15 +148,10 @@ struct DeleteTenant {
 
 async fn delete_tenant(call: Call) -> Result<Reply, Error> {
     let input: DeleteTenant = call.parse()?;
-    if input.target_tenant_id == call.root() {
-        return Err(Error::invalid(
-            "targetTenantId",
-            "root-tenant",
-            "the root tenant cannot be deleted",
-        ));
-    }
     let (mut conn, now) = call.conn_now().await?;
-    let tenant = storage::lifecycle::delete_tenant(&mut conn, &input.target_tenant_id, now).await?;
+    let tenant =
+        storage::lifecycle::delete_tenant(&mut conn, call.root(), &input.target_tenant_id, now)
+            .await?;
     one("tenant", &tenant)
 }
 
