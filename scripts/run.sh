@@ -25,6 +25,8 @@ export BC_LISTEN="${BC_LISTEN:-127.0.0.1:8080}"
 export BC_FAKE_GCE_LISTEN="${BC_FAKE_GCE_LISTEN:-127.0.0.1:8085}"
 export BC_CLOCK="${BC_CLOCK:-system}"
 export BC_INTERVAL_MS="${BC_INTERVAL_MS:-10000}"
+# Tenants' provider accounts may name Google and the local fake (only).
+export BC_PROVIDER_ENDPOINTS="${BC_PROVIDER_ENDPOINTS:-https://compute.googleapis.com,http://$BC_FAKE_GCE_LISTEN}"
 export RUST_LOG="${RUST_LOG:-info}"
 
 echo "building..." >&2

@@ -20,6 +20,11 @@ pub struct App {
     pub registry: Registry,
     /// Request metrics.
     pub metrics: Metrics,
+    /// What provider accounts may reach (contract 3.5).
+    pub provider_policy: std::sync::Arc<providers::policy::ProviderPolicy>,
+    /// Builds the provider adapter of an account, under the server's
+    /// provider policy (contract 3.5).
+    pub providers: std::sync::Arc<storage::reservations::ProviderFactory>,
 }
 
 impl App {

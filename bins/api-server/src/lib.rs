@@ -10,6 +10,7 @@ pub mod server;
 use std::sync::Arc;
 
 use anyhow::Context;
+use providers::policy::ProviderPolicy;
 use storage::Clock;
 use tokio::net::TcpListener;
 
@@ -28,6 +29,9 @@ pub struct Config {
     pub bootstrap_token: Option<String>,
     /// `BC_DB_POOL_SIZE` (default 16).
     pub pool_size: usize,
+    /// What provider accounts may reach (`BC_PROVIDER_ENDPOINTS`,
+    /// `BC_CREDENTIAL_ENV`, `BC_CREDENTIAL_DIR`; contract 3.5).
+    pub provider_policy: Arc<ProviderPolicy>,
 }
 
 impl Config {
@@ -47,6 +51,7 @@ impl Config {
                 .transpose()
                 .context("BC_DB_POOL_SIZE")?
                 .unwrap_or(16),
+            provider_policy: Arc::new(ProviderPolicy::from_env().context("the provider policy")?),
         })
     }
 }
@@ -93,6 +98,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         )
         .await
         .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
+        log_disallowed_accounts(&mut conn, &config).await?;
     }
     let app = Arc::new(app::App {
         pool,
@@ -100,6 +106,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         root_tenant: config.root_tenant.clone(),
         registry: registry::Registry::new(),
         metrics: metrics::Metrics::default(),
+        provider_policy: config.provider_policy.clone(),
+        providers: storage::reservations::policy_factory(
+            &config.root_tenant,
+            config.provider_policy.clone(),
+            Default::default(),
+        ),
     });
     let listener = TcpListener::bind(&config.listen)
         .await
@@ -119,6 +131,31 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// Resolves on SIGTERM or SIGINT.
+/// Logs every stored account the provider policy no longer allows: they
+/// stay unusable (each scan fails as a provider error) until fixed.
+async fn log_disallowed_accounts(
+    conn: &mut storage::db::Conn,
+    config: &Config,
+) -> anyhow::Result<()> {
+    let refused = storage::accounts::disallowed(conn, &config.root_tenant, &config.provider_policy)
+        .await
+        .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
+    for a in &refused {
+        tracing::warn!(
+            account = %a.account_id,
+            tenant = %a.tenant_id,
+            refusal = %a.refusal,
+            "provider account not allowed by the provider policy; its scans will fail"
+        );
+    }
+    tracing::info!(
+        policy = ?config.provider_policy,
+        disallowed_accounts = refused.len(),
+        "provider policy"
+    );
+    Ok(())
+}
+
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

@@ -37,7 +37,10 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // A client that half-closes its side after sending its request (some
+    // HTTP/1 clients and scripts do) still gets its answer (contract 8.1).
+    builder.http1().half_close(true);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

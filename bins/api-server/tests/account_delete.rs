@@ -254,15 +254,122 @@ async fn an_account_whose_grants_were_only_cancelled_is_deleted_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn delete_refuses_while_a_pool_is_built_on_the_account() {
+async fn a_pool_outlives_its_account_once_the_accounts_grants_are_metered() {
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 4).await;
-    delete(&s, &p.account).await.err(409, "INVALID_STATE");
+    let t = p.tenant_token.clone();
+    let g = grant_on(&s, &p.account, &p.reservation, "acme", 1, T0, T0 + HOUR).await;
+    let x = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(x["placement"]["grantId"], g.as_str());
+    let x = x["instanceId"].as_str().expect("id").to_owned();
+
+    // The pool built on the account does not block it; the live grant does.
+    s.set_clock(T0 + 30 * MIN).await;
+    let a = delete(&s, &p.account).await;
+    assert_eq!(grant_ids(a.err(409, "INVALID_STATE")), vec![g.clone()]);
+    assert!(
+        a.body["error"]["details"].get("poolIds").is_none(),
+        "{}",
+        a.body
+    );
+    // Over and metered: the account goes, the pool stays with its accountId.
+    s.set_clock(T0 + 2 * HOUR).await;
+    worker::once(&s, &["vps.grants"]).await;
+    assert_eq!(
+        delete(&s, &p.account).await.ok(),
+        json!({ "accountId": p.account, "deleted": true })
+    );
     s.root("providerAccounts/get", json!({ "accountId": p.account }))
         .await
+        .err(404, "NOT_FOUND");
+    let pool = s.root("pools/get", json!({ "poolId": p.pool })).await.ok();
+    assert_eq!(pool["pool"]["accountId"], p.account.as_str());
+    let listed = s.root("pools/list", json!({})).await.ok();
+    assert!(
+        listed["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .any(|i| i["poolId"] == p.pool.as_str()),
+        "{listed}"
+    );
+    // Its instances are on-demand from the delete on, new ones too, and the
+    // pool can still be offered.
+    let got = s
+        .call(
+            &t,
+            "instances/get",
+            json!({ "tenantId": "acme", "instanceId": x }),
+        )
+        .await
         .ok();
-    // The refusal changed nothing: the pool still places on the reservation.
-    let i = instance(&s, &p.tenant_token, "acme", &p.pool).await;
-    assert_eq!(i["placement"]["kind"], "reservation");
+    assert_eq!(got["instance"]["placement"], json!({ "kind": "ondemand" }));
+    let z = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(z["placement"]["kind"], "ondemand");
+    s.tenant("globex").await;
+    s.root(
+        "pools/offer",
+        json!({ "poolId": p.pool, "offerTenantId": "globex", "quotas": { "instances": 1 } }),
+    )
+    .await
+    .ok();
+}
+
+/// Meters the grants of the server's database up to `now` without settling
+/// any timeline first, as a `vps.grants` replica whose settlement skipped a
+/// reservation (locked by another transaction) would.
+async fn meter_without_settling(s: &Server, now: i64) {
+    let pool = storage::db::pool(s.db.url(), 1).expect("pool");
+    storage::metering::meter_grants(&pool, now)
+        .await
+        .expect("meter grants");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_applies_a_due_term_end_first_with_its_event_once_and_exact_meters() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let t = p.tenant_token.clone();
+    let g = grant_on(&s, &p.account, &p.reservation, "acme", 1, T0, T0 + 90 * MIN).await;
+    let x = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(x["placement"]["grantId"], g.as_str());
+    let x = x["instanceId"].as_str().expect("id").to_owned();
+
+    // The term ended at T0 + 90 min; its slot-hours are metered, but nothing
+    // has applied the end yet when the account is deleted at T0 + 3 h.
+    let at = T0 + 3 * HOUR;
+    s.set_clock(at).await;
+    meter_without_settling(&s, at).await;
+    assert!(
+        events_of(&s, &t, "acme", "reservation-grant.ended")
+            .await
+            .is_empty()
+    );
+    delete(&s, &p.account).await.ok();
+
+    // The end took effect at its own instant, before the delete, once.
+    let ended = events_of(&s, &t, "acme", "reservation-grant.ended").await;
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0]["occurredAt"], T0 + 90 * MIN);
+    assert_eq!(ended[0]["data"]["grantId"], g.as_str());
+    assert_eq!(ended[0]["data"]["reason"], "term-over");
+    // x: in the grant to its end, then on an ordinary slot, then on-demand.
+    s.set_clock(at + 2 * HOUR).await;
+    worker::once(&s, &[]).await;
+    worker::once(&s, &[]).await;
+    assert_eq!(
+        events_of(&s, &t, "acme", "reservation-grant.ended")
+            .await
+            .len(),
+        1
+    );
+    let records = usage_of_instance(&s, &t, "acme", &x).await;
+    let by_meter = |m: &str| total(&of_meter(&records, m));
+    assert_eq!(by_meter("vm.grant.usage.hours"), 1_500_000);
+    assert_eq!(by_meter("vm.reserved.hours"), 1_500_000);
+    assert_eq!(by_meter("vm.ondemand.hours"), 2_000_000);
+    let slot = usage(&s, &t, "acme", "vm.grant.slot.hours").await;
+    assert_eq!(total(&slot), 1_500_000);
 }

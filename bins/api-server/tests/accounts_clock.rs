@@ -32,26 +32,43 @@ async fn provider_accounts_are_created_with_a_normalized_config() {
             "config": {
                 "project": "acme-project-1",
                 "endpoint": "https://compute.googleapis.com",
-                "credentials": "env:GCE_TOKEN",
+                "credentials": "none",
             },
             "createdAt": now,
         })
     );
-    // An explicit endpoint and the other credential references are kept.
-    for (i, (endpoint, credentials, stored)) in [
-        ("http://127.0.0.1:8089", "none", "http://127.0.0.1:8089"),
+    // An explicit endpoint and the other credential references are kept
+    // (a tenant may name only listed endpoints and `none`; root may name any
+    // endpoint and the references the operator listed).
+    for (i, (tenant, token, endpoint, credentials, stored)) in [
         (
+            "acme",
+            acme.as_str(),
+            "http://127.0.0.1:8089",
+            "none",
+            "http://127.0.0.1:8089",
+        ),
+        (
+            "acme",
+            acme.as_str(),
+            "https://compute.googleapis.com/",
+            "none",
+            "https://compute.googleapis.com",
+        ),
+        (
+            ROOT,
+            ROOT_TOKEN,
             "https://compute.example.com/",
-            "file:/var/run/secrets/gce/token",
+            "env:GCE_TOKEN",
             "https://compute.example.com",
         ),
     ]
     .into_iter()
     .enumerate()
     {
-        let mut body = account_body("acme", "other", &format!("k-{i}"));
+        let mut body = account_body(tenant, "other", &format!("k-{i}"));
         body["config"] = json!({ "project": "acme-project-1", "endpoint": endpoint, "credentials": credentials });
-        let v = s.call(&acme, "providerAccounts/create", body).await.ok();
+        let v = s.call(token, "providerAccounts/create", body).await.ok();
         assert_eq!(v["account"]["config"]["endpoint"], stored);
         assert_eq!(v["account"]["config"]["credentials"], credentials);
     }

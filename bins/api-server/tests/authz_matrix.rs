@@ -21,7 +21,11 @@ const MISSING_INSTANCE: &str = "inst_00000000000000000000000000";
 
 /// Methods the contract calls "root only" (2.4): the acting tenant must be
 /// the root tenant whatever the permission's scope.
-const ROOT_ONLY: &[&str] = &["reservationGrants.create", "reservationGrants.end"];
+const ROOT_ONLY: &[&str] = &[
+    "reservationGrants.create",
+    "reservationGrants.end",
+    "providerAccounts.bindReservation",
+];
 
 /// Creates a provider account (on [`DEAD_ENDPOINT`]) in `tenant`.
 async fn account_in(s: &Server, token: &str, tenant: &str) -> String {

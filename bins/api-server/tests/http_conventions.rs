@@ -843,3 +843,72 @@ async fn a_request_id_appears_in_the_log_line_of_its_request() {
     // The secret never reaches the log.
     assert!(!line.contains(ROOT_TOKEN));
 }
+
+/// Writes `request` on a fresh connection, half-closes the write side, and
+/// reads the whole answer.
+async fn half_closed_exchange(url: &str, request: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    stream.shutdown().await.expect("half-close");
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut buf))
+        .await
+        .expect("answer within 20 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_half_closes_after_its_request_still_gets_the_answer() {
+    let s = Server::start().await;
+    // A large request body (just under 1 MiB), answered with an error.
+    let filler = "x".repeat(1000 * 1000);
+    let body = format!(r#"{{"tenantId":"root","name":"n","padding":"{filler}"}}"#);
+    let request = format!(
+        "POST /api/compute/projects/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        ROOT_TOKEN,
+        body.len()
+    );
+    let (status, text) = half_closed_exchange(&s.url, request.as_bytes()).await;
+    assert_eq!(status, 400, "{}", &text[..text.len().min(300)]);
+    let answer = response_body(&text);
+    assert_eq!(answer["error"]["code"], "INVALID_INPUT", "{answer}");
+    assert_eq!(answer["error"]["details"]["field"], "padding");
+
+    // A large answer (the OpenAPI document) to a small request.
+    let (status, text) = half_closed_exchange(
+        &s.url,
+        b"GET /api/openapi.json HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let doc = response_body(&text);
+    assert!(
+        doc["openapi"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.1")),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+
+    // A successful method call, half-closed too, with its answer.
+    let body = r#"{"tenantId":"root","name":"half-closed"}"#;
+    let request = format!(
+        "POST /api/compute/projects/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        ROOT_TOKEN,
+        body.len()
+    );
+    let (status, text) = half_closed_exchange(&s.url, request.as_bytes()).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(response_body(&text)["project"]["name"], "half-closed");
+}

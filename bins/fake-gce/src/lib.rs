@@ -10,6 +10,15 @@
 //!   `{ count, inUseCount?, machineType, status? }`: create or replace (200, the
 //!   stored reservation); `GET` and `DELETE` on the same path.
 //! - `POST /fake/fail { count }`: the next `count` read calls answer 503.
+//! - `GET /fake/calls` → `{ "calls": { "<project>": n } }`: how many read
+//!   calls (requests to the list path above, one per page, whatever they
+//!   answered: 200, 503, 401, ...) each project received since start or the
+//!   last reset; `DELETE /fake/calls` resets the counts (answers
+//!   `{ "calls": {} }`).
+//! - `POST /fake/delay { ms }`: every later read call waits `ms`
+//!   milliseconds (at most 60000) before it is answered, so that concurrent
+//!   scans overlap; `0` turns the delay off. A call is counted when it
+//!   arrives, before its delay.
 //!
 //! The binary (`fake-gce`) wraps [`serve`]; embed it the same way in a test
 //! harness if a process is not wanted.
@@ -39,6 +48,8 @@ use store::{PageError, Store};
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8085";
 
 const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The longest delay `POST /fake/delay` accepts.
+const MAX_DELAY_MS: u64 = 60_000;
 /// How long in-flight requests may take to finish once shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -103,6 +114,10 @@ impl FakeGce {
                 if request.method() != Method::GET {
                     return method_not_allowed();
                 }
+                let delay = self.store().count_call(project);
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
                 self.list(project, &request)
             }
             [
@@ -151,6 +166,25 @@ impl FakeGce {
                 }
                 match read_json(request).await {
                     Ok(body) => self.fail(&body),
+                    Err(response) => response,
+                }
+            }
+            ["fake", "calls"] => match *request.method() {
+                Method::GET => {
+                    json_response(StatusCode::OK, &json!({ "calls": self.store().calls() }))
+                }
+                Method::DELETE => {
+                    self.store().reset_calls();
+                    json_response(StatusCode::OK, &json!({ "calls": {} }))
+                }
+                _ => method_not_allowed(),
+            },
+            ["fake", "delay"] => {
+                if request.method() != Method::POST {
+                    return method_not_allowed();
+                }
+                match read_json(request).await {
+                    Ok(body) => self.delay(&body),
                     Err(response) => response,
                 }
             }
@@ -230,6 +264,29 @@ impl FakeGce {
         };
         let shown = self.store().put(project, zone, name, spec);
         json_response(StatusCode::OK, &shown)
+    }
+
+    fn delay(&self, body: &Map<String, Value>) -> Response<Full<Bytes>> {
+        if let Some(key) = body.keys().find(|k| k.as_str() != "ms") {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                &format!("unknown field '{key}'"),
+            );
+        }
+        let Some(ms) = body
+            .get("ms")
+            .and_then(Value::as_u64)
+            .filter(|ms| *ms <= MAX_DELAY_MS)
+        else {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                &format!("'ms' must be an integer from 0 to {MAX_DELAY_MS}"),
+            );
+        };
+        self.store().set_delay(Duration::from_millis(ms));
+        json_response(StatusCode::OK, &json!({ "ms": ms }))
     }
 
     fn fail(&self, body: &Map<String, Value>) -> Response<Full<Bytes>> {
@@ -413,7 +470,8 @@ pub async fn serve(
                     let fake = fake.clone();
                     async move { Ok::<_, Infallible>(fake.handle(request).await) }
                 });
-                let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+                let connection =
+                    graceful.watch(http.serve_connection(TokioIo::new(stream), service));
                 tokio::spawn(async move {
                     if let Err(e) = connection.await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
@@ -40,12 +41,16 @@ struct Project {
     zones: BTreeSet<String>,
 }
 
-/// All projects' reservations, and the failures still to inject.
+/// All projects' reservations, the failures still to inject, the read
+/// calls counted and the delay applied to them.
 #[derive(Debug)]
 pub struct Store {
     projects: BTreeMap<String, Project>,
     failures_left: u64,
     next_id: u64,
+    /// Read calls per project (as named in the request path).
+    calls: BTreeMap<String, u64>,
+    delay: Duration,
 }
 
 impl Default for Store {
@@ -54,6 +59,8 @@ impl Default for Store {
             projects: BTreeMap::new(),
             failures_left: 0,
             next_id: 1_000_000_000_000_000_001,
+            calls: BTreeMap::new(),
+            delay: Duration::ZERO,
         }
     }
 }
@@ -105,6 +112,27 @@ impl Store {
     /// Makes the next `count` read calls fail (replacing any count left).
     pub fn fail_next(&mut self, count: u64) {
         self.failures_left = count;
+    }
+
+    /// Counts a read call of `project`; answers how long it must wait.
+    pub fn count_call(&mut self, project: &str) -> Duration {
+        *self.calls.entry(project.to_owned()).or_default() += 1;
+        self.delay
+    }
+
+    /// Read calls per project since start or the last reset.
+    pub fn calls(&self) -> &BTreeMap<String, u64> {
+        &self.calls
+    }
+
+    /// Forgets the counted calls.
+    pub fn reset_calls(&mut self) {
+        self.calls.clear();
+    }
+
+    /// Sets the delay of every later read call (zero: none).
+    pub fn set_delay(&mut self, delay: Duration) {
+        self.delay = delay;
     }
 
     /// Whether this read call is one that must fail; counts it down.
@@ -264,6 +292,23 @@ mod tests {
         let b = s.put("proj-1", "a-b1-a", "r1", spec(3));
         assert_eq!(a["id"], b["id"]);
         assert_eq!(b["specificReservation"]["count"], "3");
+    }
+
+    #[test]
+    fn calls_are_counted_per_project_and_reset() {
+        let mut s = Store::default();
+        assert_eq!(s.count_call("proj-1"), Duration::ZERO);
+        s.count_call("proj-1");
+        s.set_delay(Duration::from_millis(5));
+        assert_eq!(s.count_call("proj-2"), Duration::from_millis(5));
+        assert_eq!(
+            s.calls(),
+            &BTreeMap::from([("proj-1".to_owned(), 2), ("proj-2".to_owned(), 1)])
+        );
+        s.reset_calls();
+        assert!(s.calls().is_empty());
+        s.set_delay(Duration::ZERO);
+        assert_eq!(s.count_call("proj-1"), Duration::ZERO);
     }
 
     #[test]

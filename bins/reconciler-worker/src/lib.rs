@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use providers::policy::ProviderPolicy;
 use storage::Clock;
 use storage::db::DbPool;
 use tracing::{error, info};
@@ -35,6 +36,8 @@ pub struct Config {
     pub once: bool,
     /// `--only NAME` (repeatable); empty means every pass.
     pub only: Vec<String>,
+    /// What provider accounts may reach (contract 3.5), as the api-server.
+    pub provider_policy: Arc<ProviderPolicy>,
 }
 
 impl Config {
@@ -75,6 +78,7 @@ impl Config {
             metrics_listen: var("BC_WORKER_METRICS_LISTEN"),
             once,
             only,
+            provider_policy: Arc::new(ProviderPolicy::from_env().context("the provider policy")?),
         })
     }
 }
@@ -100,7 +104,21 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<bool> {
     let pool: DbPool = storage::db::pool(&config.database_url, 4)?;
-    drop(pool.get().await.context("connecting to the database")?);
+    {
+        let mut conn = pool.get().await.context("connecting to the database")?;
+        let refused =
+            storage::accounts::disallowed(&mut conn, &config.root_tenant, &config.provider_policy)
+                .await
+                .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
+        for a in &refused {
+            tracing::warn!(
+                account = %a.account_id,
+                tenant = %a.tenant_id,
+                refusal = %a.refusal,
+                "provider account not allowed by the provider policy; its scans will fail"
+            );
+        }
+    }
     let passes = select(passes::all(), &config.only)?;
     let names: Vec<&str> = passes.iter().map(|p| p.name()).collect();
     info!(passes = ?names, once = config.once, interval_ms = config.interval.as_millis() as u64, "reconciler-worker started");
@@ -108,10 +126,23 @@ pub async fn run(
     if let Some(listen) = &config.metrics_listen {
         metrics::serve(listen, metrics.clone()).await?;
     }
+    // One listing per account per interval however many replicas run; a
+    // one-shot run waits for no interval, only for another replica's scan.
+    let spacing = if config.once {
+        0
+    } else {
+        i64::try_from(config.interval.as_millis()).unwrap_or(i64::MAX)
+    };
     let ctx = PassContext {
         pool,
         clock: config.clock,
         root_tenant: config.root_tenant.clone(),
+        scan_rules: storage::reservations::ClaimRules::pass(spacing),
+        providers: storage::reservations::policy_factory(
+            &config.root_tenant,
+            config.provider_policy.clone(),
+            Default::default(),
+        ),
     };
     tokio::pin!(shutdown);
     loop {

@@ -15,6 +15,10 @@ pub struct PassContext {
     pub clock: Clock,
     /// The root tenant's id.
     pub root_tenant: String,
+    /// How scans claim accounts among replicas.
+    pub scan_rules: storage::reservations::ClaimRules,
+    /// Builds the provider adapter of an account, under the provider policy.
+    pub providers: std::sync::Arc<storage::reservations::ProviderFactory>,
 }
 
 /// What a pass did, for its log line and metrics.
@@ -71,12 +75,20 @@ impl Pass for Reservations {
 
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
         Box::pin(async move {
-            let p = storage::reservations::scan_all(&ctx.pool, ctx.clock, &ctx.root_tenant).await?;
+            let p = storage::reservations::scan_all(
+                &ctx.pool,
+                ctx.clock,
+                &ctx.root_tenant,
+                ctx.scan_rules,
+                ctx.providers.as_ref(),
+            )
+            .await?;
             Ok(PassReport {
                 counts: vec![
                     ("accountsScanned", p.scanned),
                     ("accountsFailed", p.failed),
                     ("accountsBackingOff", p.backing_off),
+                    ("accountsClaimedElsewhere", p.claimed_elsewhere),
                     ("reservationsAppeared", p.outcome.appeared),
                     ("reservationsGone", p.outcome.gone),
                     ("grantsClosed", p.outcome.grants_closed),

@@ -5,8 +5,13 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
+mod credentials;
 pub mod gce;
+mod guard;
+pub mod policy;
 mod secret;
+
+pub use policy::{AccountOwner, PolicyError, ProviderAccess, ProviderPolicy};
 
 /// The future returned by provider calls: boxed so that [`ReservationProvider`]
 /// stays dyn-compatible (`Arc<dyn ReservationProvider>`), and `Send` so it can
@@ -94,6 +99,13 @@ pub enum ProviderError {
     /// never the secret.
     #[error("unusable provider credentials: {0}")]
     Credentials(String),
+    /// The provider policy refuses the call: the account's credentials
+    /// reference or endpoint is not (or no longer) allowed for its owner, or
+    /// a tenant account's endpoint resolves to an internal address. Nothing
+    /// was sent; retrying does not help until the account or the policy
+    /// changes. Names the reference or host, never a secret.
+    #[error("not allowed by the provider policy: {0}")]
+    NotAllowed(String),
 }
 
 impl ProviderError {
@@ -105,7 +117,53 @@ impl ProviderError {
             ProviderError::Status { status } => {
                 matches!(status, 408 | 429) || (500..=599).contains(status)
             }
-            ProviderError::Malformed(_) | ProviderError::Credentials(_) => false,
+            ProviderError::Malformed(_)
+            | ProviderError::Credentials(_)
+            | ProviderError::NotAllowed(_) => false,
+        }
+    }
+
+    /// The provider's HTTP status, when it answered with one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ProviderError::Status { status } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// Builds the adapter of a provider account from what is stored for it: the
+/// provider's name (`providerAccounts.create { provider }`), its config as
+/// stored (the JSON of [`gce::GceConfig::to_json`]), whose account it is and
+/// the policy, and the client options.
+///
+/// An unknown provider name or a stored config that no longer validates is
+/// [`ProviderError::NotAllowed`] (the account cannot be used as stored;
+/// retrying does not help). The policy itself is applied at each call of the
+/// adapter, not here, so building never reads a credential.
+pub fn build(
+    provider_name: &str,
+    config: &serde_json::Value,
+    access: ProviderAccess,
+    options: gce::GceProviderOptions,
+) -> Result<Box<dyn ReservationProvider>, ProviderError> {
+    match provider_name {
+        gce::PROVIDER_NAME => {
+            let config = gce::GceConfig::from_json(config).map_err(|e| {
+                ProviderError::NotAllowed(format!("the stored gce account config is invalid: {e}"))
+            })?;
+            Ok(Box::new(gce::GceProvider::new(config, options, access)?))
+        }
+        other => {
+            let printable = other.len() <= 64
+                && other
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            Err(ProviderError::NotAllowed(if printable {
+                format!("unknown provider {other:?}")
+            } else {
+                "unknown provider".to_owned()
+            }))
         }
     }
 }
@@ -129,6 +187,53 @@ mod tests {
         assert!(!ProviderError::Status { status: 403 }.is_retryable());
         assert!(!ProviderError::Malformed("x".into()).is_retryable());
         assert!(!ProviderError::Credentials("x".into()).is_retryable());
+        assert!(!ProviderError::NotAllowed("x".into()).is_retryable());
+    }
+
+    #[test]
+    fn status_only_for_status_errors() {
+        assert_eq!(ProviderError::Status { status: 503 }.status(), Some(503));
+        assert_eq!(ProviderError::Status { status: 401 }.status(), Some(401));
+        assert_eq!(ProviderError::Timeout.status(), None);
+        assert_eq!(ProviderError::Transport("x".into()).status(), None);
+        assert_eq!(ProviderError::NotAllowed("x".into()).status(), None);
+    }
+
+    fn access(owner: AccountOwner) -> ProviderAccess {
+        ProviderAccess::new(owner, std::sync::Arc::new(ProviderPolicy::default()))
+    }
+
+    #[test]
+    fn build_a_gce_provider_from_its_stored_config() {
+        let stored = serde_json::json!({
+            "project": "my-project",
+            "endpoint": "https://compute.googleapis.com",
+            "credentials": "none",
+        });
+        let options = gce::GceProviderOptions::default;
+        assert!(build("gce", &stored, access(AccountOwner::Tenant), options()).is_ok());
+        assert!(build("gce", &stored, access(AccountOwner::Root), options()).is_ok());
+        let Err(err) = build("aws", &stored, access(AccountOwner::Root), options()) else {
+            panic!("an unknown provider is refused");
+        };
+        assert_eq!(
+            err,
+            ProviderError::NotAllowed("unknown provider \"aws\"".into())
+        );
+        let Err(err) = build("ya29.a b", &stored, access(AccountOwner::Root), options()) else {
+            panic!("an unknown provider is refused");
+        };
+        assert_eq!(err, ProviderError::NotAllowed("unknown provider".into()));
+        let bad = serde_json::json!({ "project": "my-project", "credentials": "hunter2" });
+        let Err(err) = build("gce", &bad, access(AccountOwner::Root), options()) else {
+            panic!("an invalid stored config is refused");
+        };
+        assert_eq!(
+            err.to_string(),
+            "not allowed by the provider policy: \
+             the stored gce account config is invalid: config.credentials: secret-value"
+        );
+        assert!(!err.to_string().contains("hunter2"));
     }
 
     #[test]

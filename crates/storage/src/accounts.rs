@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
 use crate::schema::provider_accounts as pa;
+use crate::tenancy;
 
 /// A provider account of a tenant.
 #[derive(Debug, Clone, Serialize, Queryable, Selectable)]
@@ -54,18 +55,21 @@ pub async fn create(
         let id = ids::new_id("pacct", now);
         match idempotency::claim(conn, key, &id, now).await? {
             Claim::Replay(existing) => get(conn, new.tenant_id, &existing).await,
-            Claim::New => Ok(diesel::insert_into(pa::table)
-                .values((
-                    pa::account_id.eq(&id),
-                    pa::tenant_id.eq(new.tenant_id),
-                    pa::name.eq(new.name),
-                    pa::provider.eq(new.provider),
-                    pa::config.eq(new.config),
-                    pa::created_at.eq(now),
-                ))
-                .returning(Account::as_returning())
-                .get_result(conn)
-                .await?),
+            Claim::New => {
+                tenancy::lock_acting_tenant(conn, new.tenant_id).await?;
+                Ok(diesel::insert_into(pa::table)
+                    .values((
+                        pa::account_id.eq(&id),
+                        pa::tenant_id.eq(new.tenant_id),
+                        pa::name.eq(new.name),
+                        pa::provider.eq(new.provider),
+                        pa::config.eq(new.config),
+                        pa::created_at.eq(now),
+                    ))
+                    .returning(Account::as_returning())
+                    .get_result(conn)
+                    .await?)
+            }
         }
     })
     .await
@@ -96,4 +100,46 @@ pub async fn list(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Vec<A
         .select(Account::as_select())
         .load(conn)
         .await?)
+}
+
+/// An account whose stored config the provider policy no longer allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disallowed {
+    /// The account.
+    pub account_id: String,
+    /// Its tenant.
+    pub tenant_id: String,
+    /// The refusal: the field and its reason, never a value.
+    pub refusal: String,
+}
+
+/// Every account whose config `policy` refuses for its owner today (a
+/// tenant's `env:` reference, an endpoint no longer listed, ...). They stay
+/// stored but unusable: each scan re-checks the policy first and fails as a
+/// provider error. Binaries call this at start-up to log them.
+pub async fn disallowed(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    policy: &providers::policy::ProviderPolicy,
+) -> Result<Vec<Disallowed>> {
+    let all: Vec<Account> = pa::table
+        .order(pa::account_id.asc())
+        .select(Account::as_select())
+        .load(conn)
+        .await?;
+    Ok(all
+        .into_iter()
+        .filter_map(|a| {
+            let owner = providers::policy::AccountOwner::of(&a.tenant_id, root);
+            let refusal = match providers::gce::GceConfig::from_json(&a.config) {
+                Err(e) => e.to_string(),
+                Ok(config) => policy.check(&config, owner).err()?.to_string(),
+            };
+            Some(Disallowed {
+                account_id: a.account_id,
+                tenant_id: a.tenant_id,
+                refusal,
+            })
+        })
+        .collect())
 }

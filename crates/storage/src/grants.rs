@@ -130,12 +130,16 @@ pub async fn create(
             let row = load(conn, &existing).await?.ok_or_else(|| Error::not_found("grant", &existing))?;
             return Ok(Grant::at(row, now));
         }
-        // Existence: the account is root's, the reservation is on it, the grantee exists.
+        // Existence: the account is root's, the reservation is on it, the
+        // grantee exists. The grantee's row is locked first (the lock order:
+        // tenant, then reservation), so a deletion of the grantee either
+        // commits before this grant and refuses it here, or waits for it and
+        // then ends or cancels it.
+        tenancy::lock_named_tenant(conn, new.grant_tenant_id).await?;
         accounts::get(conn, root, new.account_id).await?;
         let res = timeline::lock_reservation(conn, new.account_id, new.reservation_id)
             .await?
             .ok_or_else(|| Error::not_found("reservation", new.reservation_id))?;
-        tenancy::active_tenant(conn, new.grant_tenant_id).await?;
         // State of the reservation.
         if res.status != "ready" {
             return Err(Error::invalid_state(format!("the reservation is {}, not ready", res.status))

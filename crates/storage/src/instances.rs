@@ -550,6 +550,10 @@ pub async fn create(
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
             return get(conn, new.tenant_id, &existing).await;
         }
+        // The tenant row first (the lock order): a deletion that committed
+        // since the key was authenticated refuses the admission instead of
+        // leaving a live instance behind; one that starts now waits for it.
+        tenancy::lock_acting_tenant(conn, new.tenant_id).await?;
         let pool = pools::get(conn, new.pool_id, new.tenant_id, root).await?;
         if pool.flavor(new.flavor).is_none() {
             return Err(Error::invalid("flavor", "unknown-flavor", format!("pool {} has no flavor {}", pool.pool_id, new.flavor)));
@@ -561,13 +565,6 @@ pub async fn create(
         }
         let charges = charges_for(&pool, new.flavor)?;
         let rows = lock_quota_rows(conn, new.tenant_id, new.pool_id, &charges).await?;
-        // `tenants.delete` locks every quota row of the tenant before marking
-        // it deleted, so once ours are locked the tenant's state is settled:
-        // a deletion that committed since the key was authenticated refuses
-        // the admission instead of leaving a live instance behind.
-        if tenancy::get_tenant(conn, new.tenant_id).await?.is_none_or(|t| t.state != "active") {
-            return Err(Error::new(Code::Unauthenticated, "the tenant has been deleted"));
-        }
         let charged = quotas_core::charge(&rows, &charges).map_err(|q| {
             Error::new(Code::QuotaExceeded, format!("quota {} of pool {} exceeded", q.resource, new.pool_id))
                 .with("poolId", new.pool_id)

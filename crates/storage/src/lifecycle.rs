@@ -29,13 +29,17 @@ pub async fn delete_tenant(
         ));
     }
     conn.transaction::<_, Error, _>(async move |conn| {
-        let current = tenancy::get_tenant(conn, tenant_id)
+        // The tenant row first, `FOR UPDATE`: every write naming the tenant
+        // takes it `FOR SHARE` before writing, so from here on nothing new
+        // can be created for the tenant, and whatever committed before is
+        // visible to the statements below.
+        let current = tenancy::lock_tenant_for_delete(conn, tenant_id)
             .await?
             .ok_or_else(|| Error::not_found("tenant", tenant_id))?;
         if current.state == "deleted" {
             return Ok(current);
         }
-        // Lock order: quota rows, then reservations, then instances.
+        // Lock order: tenant, quota rows, then reservations, then instances.
         quotas::table
             .filter(quotas::tenant_id.eq(tenant_id))
             .order((quotas::pool_id.asc(), quotas::resource.asc()))

@@ -224,9 +224,23 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
                 if keys.is_empty() {
                     return Ok((0, 0));
                 }
-                let ids: Vec<&str> = keys.iter().map(|k| k.reservation_id.as_str()).collect();
+                // The claimed (account, reservation) pairs exactly: two
+                // accounts may list the same reservation id (one GCE project
+                // under two accounts), and one's grants must never fill the
+                // batch of another's.
+                let accounts: Vec<&str> = keys.iter().map(|k| k.account_id.as_str()).collect();
+                let reservations: Vec<&str> =
+                    keys.iter().map(|k| k.reservation_id.as_str()).collect();
+                let claimed = diesel::dsl::sql::<diesel::sql_types::Bool>(
+                    "(grants.account_id, grants.reservation_id) IN \
+                     (SELECT * FROM unnest(",
+                )
+                .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(accounts)
+                .sql("::text[], ")
+                .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(reservations)
+                .sql("::text[]))");
                 let batch: Vec<GrantRow> = grants::table
-                    .filter(grants::reservation_id.eq_any(&ids))
+                    .filter(claimed)
                     .filter(grants::settled_state.ne("cancelled"))
                     .filter(grants::metered_through.lt(grants::ends_at))
                     .filter(grants::metered_through.lt(cutoff))
@@ -236,14 +250,6 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
                     .for_update()
                     .load(conn)
                     .await?;
-                let batch: Vec<GrantRow> = batch
-                    .into_iter()
-                    .filter(|g| {
-                        keys.iter().any(|k| {
-                            k.account_id == g.account_id && k.reservation_id == g.reservation_id
-                        })
-                    })
-                    .collect();
                 if batch.is_empty() {
                     return Ok((0, 0));
                 }

@@ -355,10 +355,10 @@ pub async fn offer(
     now: i64,
 ) -> Result<Pool> {
     conn.transaction::<_, Error, _>(async move |conn| {
+        tenancy::lock_named_tenant(conn, tenant).await?;
         pool_row(conn, pool_id)
             .await?
             .ok_or_else(|| Error::not_found("pool", pool_id))?;
-        tenancy::active_tenant(conn, tenant).await?;
         diesel::insert_into(pool_offers::table)
             .values((
                 pool_offers::pool_id.eq(pool_id),
@@ -391,7 +391,7 @@ pub async fn set_quota(
     now: i64,
 ) -> Result<Quota> {
     conn.transaction::<_, Error, _>(async move |conn| {
-        tenancy::active_tenant(conn, target).await?;
+        tenancy::lock_named_tenant(conn, target).await?;
         pool_row(conn, pool_id)
             .await?
             .ok_or_else(|| Error::not_found("pool", pool_id))?;

@@ -2,13 +2,13 @@
 //! lifecycle rules that depend on grants (contract 3.5, 6).
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, Destination, ForcedEnd, GrantState, Term};
-use providers::gce::{GceConfig, GceProvider, GceProviderOptions};
-use providers::{ProviderReservation, ReservationProvider};
+use providers::gce::GceProviderOptions;
+use providers::policy::{AccountOwner, ProviderAccess, ProviderPolicy};
+use providers::{ProviderError, ProviderReservation, ReservationProvider};
 use serde::Serialize;
 use serde_json::json;
 
@@ -110,22 +110,60 @@ pub struct ScanOutcome {
     pub grants_closed: u64,
     /// `capacity-short` events published.
     pub capacity_short: u64,
+    /// The answer was not applied: a scan of the account claimed later had
+    /// already been applied.
+    pub stale: bool,
 }
 
-/// Applies a provider's answer for one account at the scan's instant `now`,
-/// in one transaction: upserts what is seen, marks what is missing `gone`
-/// (ending its active grants and cancelling its scheduled ones), and reports
-/// capacity shortfalls once per change of total.
+/// Applies a provider's answer for one claimed scan at the scan's instant
+/// `now`, in one transaction: upserts what is seen, marks what is missing
+/// `gone` (ending its active grants and cancelling its scheduled ones), and
+/// reports capacity shortfalls once per change of total.
+///
+/// The account's row is locked first and the answer is applied only if no
+/// scan claimed after this one has been applied meanwhile; a stale answer
+/// changes nothing and comes back with [`ScanOutcome::stale`] set.
 pub async fn apply_scan(
     conn: &mut AsyncPgConnection,
     root: &str,
-    account_id: &str,
+    claim: &ScanClaim,
     seen: &[ProviderReservation],
     now: i64,
 ) -> Result<ScanOutcome> {
     let root = root.to_owned();
+    let account_id = claim.account.account_id.as_str();
+    let ticket = claim.ticket;
     conn.transaction::<_, Error, _>(async move |conn| {
         let mut outcome = ScanOutcome::default();
+        let applied: Option<i64> = provider_accounts::table
+            .find(account_id)
+            .select(provider_accounts::scan_applied_seq)
+            .for_update()
+            .first(conn)
+            .await
+            .optional()?;
+        let Some(applied) = applied else {
+            return Err(Error::not_found("provider account", account_id));
+        };
+        if applied >= ticket {
+            tracing::info!(
+                account = %account_id,
+                ticket,
+                applied,
+                "a newer scan of the account was applied meanwhile; this answer is dropped"
+            );
+            outcome.stale = true;
+            return Ok(outcome);
+        }
+        diesel::update(provider_accounts::table.find(account_id))
+            .set((
+                provider_accounts::scan_applied_seq.eq(ticket),
+                provider_accounts::scan_failures.eq(0),
+                provider_accounts::scan_retry_at.eq(None::<i64>),
+            ))
+            .execute(conn)
+            .await?;
+        release_lease(conn, account_id, ticket).await?;
         let mut events = Vec::new();
         // Lock the account's known reservations in id order (the lock order of
         // every operation), then add the new ones.
@@ -254,50 +292,237 @@ async fn capacity_short(
     Ok(true)
 }
 
-/// Builds the provider adapter of an account.
-pub fn provider_for(account: &Account) -> Result<GceProvider> {
-    if account.provider != providers::gce::PROVIDER_NAME {
-        return Err(Error::internal(format!(
-            "unknown provider {}",
-            account.provider
-        )));
-    }
-    let config = GceConfig::from_json(&account.config).map_err(Error::internal)?;
-    let options = GceProviderOptions {
-        request_timeout: Duration::from_secs(30),
-        ..GceProviderOptions::default()
-    };
-    GceProvider::new(config, options)
-        .map_err(|e| Error::internal(format!("building the provider client: {e}")))
+/// Builds the provider adapter of an account. Given by the binary (the
+/// api-server and the worker build it with the same policy), so storage never
+/// builds an HTTP client itself.
+pub type ProviderFactory = dyn Fn(&Account) -> std::result::Result<Box<dyn ReservationProvider>, ProviderError>
+    + Send
+    + Sync;
+
+/// The factory the binaries use: the account's adapter under `policy`, for
+/// an account of the root tenant or of another (untrusted) tenant. Building
+/// reads no credential; the adapter checks the policy again at each listing.
+pub fn policy_factory(
+    root: &str,
+    policy: std::sync::Arc<ProviderPolicy>,
+    options: GceProviderOptions,
+) -> std::sync::Arc<ProviderFactory> {
+    let root = root.to_owned();
+    std::sync::Arc::new(move |account: &Account| {
+        let owner = AccountOwner::of(&account.tenant_id, &root);
+        providers::build(
+            &account.provider,
+            &account.config,
+            ProviderAccess::new(owner, policy.clone()),
+            options.clone(),
+        )
+    })
 }
 
-/// Scans one account: asks the provider (outside any transaction), then
-/// applies the answer. A failed provider call changes nothing and answers
-/// `UNAVAILABLE` with `details.reason: "provider-error"`.
+/// A claimed scan of one account: the account as it was when claimed, and
+/// the ticket that orders this scan among the account's scans.
+#[derive(Debug, Clone)]
+pub struct ScanClaim {
+    /// The account to list.
+    pub account: Account,
+    /// The claim's ticket: a scan with a higher ticket started later.
+    pub ticket: i64,
+}
+
+/// How a scan claims its account (contract 6: replicas share scans).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimRules {
+    /// How long a claim keeps other scans of the account away; a scan that
+    /// dies holding it is taken over once it expires.
+    pub lease_ms: i64,
+    /// A claim is refused while the account's last claim is more recent than
+    /// this (0: no spacing). The worker passes its interval, so an account is
+    /// listed at most once per interval however many replicas run.
+    pub min_spacing_ms: i64,
+    /// Whether the claim is taken even while another scan's lease is live.
+    /// Only for a scan a caller asked for by name: tickets still order the
+    /// answers, so the later scan's answer is the one that stays.
+    pub override_lease: bool,
+}
+
+impl ClaimRules {
+    /// `providerAccounts.scan`: the caller asked for this account now.
+    pub const EXPLICIT: ClaimRules = ClaimRules {
+        lease_ms: DEFAULT_SCAN_LEASE_MS,
+        min_spacing_ms: 0,
+        override_lease: true,
+    };
+
+    /// A pass of the `vps.reservations` reconciler: skips an account another
+    /// scan holds, or that was claimed less than `min_spacing_ms` ago.
+    pub const fn pass(min_spacing_ms: i64) -> ClaimRules {
+        ClaimRules {
+            lease_ms: DEFAULT_SCAN_LEASE_MS,
+            min_spacing_ms,
+            override_lease: false,
+        }
+    }
+}
+
+/// The default lease of a scan claim: longer than a listing can take (each
+/// page request times out after 30 s).
+pub const DEFAULT_SCAN_LEASE_MS: i64 = 5 * 60 * 1000;
+
+/// The database's real time in epoch milliseconds. Scan leases and spacing
+/// are about real elapsed time between replicas, never about the product's
+/// (possibly manual) clock, and the database's time is the one all replicas
+/// share.
+const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// Claims a scan of `account_id` for `tenant`: takes the account's next
+/// ticket and its lease. `Ok(None)` when another scan holds a live lease or
+/// the last claim is more recent than `rules.min_spacing_ms`; `NOT_FOUND`
+/// when the account is not the tenant's.
+pub async fn claim_scan(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    account_id: &str,
+    rules: ClaimRules,
+) -> Result<Option<ScanClaim>> {
+    let account = accounts::get(conn, tenant, account_id).await?;
+    let ticket: Option<i64> = diesel::sql_query(format!(
+        "UPDATE provider_accounts SET scan_seq = scan_seq + 1, \
+            scan_lease_until = {DB_NOW_MS} + $2, scan_claimed_at = {DB_NOW_MS} \
+         WHERE account_id = $1 \
+           AND ($4 OR scan_lease_until IS NULL OR scan_lease_until <= {DB_NOW_MS}) \
+           AND ($4 OR scan_claimed_at IS NULL OR $3 <= 0 \
+                OR scan_claimed_at + $3 <= {DB_NOW_MS}) \
+         RETURNING scan_seq"
+    ))
+    .bind::<diesel::sql_types::Text, _>(account_id)
+    .bind::<diesel::sql_types::BigInt, _>(rules.lease_ms)
+    .bind::<diesel::sql_types::BigInt, _>(rules.min_spacing_ms)
+    .bind::<diesel::sql_types::Bool, _>(rules.override_lease)
+    .get_result::<Ticket>(conn)
+    .await
+    .optional()?
+    .map(|t| t.scan_seq);
+    Ok(ticket.map(|ticket| ScanClaim { account, ticket }))
+}
+
+#[derive(QueryableByName)]
+struct Ticket {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    scan_seq: i64,
+}
+
+/// Gives a claim's lease back (only if no later claim took it over).
+async fn release_lease(conn: &mut AsyncPgConnection, account_id: &str, ticket: i64) -> Result<()> {
+    diesel::update(
+        provider_accounts::table
+            .find(account_id)
+            .filter(provider_accounts::scan_seq.eq(ticket)),
+    )
+    .set(provider_accounts::scan_lease_until.eq(None::<i64>))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records a failed scan: the lease is given back, the failure counted and
+/// the next try put off with [`scan_backoff_ms`]. Returns the failure count.
+pub async fn scan_failed(conn: &mut AsyncPgConnection, claim: &ScanClaim, now: i64) -> Result<i32> {
+    let account_id = claim.account.account_id.as_str();
+    let ticket = claim.ticket;
+    conn.transaction::<_, Error, _>(async move |conn| {
+        release_lease(conn, account_id, ticket).await?;
+        let failures: Option<i32> = diesel::update(provider_accounts::table.find(account_id))
+            .set(provider_accounts::scan_failures.eq(provider_accounts::scan_failures + 1))
+            .returning(provider_accounts::scan_failures)
+            .get_result(conn)
+            .await
+            .optional()?;
+        let Some(failures) = failures else {
+            return Ok(0);
+        };
+        diesel::update(provider_accounts::table.find(account_id))
+            .set(provider_accounts::scan_retry_at.eq(now + scan_backoff_ms(failures)))
+            .execute(conn)
+            .await?;
+        Ok(failures)
+    })
+    .await
+}
+
+/// The answer to a provider failure (contract 3.5): `UNAVAILABLE` with
+/// `details { reason: "provider-error", status? }` and nothing else. The
+/// provider's body and transport error text are logged here, never returned:
+/// a tenant's endpoint must not learn anything about the platform's network
+/// from it.
+pub fn provider_failure(account_id: &str, error: &ProviderError) -> Error {
+    tracing::warn!(account = %account_id, error = %error, "provider call failed; nothing changed");
+    let mut e = Error::new(
+        Code::Unavailable,
+        "the provider call failed; nothing changed (the server log has the cause)",
+    )
+    .with("reason", "provider-error");
+    if let Some(status) = error.status() {
+        e = e.with("status", status);
+    }
+    e
+}
+
+/// Whether `e` is [`provider_failure`]'s answer.
+pub fn is_provider_failure(e: &Error) -> bool {
+    e.code == Code::Unavailable
+        && e.details.get("reason").and_then(|r| r.as_str()) == Some("provider-error")
+}
+
+/// Runs a claimed scan: builds the provider, lists (outside any
+/// transaction), then applies the answer. A failed provider call changes
+/// nothing but the account's retry bookkeeping and answers
+/// [`provider_failure`].
+pub async fn run_scan(
+    pool: &DbPool,
+    clock: Clock,
+    root: &str,
+    claim: &ScanClaim,
+    factory: &ProviderFactory,
+) -> Result<ScanOutcome> {
+    let listed = match factory(&claim.account) {
+        Ok(provider) => provider.list_reservations().await,
+        Err(e) => Err(e),
+    };
+    let mut conn = pool.get().await?;
+    let now = clock.now(&mut conn).await?;
+    match listed {
+        Ok(seen) => apply_scan(&mut conn, root, claim, &seen, now).await,
+        Err(e) => {
+            let failures = scan_failed(&mut conn, claim, now).await?;
+            tracing::warn!(
+                account = %claim.account.account_id,
+                failures,
+                "scan failed; will retry with backoff"
+            );
+            Err(provider_failure(&claim.account.account_id, &e))
+        }
+    }
+}
+
+/// `providerAccounts.scan`: scans one account now, with exactly the
+/// reconciler's effects. It claims the account even while a worker's scan
+/// holds it; whichever of the two was claimed later is the answer that stays.
 pub async fn scan(
     pool: &DbPool,
     clock: Clock,
     root: &str,
     tenant: &str,
     account_id: &str,
+    factory: &ProviderFactory,
 ) -> Result<(ScanOutcome, Vec<Reservation>)> {
-    let account = {
+    let claim = {
         let mut conn = pool.get().await?;
-        accounts::get(&mut conn, tenant, account_id).await?
+        claim_scan(&mut conn, tenant, account_id, ClaimRules::EXPLICIT)
+            .await?
+            .ok_or_else(|| Error::internal("an explicit scan claim was refused"))?
     };
-    let provider = provider_for(&account)?;
-    let seen = provider.list_reservations().await.map_err(|e| {
-        tracing::warn!(account = %account_id, error = %e, "provider call failed; nothing changed");
-        Error::new(
-            Code::Unavailable,
-            format!("the provider did not answer: {e}"),
-        )
-        .with("reason", "provider-error")
-        .with("retryable", e.is_retryable())
-    })?;
+    let outcome = run_scan(pool, clock, root, &claim, factory).await?;
     let mut conn = pool.get().await?;
-    let now = clock.now(&mut conn).await?;
-    let outcome = apply_scan(&mut conn, root, account_id, &seen, now).await?;
     let items = rows_of_account(&mut conn, account_id, false)
         .await?
         .into_iter()
@@ -306,16 +531,17 @@ pub async fn scan(
     Ok((outcome, items))
 }
 
-/// `providerAccounts.bindReservation`.
+/// `providerAccounts.bindReservation`: root only, so `root` is both the
+/// acting tenant and the owner the account must have.
 pub async fn bind(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
+    root: &str,
     account_id: &str,
     reservation_id: &str,
     pool_id: &str,
 ) -> Result<Reservation> {
     conn.transaction::<_, Error, _>(async move |conn| {
-        accounts::get(conn, tenant, account_id).await?;
+        accounts::get(conn, root, account_id).await?;
         let res = timeline::lock_reservation(conn, account_id, reservation_id)
             .await?
             .ok_or_else(|| Error::not_found("reservation", reservation_id))?;
@@ -425,9 +651,13 @@ pub async fn unbind(
 }
 
 /// `providerAccounts.delete`: refused while grants are scheduled or active,
-/// or ended grants still have unmetered slot-hours, or pools use the account.
-/// Otherwise removes its ended and cancelled grants (usage records stay), its
-/// reservations and the account, and revokes keys limited to it.
+/// or ended grants still have unmetered slot-hours. Otherwise settles each of
+/// its reservations up to `now` under its row lock (so a term end due before
+/// the delete hands over and publishes its event first), moves the instances
+/// still placed on them on-demand (stopped ones lose their slot), removes its
+/// ended and cancelled grants (usage records stay), its reservations and the
+/// account, and revokes keys limited to it. Pools built on the account outlive
+/// it: their `accountId` stays as a record of where they came from.
 pub async fn delete_account(
     conn: &mut AsyncPgConnection,
     tenant: &str,
@@ -461,15 +691,13 @@ pub async fn delete_account(
             .with("grantIds", unmetered)
             .with("reason", "unmetered"));
         }
-        let pool_ids: Vec<String> = pools::table
-            .filter(pools::account_id.eq(account_id))
-            .order(pools::pool_id.asc())
-            .select(pools::pool_id)
-            .load(conn)
-            .await?;
-        if !pool_ids.is_empty() {
-            return Err(Error::invalid_state("pools are built on this account").with("poolIds", pool_ids));
+        // Every transition due up to now takes effect first, with its event,
+        // so the move on-demand below starts from the true placement.
+        let mut events = Vec::new();
+        for res in &locked {
+            timeline::settle(conn, res, now, &mut events).await?;
         }
+        events::publish(conn, now, events).await?;
         // Instances on the account's reservations are billed on-demand from now.
         for res in &locked {
             for inst in instances::seated(conn, res).await? {
@@ -515,14 +743,24 @@ pub struct ScanPass {
     pub failed: u64,
     /// Accounts skipped because their retry time has not come.
     pub backing_off: u64,
+    /// Accounts skipped because another scan claimed them (a replica's, or
+    /// an explicit one) or scanned them within the interval.
+    pub claimed_elsewhere: u64,
     /// Sum of the scans' outcomes.
     pub outcome: ScanOutcome,
 }
 
-/// Scans every provider account whose retry time has come (the
+/// Scans every provider account whose retry time has come and that no other
+/// replica is scanning or scanned less than `rules.min_spacing_ms` ago (the
 /// `vps.reservations` pass). A failing provider changes nothing for its
 /// account, is logged and retried with backoff; it never fails the pass.
-pub async fn scan_all(pool: &DbPool, clock: Clock, root: &str) -> Result<ScanPass> {
+pub async fn scan_all(
+    pool: &DbPool,
+    clock: Clock,
+    root: &str,
+    rules: ClaimRules,
+    factory: &ProviderFactory,
+) -> Result<ScanPass> {
     let mut conn = pool.get().await?;
     let now = clock.now(&mut conn).await?;
     let accounts: Vec<(String, String, Option<i64>)> = provider_accounts::table
@@ -541,46 +779,30 @@ pub async fn scan_all(pool: &DbPool, clock: Clock, root: &str) -> Result<ScanPas
             pass.backing_off += 1;
             continue;
         }
-        match scan(pool, clock, root, &tenant_id, &account_id).await {
-            Ok((o, _)) => {
+        let claim = {
+            let mut conn = pool.get().await?;
+            match claim_scan(&mut conn, &tenant_id, &account_id, rules).await {
+                Ok(claim) => claim,
+                // Deleted between the listing and its claim.
+                Err(e) if e.code == Code::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let Some(claim) = claim else {
+            pass.claimed_elsewhere += 1;
+            continue;
+        };
+        match run_scan(pool, clock, root, &claim, factory).await {
+            Ok(o) if o.stale => pass.claimed_elsewhere += 1,
+            Ok(o) => {
                 pass.scanned += 1;
                 pass.outcome.appeared += o.appeared;
                 pass.outcome.gone += o.gone;
                 pass.outcome.grants_closed += o.grants_closed;
                 pass.outcome.capacity_short += o.capacity_short;
-                let mut conn = pool.get().await?;
-                diesel::update(
-                    provider_accounts::table
-                        .find(&account_id)
-                        .filter(provider_accounts::scan_failures.ne(0)),
-                )
-                .set((
-                    provider_accounts::scan_failures.eq(0),
-                    provider_accounts::scan_retry_at.eq(None::<i64>),
-                ))
-                .execute(&mut conn)
-                .await?;
             }
-            Err(e)
-                if e.code == Code::Unavailable
-                    && e.details.get("reason").and_then(|r| r.as_str())
-                        == Some("provider-error") =>
-            {
-                pass.failed += 1;
-                let mut conn = pool.get().await?;
-                let failures: i32 = diesel::update(provider_accounts::table.find(&account_id))
-                    .set(provider_accounts::scan_failures.eq(provider_accounts::scan_failures + 1))
-                    .returning(provider_accounts::scan_failures)
-                    .get_result(&mut conn)
-                    .await?;
-                let retry_at = now + scan_backoff_ms(failures);
-                diesel::update(provider_accounts::table.find(&account_id))
-                    .set(provider_accounts::scan_retry_at.eq(retry_at))
-                    .execute(&mut conn)
-                    .await?;
-                tracing::warn!(account = %account_id, failures, retry_at, error = %e.message, "scan failed; will retry with backoff");
-            }
-            // The account was deleted between the listing and its scan.
+            Err(e) if is_provider_failure(&e) => pass.failed += 1,
+            // The account was deleted between its claim and the answer.
             Err(e) if e.code == Code::NotFound => {}
             Err(e) => return Err(e),
         }

@@ -141,6 +141,10 @@ diesel::table! {
         created_at -> Int8,
         scan_failures -> Int4,
         scan_retry_at -> Nullable<Int8>,
+        scan_seq -> Int8,
+        scan_applied_seq -> Int8,
+        scan_lease_until -> Nullable<Int8>,
+        scan_claimed_at -> Nullable<Int8>,
     }
 }
 
@@ -217,7 +221,6 @@ diesel::joinable!(instances -> tenants (tenant_id));
 diesel::joinable!(placement_segments -> instances (instance_id));
 diesel::joinable!(pool_offers -> pools (pool_id));
 diesel::joinable!(pool_offers -> tenants (tenant_id));
-diesel::joinable!(pools -> provider_accounts (account_id));
 diesel::joinable!(projects -> tenants (tenant_id));
 diesel::joinable!(provider_accounts -> tenants (tenant_id));
 diesel::joinable!(quotas -> pools (pool_id));

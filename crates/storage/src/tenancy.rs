@@ -175,6 +175,49 @@ pub async fn get_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result
         .optional()?)
 }
 
+/// Locks a tenant's row `FOR SHARE` and answers whether it is active.
+///
+/// Every write that names a tenant (a grant's grantee, an instance's,
+/// a project's, a key's, an account's or a quota row's tenant) takes this lock
+/// before it writes, and `tenants.delete` takes the same row `FOR UPDATE`
+/// first (contract 3.6): a write racing the deletion either commits first, so
+/// the deletion sees and undoes it, or waits and then finds the tenant
+/// deleted. The tenant row is the first lock of the documented lock order.
+pub async fn lock_tenant_shared(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<bool> {
+    let state: Option<String> = tenants::table
+        .find(tenant_id)
+        .select(tenants::state)
+        .for_share()
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(state.as_deref() == Some("active"))
+}
+
+/// [`lock_tenant_shared`] for a tenant the request names (a grantee, a quota
+/// target): a missing or deleted tenant is `NOT_FOUND`.
+pub async fn lock_named_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<()> {
+    if lock_tenant_shared(conn, tenant_id).await? {
+        Ok(())
+    } else {
+        Err(Error::not_found("tenant", tenant_id))
+    }
+}
+
+/// [`lock_tenant_shared`] for the acting tenant: its key was authenticated,
+/// so a tenant found deleted now was deleted while the request ran, and the
+/// key no longer works (`UNAUTHENTICATED`).
+pub async fn lock_acting_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<()> {
+    if lock_tenant_shared(conn, tenant_id).await? {
+        Ok(())
+    } else {
+        Err(Error::new(
+            Code::Unauthenticated,
+            "the tenant has been deleted",
+        ))
+    }
+}
+
 /// Loads an active tenant or answers `NOT_FOUND`.
 pub async fn active_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Tenant> {
     match get_tenant(conn, tenant_id).await? {
@@ -215,6 +258,20 @@ pub async fn create_tenant(
         Ok((tenant, key))
     })
     .await
+}
+
+/// Locks a tenant's row `FOR UPDATE` (the first step of `tenants.delete`).
+pub async fn lock_tenant_for_delete(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+) -> Result<Option<Tenant>> {
+    Ok(tenants::table
+        .find(tenant_id)
+        .select(Tenant::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?)
 }
 
 /// `tenants.delete` (the tenancy part: state and keys). Returns the tenant and
@@ -270,16 +327,20 @@ pub async fn create_project(
     name: &str,
     now: i64,
 ) -> Result<Project> {
-    Ok(diesel::insert_into(projects::table)
-        .values((
-            projects::project_id.eq(ids::new_id("prj", now)),
-            projects::tenant_id.eq(tenant_id),
-            projects::name.eq(name),
-            projects::created_at.eq(now),
-        ))
-        .returning(Project::as_returning())
-        .get_result(conn)
-        .await?)
+    conn.transaction::<_, Error, _>(async move |conn| {
+        lock_acting_tenant(conn, tenant_id).await?;
+        Ok(diesel::insert_into(projects::table)
+            .values((
+                projects::project_id.eq(ids::new_id("prj", now)),
+                projects::tenant_id.eq(tenant_id),
+                projects::name.eq(name),
+                projects::created_at.eq(now),
+            ))
+            .returning(Project::as_returning())
+            .get_result(conn)
+            .await?)
+    })
+    .await
 }
 
 /// `projects.list`: the tenant's projects, newest first.
@@ -342,10 +403,14 @@ pub async fn create_key(
     account_id: Option<&str>,
     now: i64,
 ) -> Result<IssuedKey> {
-    if let Some(account) = account_id {
-        accounts::get(conn, tenant_id, account).await?;
-    }
-    insert_key(conn, tenant_id, name, role, account_id, now).await
+    conn.transaction::<_, Error, _>(async move |conn| {
+        lock_acting_tenant(conn, tenant_id).await?;
+        if let Some(account) = account_id {
+            accounts::get(conn, tenant_id, account).await?;
+        }
+        insert_key(conn, tenant_id, name, role, account_id, now).await
+    })
+    .await
 }
 
 /// `apiKeys.list`: the tenant's keys, newest first, without secrets.

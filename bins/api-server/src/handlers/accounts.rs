@@ -2,6 +2,7 @@
 
 use iam_check::{Permission, TenantRule};
 use providers::gce::GceConfig;
+use providers::policy::AccountOwner;
 use serde::Deserialize;
 use serde_json::Value;
 use storage::Error;
@@ -83,6 +84,19 @@ async fn create(call: Call) -> Result<Reply, Error> {
             format!("invalid provider config: {e}"),
         )
     })?;
+    // Tenants are not trusted: what the account may reach depends on whose
+    // it is (contract 3.5). Checked again at every use.
+    let owner = AccountOwner::of(call.tenant(), call.root());
+    call.app
+        .provider_policy
+        .check(&config, owner)
+        .map_err(|e| {
+            Error::invalid(
+                &e.field,
+                e.reason.as_str(),
+                format!("provider config not allowed: {e}"),
+            )
+        })?;
     let config = config.to_json();
     let hash = call.request_hash();
     let key = KeyedRequest {
@@ -166,20 +180,26 @@ pub fn reservation_methods() -> Vec<Method> {
             account(),
             handler!(scan),
         ),
-        m(
-            "bindReservation",
-            Kind::Mutation,
-            Permission::ProvidersManage,
-            "Binds a reservation to a pool of the same region offering its flavor.",
-            with(
-                account(),
-                vec![
-                    req("reservationId", reservation_id()),
-                    req("poolId", typeid("pool")),
-                ],
-            ),
-            handler!(bind),
-        ),
+        Method {
+            // The reservations that serve pools are the platform's: only the
+            // root tenant binds, and so only reservations of its accounts.
+            tenant_rule: TenantRule::RootOnly,
+            ..m(
+                "bindReservation",
+                Kind::Mutation,
+                Permission::ProvidersManage,
+                "Binds a reservation of a root account to a pool of the same region offering its \
+                 flavor (root only).",
+                with(
+                    account(),
+                    vec![
+                        req("reservationId", reservation_id()),
+                        req("poolId", typeid("pool")),
+                    ],
+                ),
+                handler!(bind),
+            )
+        },
         m(
             "unbindReservation",
             Kind::Mutation,
@@ -213,6 +233,7 @@ async fn scan(call: Call) -> Result<Reply, Error> {
         call.root(),
         call.tenant(),
         &input.account_id,
+        call.app.providers.as_ref(),
     )
     .await?;
     tracing::info!(account = %input.account_id, ?outcome, "scan applied");
@@ -235,7 +256,7 @@ async fn bind(call: Call) -> Result<Reply, Error> {
         "reservation",
         &reservations::bind(
             &mut conn,
-            call.tenant(),
+            call.root(),
             &input.account_id,
             &input.reservation_id,
             &pool_id,

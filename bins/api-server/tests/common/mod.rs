@@ -13,6 +13,10 @@ use tokio::process::{Child, Command};
 /// The bootstrap token every test server starts with.
 pub const ROOT_TOKEN: &str = "bck_testrootbootstraptoken000000000000000000000000";
 
+/// The provider endpoints test servers and workers allow tenants' accounts:
+/// Google's, and the in-process fakes on loopback.
+pub const TEST_PROVIDER_ENDPOINTS: &str = "https://compute.googleapis.com,http://127.0.0.1:*";
+
 /// A running api-server.
 pub struct Server {
     /// `http://127.0.0.1:PORT`
@@ -103,6 +107,11 @@ impl Server {
             .env("BC_CLOCK", opts.clock)
             .env("BC_BOOTSTRAP_TOKEN", ROOT_TOKEN)
             .env("BC_DB_POOL_SIZE", "8")
+            // The fakes listen on loopback: tenants' accounts may name them.
+            // Tests of the endpoint policy set their own list.
+            .env("BC_PROVIDER_ENDPOINTS", TEST_PROVIDER_ENDPOINTS)
+            // Root's accounts in tests may read their token from GCE_TOKEN.
+            .env("BC_CREDENTIAL_ENV", "GCE_TOKEN")
             .env(
                 "RUST_LOG",
                 std::env::var("TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()),

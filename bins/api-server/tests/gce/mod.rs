@@ -88,6 +88,44 @@ impl Gce {
     }
 }
 
+impl Gce {
+    /// How many reservation listings the fake has answered, per project.
+    pub async fn calls(&self) -> std::collections::BTreeMap<String, u64> {
+        let v: Value = self
+            .client
+            .get(format!("{}/fake/calls", self.url))
+            .send()
+            .await
+            .expect("calls")
+            .json()
+            .await
+            .expect("calls body");
+        v["calls"]
+            .as_object()
+            .expect("calls object")
+            .iter()
+            .map(|(k, n)| (k.clone(), n.as_u64().expect("count")))
+            .collect()
+    }
+
+    /// Listings of [`PROJECT`] answered so far.
+    pub async fn listings(&self) -> u64 {
+        self.calls().await.get(PROJECT).copied().unwrap_or(0)
+    }
+
+    /// Delays every later listing by `ms` (0: none).
+    pub async fn delay(&self, ms: u64) {
+        let resp = self
+            .client
+            .post(format!("{}/fake/delay", self.url))
+            .json(&json!({ "ms": ms }))
+            .send()
+            .await
+            .expect("delay");
+        assert!(resp.status().is_success());
+    }
+}
+
 /// A platform set up for grants: a root account on the fake, a pool, a
 /// scanned reservation bound to it, and a tenant the pool is offered to.
 pub struct Platform {

@@ -33,7 +33,7 @@ pub fn account_body(tenant: &str, name: &str, key: &str) -> Value {
         "tenantId": tenant,
         "name": name,
         "provider": "gce",
-        "config": { "project": "acme-project-1", "credentials": "env:GCE_TOKEN" },
+        "config": { "project": "acme-project-1", "credentials": "none" },
         "idempotencyKey": key,
     })
 }

@@ -40,6 +40,11 @@ pub fn command(s: &Server) -> Command {
         .env("BC_CLOCK", "manual")
         .env("BC_INTERVAL_MS", "50")
         .env(
+            "BC_PROVIDER_ENDPOINTS",
+            crate::common::TEST_PROVIDER_ENDPOINTS,
+        )
+        .env("BC_CREDENTIAL_ENV", "GCE_TOKEN")
+        .env(
             "RUST_LOG",
             std::env::var("TEST_WORKER_LOG").unwrap_or_else(|_| "warn".into()),
         )

@@ -122,6 +122,25 @@ impl FakeGceProcess {
         assert_eq!(status, StatusCode::OK, "{json}");
     }
 
+    /// `GET /fake/calls`: the read calls per project.
+    pub async fn calls(&self) -> Value {
+        let (status, json) = self.send(reqwest::Method::GET, "/fake/calls", None).await;
+        assert_eq!(status, StatusCode::OK, "{json}");
+        json["calls"].clone()
+    }
+
+    /// `POST /fake/delay`, asserting success.
+    pub async fn set_delay(&self, ms: u64) {
+        let (status, json) = self
+            .send(
+                reqwest::Method::POST,
+                "/fake/delay",
+                Some(serde_json::json!({ "ms": ms })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{json}");
+    }
+
     /// Any request with an optional JSON body; answers the status and the
     /// JSON body (`Null` if the body is not JSON).
     pub async fn send(

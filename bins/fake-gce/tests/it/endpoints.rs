@@ -58,7 +58,11 @@ async fn put_creates_and_replaces_in_the_gce_shape() {
     assert_eq!(created["status"], "READY", "status defaults to READY");
     assert_eq!(
         created["specificReservation"],
-        json!({ "count": "4", "inUseCount": "1", "instanceProperties": { "machineType": "n2-standard-4" } }),
+        json!({
+            "count": "4",
+            "inUseCount": "1",
+            "instanceProperties": { "machineType": "n2-standard-4" },
+        }),
         "int64 counts travel as strings"
     );
 
@@ -331,4 +335,131 @@ fn stops_gracefully_on_sigterm_and_sigint() {
         let status = fake.stop_with(signal);
         assert!(status.success(), "SIG{signal}: {status:?}");
     }
+}
+
+#[tokio::test]
+async fn read_calls_are_counted_per_project_and_reset() {
+    let fake = FakeGceProcess::start();
+    assert_eq!(fake.calls().await, json!({}));
+    fake.put_reservation(
+        "us-central1-a",
+        "r1",
+        json!({ "count": 1, "machineType": "n2" }),
+    )
+    .await;
+    fake.put_reservation(
+        "us-central1-a",
+        "r2",
+        json!({ "count": 1, "machineType": "n2" }),
+    )
+    .await;
+    // Control calls are not read calls.
+    assert_eq!(fake.calls().await, json!({}));
+    let (status, page) = fake.list_raw(PROJECT, "?maxResults=1").await;
+    assert_eq!(status, StatusCode::OK);
+    let token = page["nextPageToken"].as_str().expect("a second page");
+    let (status, _) = fake
+        .list_raw(PROJECT, &format!("?maxResults=1&pageToken={token}"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Failed reads count too: the call was made.
+    fake.fail_next(1).await;
+    let (status, _) = fake.list_raw("other-project", "").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, _) = fake.list_raw(PROJECT, "?pageToken=garbage").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        fake.calls().await,
+        json!({ PROJECT: 3, "other-project": 1 })
+    );
+    // A wrong method on the read path is not a read call.
+    let (status, _) = fake
+        .send(
+            Method::POST,
+            "/compute/v1/projects/my-project/aggregated/reservations",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(fake.calls().await[PROJECT], 3);
+
+    let (status, body) = fake.send(Method::DELETE, "/fake/calls", None).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({ "calls": {} })));
+    assert_eq!(fake.calls().await, json!({}));
+    fake.list_raw(PROJECT, "").await;
+    assert_eq!(fake.calls().await, json!({ PROJECT: 1 }));
+
+    for method in [Method::POST, Method::PUT] {
+        let (status, _) = fake.send(method, "/fake/calls", Some(json!({}))).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    }
+}
+
+#[tokio::test]
+async fn a_delay_holds_every_read_so_that_concurrent_reads_overlap() {
+    use std::time::{Duration, Instant};
+
+    let fake = FakeGceProcess::start();
+    fake.put_reservation(
+        "us-central1-a",
+        "r1",
+        json!({ "count": 1, "machineType": "n2" }),
+    )
+    .await;
+    let delay = Duration::from_millis(2500);
+    fake.set_delay(u64::try_from(delay.as_millis()).expect("ms"))
+        .await;
+    let started = Instant::now();
+    let url = fake.url("/compute/v1/projects/my-project/aggregated/reservations");
+    let reads: Vec<_> = (0..2)
+        .map(|_| {
+            let (http, url) = (fake.http.clone(), url.clone());
+            tokio::spawn(async move {
+                let response = http.get(url).send().await.expect("read");
+                (response.status(), Instant::now())
+            })
+        })
+        .collect();
+    // Both reads arrive (they are counted on arrival) and are both held.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while fake.calls().await[PROJECT] != 2 {
+        assert!(Instant::now() < deadline, "both reads should have arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        started.elapsed() < delay && reads.iter().all(|r| !r.is_finished()),
+        "both reads are in flight at once"
+    );
+    // Control calls are not delayed.
+    let control = Instant::now();
+    fake.calls().await;
+    assert!(control.elapsed() < delay);
+    for read in reads {
+        let (status, finished) = read.await.expect("task");
+        assert_eq!(status, StatusCode::OK);
+        assert!(finished - started >= delay, "answered after the delay");
+    }
+
+    // 0 turns it off.
+    fake.set_delay(0).await;
+    let quick = Instant::now();
+    let (status, _) = fake.list_raw(PROJECT, "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(quick.elapsed() < delay, "{:?}", quick.elapsed());
+
+    for body in [
+        json!({ "ms": -1 }),
+        json!({ "ms": "5" }),
+        json!({ "ms": 1.5 }),
+        json!({ "ms": 60_001 }),
+        json!({}),
+        json!({ "ms": 1, "x": 1 }),
+    ] {
+        let (status, _) = fake
+            .send(Method::POST, "/fake/delay", Some(body.clone()))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    }
+    let (status, _) = fake.send(Method::GET, "/fake/delay", None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
 }

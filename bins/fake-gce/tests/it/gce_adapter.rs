@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use providers::gce::{GceConfig, GceProvider, GceProviderOptions};
-use providers::{ProviderError, ProviderReservation, ReservationProvider, ReservationStatus};
+use providers::{
+    AccountOwner, ProviderAccess, ProviderError, ProviderPolicy, ProviderReservation,
+    ReservationProvider, ReservationStatus,
+};
 use serde_json::json;
 
 use crate::common::{FakeGceProcess, PROJECT};
@@ -16,8 +19,39 @@ fn config(endpoint: &str, credentials: &str) -> GceConfig {
     .expect("valid config")
 }
 
+fn policy(vars: &[(&str, &str)]) -> Arc<ProviderPolicy> {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let lookup = |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    Arc::new(ProviderPolicy::from_lookup(lookup).expect("policy"))
+}
+
+/// A root tenant's account under the default policy (any endpoint).
 fn provider(endpoint: &str, credentials: &str, options: GceProviderOptions) -> GceProvider {
-    GceProvider::new(config(endpoint, credentials), options).expect("provider")
+    provider_as(
+        AccountOwner::Root,
+        Arc::default(),
+        endpoint,
+        credentials,
+        options,
+    )
+}
+
+fn provider_as(
+    owner: AccountOwner,
+    policy: Arc<ProviderPolicy>,
+    endpoint: &str,
+    credentials: &str,
+    options: GceProviderOptions,
+) -> GceProvider {
+    GceProvider::new(
+        config(endpoint, credentials),
+        options,
+        ProviderAccess::new(owner, policy),
+    )
+    .expect("provider")
 }
 
 fn sorted(mut reservations: Vec<ProviderReservation>) -> Vec<ProviderReservation> {
@@ -117,7 +151,12 @@ async fn lists_every_page_with_counts_regions_and_statuses() {
         fake.put_reservation(
             zone,
             name,
-            json!({ "count": total, "inUseCount": in_use, "machineType": flavor, "status": gce_status }),
+            json!({
+                "count": total,
+                "inUseCount": in_use,
+                "machineType": flavor,
+                "status": gce_status,
+            }),
         )
         .await;
         want.push(expected(zone, name, flavor, total, in_use, status));
@@ -276,10 +315,19 @@ async fn a_closed_port_is_a_transport_error() {
 #[tokio::test]
 async fn bearer_token_from_a_file() {
     let fake = FakeGceProcess::start_with(&[("BC_FAKE_GCE_TOKEN", "file-token-1")]);
-    let path = std::env::temp_dir().join(format!("fake-gce-it-token-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("fake-gce-it-creds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("credential dir");
+    let path = dir.join("token");
     std::fs::write(&path, "file-token-1\n").expect("write token");
     let credentials = format!("file:{}", path.display());
-    let provider = provider(&fake.base, &credentials, GceProviderOptions::default());
+    let dir_policy = policy(&[("BC_CREDENTIAL_DIR", dir.to_str().expect("utf-8"))]);
+    let provider = provider_as(
+        AccountOwner::Root,
+        Arc::clone(&dir_policy),
+        &fake.base,
+        &credentials,
+        GceProviderOptions::default(),
+    );
     assert_eq!(provider.list_reservations().await, Ok(vec![]));
     // Read at each call: a rotated (here: wrong) token is used at once.
     std::fs::write(&path, "rotated").expect("write token");
@@ -292,6 +340,36 @@ async fn bearer_token_from_a_file() {
         provider.list_reservations().await,
         Err(ProviderError::Credentials(_))
     ));
+    // Outside BC_CREDENTIAL_DIR (or without one): refused before any call.
+    fake.send(reqwest::Method::DELETE, "/fake/calls", None)
+        .await;
+    let outside = dir.with_extension("outside");
+    std::fs::write(&outside, "file-token-1").expect("write token");
+    for (policy, path) in [
+        (Arc::clone(&dir_policy), outside.clone()),
+        (
+            Arc::clone(&dir_policy),
+            dir.join("../").join(outside.file_name().expect("name")),
+        ),
+        (Arc::default(), outside.clone()),
+    ] {
+        let refused = provider_as(
+            AccountOwner::Root,
+            policy,
+            &fake.base,
+            &format!("file:{}", path.display()),
+            GceProviderOptions::default(),
+        );
+        let err = refused
+            .list_reservations()
+            .await
+            .expect_err("outside the dir");
+        assert!(matches!(err, ProviderError::NotAllowed(_)), "{err:?}");
+        assert!(!err.to_string().contains("file-token-1"), "{err}");
+    }
+    assert_eq!(fake.calls().await, json!({}), "no call reached the fake");
+    std::fs::remove_file(&outside).expect("remove");
+    std::fs::remove_dir_all(&dir).expect("remove dir");
     // Credentials `none` sends no header: refused by a fake that wants one.
     let anonymous = self::provider(&fake.base, "none", GceProviderOptions::default());
     assert_eq!(
@@ -333,27 +411,25 @@ fn bearer_token_from_env() {
         .expect("runtime");
     runtime.block_on(async {
         let fake = FakeGceProcess::start_with(&[("BC_FAKE_GCE_TOKEN", "env-token-1")]);
-        let right = provider(
-            &fake.base,
-            &format!("env:{TOKEN_VAR}"),
-            GceProviderOptions::default(),
-        );
+        let listed = policy(&[("BC_CREDENTIAL_ENV", "FAKE_GCE_IT_*")]);
+        let provider = |credentials: &str| {
+            provider_as(
+                AccountOwner::Root,
+                Arc::clone(&listed),
+                &fake.base,
+                credentials,
+                GceProviderOptions::default(),
+            )
+        };
+        let right = provider(&format!("env:{TOKEN_VAR}"));
         assert_eq!(right.list_reservations().await, Ok(vec![]));
 
-        let wrong = provider(
-            &fake.base,
-            &format!("env:{WRONG_TOKEN_VAR}"),
-            GceProviderOptions::default(),
-        );
+        let wrong = provider(&format!("env:{WRONG_TOKEN_VAR}"));
         let err = wrong.list_reservations().await.expect_err("wrong token");
         assert_eq!(err, ProviderError::Status { status: 401 });
         assert!(!err.to_string().contains("not-the-token"));
 
-        let unset = provider(
-            &fake.base,
-            "env:FAKE_GCE_IT_UNSET_TOKEN",
-            GceProviderOptions::default(),
-        );
+        let unset = provider("env:FAKE_GCE_IT_UNSET_TOKEN");
         let err = unset.list_reservations().await.expect_err("unset variable");
         assert_eq!(
             err,
@@ -361,5 +437,134 @@ fn bearer_token_from_env() {
                 "environment variable FAKE_GCE_IT_UNSET_TOKEN is not set".into()
             )
         );
+        assert_eq!(fake.calls().await, json!({ PROJECT: 2 }));
+
+        // Set, holding the right token, but not listed: refused, no call made.
+        for (owner, policy) in [
+            (AccountOwner::Root, Arc::default()),
+            (
+                AccountOwner::Root,
+                self::policy(&[("BC_CREDENTIAL_ENV", "OTHER_*")]),
+            ),
+            (AccountOwner::Tenant, Arc::clone(&listed)),
+        ] {
+            let refused = provider_as(
+                owner,
+                policy,
+                &fake.base,
+                &format!("env:{TOKEN_VAR}"),
+                GceProviderOptions::default(),
+            );
+            let err = refused.list_reservations().await.expect_err("not allowed");
+            let ProviderError::NotAllowed(message) = &err else {
+                panic!("{owner:?}: expected NotAllowed, got {err:?}");
+            };
+            assert!(message.contains("credential-not-allowed"), "{message}");
+            assert!(!err.to_string().contains("env-token-1"), "{err}");
+        }
+        assert_eq!(
+            fake.calls().await,
+            json!({ PROJECT: 2 }),
+            "no call reached the fake"
+        );
     });
+}
+
+#[tokio::test]
+async fn a_tenant_account_reaches_only_listed_endpoints() {
+    let fake = FakeGceProcess::start();
+    fake.put_reservation(
+        "us-central1-a",
+        "r1",
+        json!({ "count": 2, "machineType": "n2-standard-4" }),
+    )
+    .await;
+    let port = fake.base.rsplit(':').next().expect("a port").to_owned();
+    let localhost = format!("http://localhost:{port}");
+
+    // Listed by IP (with any port) or as localhost: reached.
+    for (listed, endpoint) in [
+        ("http://127.0.0.1:*", fake.base.clone()),
+        (fake.base.as_str(), fake.base.clone()),
+        ("http://localhost:*", localhost.clone()),
+    ] {
+        let tenant = provider_as(
+            AccountOwner::Tenant,
+            policy(&[("BC_PROVIDER_ENDPOINTS", listed)]),
+            &endpoint,
+            "none",
+            GceProviderOptions::default(),
+        );
+        let got = tenant.list_reservations().await.expect(listed);
+        assert_eq!(got.len(), 1, "{listed}");
+    }
+    assert_eq!(fake.calls().await, json!({ PROJECT: 3 }));
+
+    // Not listed (the default lists only Google), another port, or a name
+    // listed but resolving to loopback: refused, and nothing reaches the fake.
+    let other_port = "http://127.0.0.1:1".to_owned();
+    let options = GceProviderOptions {
+        dns_overrides: [(
+            "gce.example".to_owned(),
+            vec!["127.0.0.1".parse().expect("ip")],
+        )]
+        .into_iter()
+        .collect(),
+        ..GceProviderOptions::default()
+    };
+    for (listed, endpoint) in [
+        (None, fake.base.clone()),
+        (Some(other_port.as_str()), fake.base.clone()),
+        (
+            Some("http://gce.example:*"),
+            format!("http://gce.example:{port}"),
+        ),
+    ] {
+        let policy = match listed {
+            Some(listed) => policy(&[("BC_PROVIDER_ENDPOINTS", listed)]),
+            None => Arc::default(),
+        };
+        let tenant = provider_as(
+            AccountOwner::Tenant,
+            policy,
+            &endpoint,
+            "none",
+            options.clone(),
+        );
+        let err = tenant.list_reservations().await.expect_err(&endpoint);
+        assert!(
+            matches!(err, ProviderError::NotAllowed(_)),
+            "{endpoint}: {err:?}"
+        );
+        assert!(!err.is_retryable());
+    }
+    assert_eq!(
+        fake.calls().await,
+        json!({ PROJECT: 3 }),
+        "no call reached the fake"
+    );
+
+    // The same endpoints for the root tenant's account: reached.
+    let root = provider_as(
+        AccountOwner::Root,
+        Arc::default(),
+        &format!("http://gce.example:{port}"),
+        "none",
+        options,
+    );
+    assert_eq!(root.list_reservations().await.expect("root").len(), 1);
+}
+
+#[tokio::test]
+async fn build_makes_a_provider_from_a_stored_account() {
+    let fake = FakeGceProcess::start();
+    let stored = json!({ "project": PROJECT, "endpoint": fake.base, "credentials": "none" });
+    let access = ProviderAccess::new(
+        AccountOwner::Tenant,
+        policy(&[("BC_PROVIDER_ENDPOINTS", "http://127.0.0.1:*")]),
+    );
+    let provider = providers::build("gce", &stored, access, GceProviderOptions::default())
+        .unwrap_or_else(|e| panic!("build: {e}"));
+    assert_eq!(provider.list_reservations().await, Ok(vec![]));
+    assert_eq!(fake.calls().await, json!({ PROJECT: 1 }));
 }

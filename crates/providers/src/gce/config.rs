@@ -15,6 +15,8 @@ const PROJECT_MAX: usize = 30;
 const ENDPOINT_MAX: usize = 2048;
 const ENV_NAME_MAX: usize = 128;
 const PATH_MAX: usize = 4096;
+/// `secret:NAME`: the name of a secret of the account's own tenant (contract 3.9).
+const SECRET_NAME_MAX: usize = 63;
 
 /// A validated `gce` provider account config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,24 +29,35 @@ pub struct GceConfig {
     pub credentials: Credentials,
 }
 
-/// A reference to the bearer token used with the GCE API; never the token.
+/// A reference to the credentials used with the GCE API; never the credentials.
+///
+/// Which references an account may use depends on whose account it is: see
+/// [`crate::policy::ProviderPolicy::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Credentials {
     /// `env:NAME`: the token is read from this environment variable at each call.
     Env(String),
     /// `file:/path`: the token is read from this file at each call.
     File(PathBuf),
+    /// `secret:NAME`: a secret of the account's own tenant (`NAME` matches
+    /// `^[a-z][a-z0-9-]{0,62}$`).
+    Secret(String),
+    /// `adc`: the server's Application Default Credentials.
+    Adc,
     /// `none`: requests carry no `Authorization` header (emulators, proxies
     /// that authenticate themselves).
     None,
 }
 
 impl fmt::Display for Credentials {
-    /// The reference as written in a config: `env:NAME`, `file:/path` or `none`.
+    /// The reference as written in a config: `env:NAME`, `file:/path`,
+    /// `secret:NAME`, `adc` or `none`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Credentials::Env(name) => write!(f, "env:{name}"),
             Credentials::File(path) => write!(f, "file:{}", path.display()),
+            Credentials::Secret(name) => write!(f, "secret:{name}"),
+            Credentials::Adc => f.write_str("adc"),
             Credentials::None => f.write_str("none"),
         }
     }
@@ -52,13 +65,41 @@ impl fmt::Display for Credentials {
 
 /// Why a config was refused: the field (`config.project`) and a short reason,
 /// in the shape of the API's `INVALID_INPUT` details. Never carries the value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
+///
+/// Displays as `field: reason`, followed by ` (message)` when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The field as sent, prefixed with `config.` (`config` for the whole object).
     pub field: String,
     /// What is wrong with it.
     pub reason: ConfigReason,
+    /// A human explanation when the reason alone does not say enough (the
+    /// policy rules of [`crate::policy`]). Never a secret, and never what the
+    /// platform's configuration lists.
+    pub message: Option<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)?;
+        match &self.message {
+            Some(message) => write!(f, " ({message})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    /// A refusal of a policy rule, with its explanation.
+    pub(crate) fn not_allowed(field: &str, reason: ConfigReason, message: String) -> Self {
+        ConfigError {
+            field: field.to_owned(),
+            reason,
+            message: Some(message),
+        }
+    }
 }
 
 /// The reason part of a [`ConfigError`].
@@ -76,10 +117,15 @@ pub enum ConfigReason {
     Unknown,
     /// The value looks like a secret itself; a reference was expected.
     SecretValue,
+    /// The credentials reference is not one this account may use (contract 3.5).
+    CredentialNotAllowed,
+    /// The endpoint is not one this account may name (contract 3.5).
+    EndpointNotAllowed,
 }
 
 impl ConfigReason {
-    /// The API's spelling: `missing`, `type`, `pattern`, `length`, `unknown`, `secret-value`.
+    /// The API's spelling: `missing`, `type`, `pattern`, `length`, `unknown`,
+    /// `secret-value`, `credential-not-allowed`, `endpoint-not-allowed`.
     pub fn as_str(self) -> &'static str {
         match self {
             ConfigReason::Missing => "missing",
@@ -88,6 +134,8 @@ impl ConfigReason {
             ConfigReason::Length => "length",
             ConfigReason::Unknown => "unknown",
             ConfigReason::SecretValue => "secret-value",
+            ConfigReason::CredentialNotAllowed => "credential-not-allowed",
+            ConfigReason::EndpointNotAllowed => "endpoint-not-allowed",
         }
     }
 }
@@ -104,7 +152,11 @@ fn error(field: &str, reason: ConfigReason) -> ConfigError {
     } else {
         format!("config.{field}")
     };
-    ConfigError { field, reason }
+    ConfigError {
+        field,
+        reason,
+        message: None,
+    }
 }
 
 impl GceConfig {
@@ -115,8 +167,12 @@ impl GceConfig {
     /// (`unknown`); then `project` (required, `^[a-z][a-z0-9-]{4,28}[a-z0-9]$`),
     /// `endpoint` (optional http(s) URL without credentials, query or fragment;
     /// default [`DEFAULT_ENDPOINT`]) and `credentials` (required: `env:NAME`
-    /// with `NAME` matching `^[A-Z_][A-Z0-9_]*$`, `file:/absolute/path` or
+    /// with `NAME` matching `^[A-Z_][A-Z0-9_]*$`, `file:/absolute/path`,
+    /// `secret:NAME` with `NAME` matching `^[a-z][a-z0-9-]{0,62}$`, `adc` or
     /// `none`; any other value is taken for an inline secret, `secret-value`).
+    ///
+    /// This is the shape only: whether the account may use that reference and
+    /// endpoint is [`crate::policy::ProviderPolicy::check`].
     pub fn from_json(value: &Value) -> Result<GceConfig, ConfigError> {
         let Value::Object(map) = value else {
             return Err(error("", ConfigReason::Type));
@@ -161,6 +217,15 @@ impl GceConfig {
     }
 }
 
+const CREDENTIALS_PATTERN: &str =
+    "^(env:[A-Z_][A-Z0-9_]*|file:/.+|secret:[a-z][a-z0-9-]{0,62}|adc|none)$";
+const CREDENTIALS_DESCRIPTION: &str = "A reference to the credentials, never the credentials \
+    themselves: none (no Authorization header, any account); secret:NAME (a secret of the \
+    account's own tenant); adc (the server's Application Default Credentials; root tenant \
+    only); env:NAME (an environment variable listed in BC_CREDENTIAL_ENV, read at each call; \
+    root tenant only); file:/absolute/path (a file inside BC_CREDENTIAL_DIR, read at each \
+    call; root tenant only).";
+
 /// The manifest of the `gce` config as a JSON Schema (for OpenAPI and docs).
 /// [`GceConfig::from_json`] is the authority; it also refuses secret-looking
 /// values, which a schema cannot express.
@@ -184,8 +249,8 @@ pub fn config_schema() -> Value {
             },
             "credentials": {
                 "type": "string",
-                "pattern": "^(env:[A-Z_][A-Z0-9_]*|file:/.+|none)$",
-                "description": "Where the bearer token is read at each call: env:NAME, file:/absolute/path, or none. Never the token itself."
+                "pattern": CREDENTIALS_PATTERN,
+                "description": CREDENTIALS_DESCRIPTION
             }
         }
     })
@@ -237,6 +302,21 @@ fn parse_credentials(s: &str) -> Result<Credentials, ConfigError> {
     const FIELD: &str = "credentials";
     if s == "none" {
         return Ok(Credentials::None);
+    }
+    if s == "adc" {
+        return Ok(Credentials::Adc);
+    }
+    if let Some(name) = s.strip_prefix("secret:") {
+        let b = name.as_bytes();
+        let ok = (1..=SECRET_NAME_MAX).contains(&b.len())
+            && b[0].is_ascii_lowercase()
+            && b.iter()
+                .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+        return if ok {
+            Ok(Credentials::Secret(name.to_owned()))
+        } else {
+            Err(error(FIELD, ConfigReason::Pattern))
+        };
     }
     if let Some(name) = s.strip_prefix("env:") {
         if name.len() > ENV_NAME_MAX {
@@ -317,6 +397,25 @@ mod tests {
         .expect("valid");
         assert_eq!(e.credentials, Credentials::Env("GCE_TOKEN_1".into()));
         assert_eq!(e.to_json()["credentials"], "env:GCE_TOKEN_1");
+        for (reference, parsed) in [
+            ("secret:gce-key", Credentials::Secret("gce-key".into())),
+            ("secret:a", Credentials::Secret("a".into())),
+            ("adc", Credentials::Adc),
+            ("none", Credentials::None),
+        ] {
+            let c = GceConfig::from_json(
+                &json!({ "project": "prod-123456", "credentials": reference }),
+            )
+            .expect(reference);
+            assert_eq!(c.credentials, parsed);
+            assert_eq!(c.credentials.to_string(), reference);
+            assert_eq!(c.to_json()["credentials"], reference);
+            assert_eq!(GceConfig::from_json(&c.to_json()).expect("valid"), c);
+        }
+        let longest = format!("secret:a{}", "-9".repeat(31));
+        let c = GceConfig::from_json(&json!({ "project": "prod-123456", "credentials": longest }))
+            .expect("a 63-character name");
+        assert_eq!(c.credentials.to_string(), longest);
     }
 
     #[test]
@@ -422,6 +521,13 @@ mod tests {
             "file:",
             "file:relative/path",
             "file:/",
+            "secret:",
+            "secret:Gce-key",
+            "secret:1key",
+            "secret:-key",
+            "secret:gce_key",
+            "secret:gce.key",
+            "secret:gce key",
         ] {
             assert_eq!(
                 err(with(json!(bad))),
@@ -431,8 +537,22 @@ mod tests {
         }
         let long = format!("env:{}", "A".repeat(ENV_NAME_MAX + 1));
         assert_eq!(err(with(json!(long))), pair("config.credentials", "length"));
+        let long = format!("secret:a{}", "-9".repeat(31) + "x");
+        assert_eq!(
+            err(with(json!(long))),
+            pair("config.credentials", "pattern")
+        );
         // Anything that is not a reference is refused as a would-be secret.
-        for not_a_reference in ["hunter2", "NONE", "ENV:TOKEN", "", "token:abc"] {
+        for not_a_reference in [
+            "hunter2",
+            "NONE",
+            "ENV:TOKEN",
+            "",
+            "token:abc",
+            "ADC",
+            "adc:x",
+            "SECRET:key",
+        ] {
             assert_eq!(
                 err(with(json!(not_a_reference))),
                 pair("config.credentials", "secret-value"),
@@ -473,7 +593,10 @@ mod tests {
         assert_eq!(
             err(json!({
                 "project": "my-project",
-                "endpoint": "https://compute.googleapis.com/Zk3q9Vb7Lm2Xp8Rt5Wn4Yc6Hd1Gf0Js9Ke7Ua3Ob2Ci5Pz",
+                "endpoint": concat!(
+                    "https://compute.googleapis.com/",
+                    "Zk3q9Vb7Lm2Xp8Rt5Wn4Yc6Hd1Gf0Js9Ke7Ua3Ob2Ci5Pz"
+                ),
                 "credentials": "none",
             })),
             pair("config.endpoint", "secret-value")
@@ -490,6 +613,32 @@ mod tests {
             GceConfig::from_json(&json!({ "project": "my-project", "credentials": "ya29.secret" }))
                 .expect_err("refused");
         assert_eq!(e.to_string(), "config.credentials: secret-value");
+        let e = ConfigError::not_allowed(
+            "config.credentials",
+            ConfigReason::CredentialNotAllowed,
+            "adc is not available yet".into(),
+        );
+        assert_eq!(
+            e.to_string(),
+            "config.credentials: credential-not-allowed (adc is not available yet)"
+        );
+    }
+
+    #[test]
+    fn reason_spellings() {
+        for (reason, spelled) in [
+            (ConfigReason::Missing, "missing"),
+            (ConfigReason::Type, "type"),
+            (ConfigReason::Pattern, "pattern"),
+            (ConfigReason::Length, "length"),
+            (ConfigReason::Unknown, "unknown"),
+            (ConfigReason::SecretValue, "secret-value"),
+            (ConfigReason::CredentialNotAllowed, "credential-not-allowed"),
+            (ConfigReason::EndpointNotAllowed, "endpoint-not-allowed"),
+        ] {
+            assert_eq!(reason.as_str(), spelled);
+            assert_eq!(reason.to_string(), spelled);
+        }
     }
 
     #[test]
@@ -497,5 +646,29 @@ mod tests {
         let s = config_schema();
         assert_eq!(s["required"], json!(["project", "credentials"]));
         assert_eq!(s["properties"]["endpoint"]["default"], DEFAULT_ENDPOINT);
+        let pattern = s["properties"]["credentials"]["pattern"]
+            .as_str()
+            .expect("a pattern");
+        for form in [
+            "env:",
+            "file:/",
+            "secret:[a-z][a-z0-9-]{0,62}",
+            "|adc|",
+            "none",
+        ] {
+            assert!(pattern.contains(form), "{pattern} lacks {form}");
+        }
+        let description = s["properties"]["credentials"]["description"]
+            .as_str()
+            .expect("a description");
+        for word in [
+            "secret:NAME",
+            "adc",
+            "BC_CREDENTIAL_ENV",
+            "BC_CREDENTIAL_DIR",
+            "root",
+        ] {
+            assert!(description.contains(word), "{description} lacks {word}");
+        }
     }
 }

@@ -3,11 +3,15 @@
 //! [`GceConfig::from_json`] validates an account's config; [`GceProvider`]
 //! lists the project's reservations with
 //! `GET {endpoint}/compute/v1/projects/{project}/aggregated/reservations`,
-//! following `nextPageToken` until the last page.
+//! following `nextPageToken` until the last page. Every listing first
+//! re-checks the account against the [`ProviderPolicy`] it was built with.
 
 mod config;
 mod wire;
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue};
@@ -17,6 +21,9 @@ pub use config::{
 };
 pub use wire::{region_of_zone, status_from_gce};
 
+use crate::credentials::{CredentialSource, LocalCredentials};
+use crate::guard::{self, GuardedResolver};
+use crate::policy::{AccountOwner, ProviderAccess, ProviderPolicy};
 use crate::{ProviderError, ProviderFuture, ProviderReservation, ReservationProvider};
 
 /// The provider's name in `providerAccounts.create { provider }`.
@@ -32,7 +39,8 @@ const USER_AGENT: &str = concat!("bc-compute-providers/", env!("CARGO_PKG_VERSIO
 /// How [`GceProvider`] talks to the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GceProviderOptions {
-    /// The limit on establishing a connection (default 5 s).
+    /// The limit on establishing a connection, name resolution included
+    /// (default 5 s).
     pub connect_timeout: Duration,
     /// The limit on each HTTP request, from sending it to the end of its body
     /// (default 30 s). A listing of several pages makes one request per page.
@@ -40,6 +48,11 @@ pub struct GceProviderOptions {
     /// `maxResults` sent with each page request; `None` (the default) leaves
     /// the page size to the API (500 for GCE, which also caps it there).
     pub page_size: Option<u32>,
+    /// Static name → addresses answers used instead of DNS for those names
+    /// (case-insensitive; default none). For tests and private DNS. They are
+    /// not trusted: for a tenant account, the address guard filters them like
+    /// any DNS answer, so `evil.example → 127.0.0.1` is still refused.
+    pub dns_overrides: BTreeMap<String, Vec<IpAddr>>,
 }
 
 impl Default for GceProviderOptions {
@@ -48,6 +61,7 @@ impl Default for GceProviderOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             page_size: None,
+            dns_overrides: BTreeMap::new(),
         }
     }
 }
@@ -57,24 +71,48 @@ impl Default for GceProviderOptions {
 /// Holds no secret: the bearer token is resolved from the config's
 /// [`Credentials`] reference at each [`ReservationProvider::list_reservations`]
 /// call, so a rotated token is picked up without rebuilding the provider.
+/// Each call first re-runs [`ProviderPolicy::check`] for the account's
+/// owner: a reference or endpoint the policy no longer allows fails with
+/// [`ProviderError::NotAllowed`] before any file, variable or network is
+/// touched. For a tenant account the HTTP client ignores environment
+/// proxies and refuses internal addresses (see the crate docs).
 /// Cloning is cheap and shares the connection pool.
 #[derive(Debug, Clone)]
 pub struct GceProvider {
     config: GceConfig,
     page_size: Option<u32>,
     client: reqwest::Client,
-    list_url: String,
+    list_url: reqwest::Url,
+    access: ProviderAccess,
+    credentials: Arc<dyn CredentialSource>,
 }
 
 impl GceProvider {
-    /// Builds the adapter. Fails only if the HTTP client cannot be set up.
-    pub fn new(config: GceConfig, options: GceProviderOptions) -> Result<Self, ProviderError> {
-        let client = reqwest::Client::builder()
+    /// Builds the adapter for an account of `access.owner`. Fails only if the
+    /// endpoint is not a URL or the HTTP client cannot be set up; the policy
+    /// is applied at each call, not here.
+    pub fn new(
+        config: GceConfig,
+        options: GceProviderOptions,
+        access: ProviderAccess,
+    ) -> Result<Self, ProviderError> {
+        let tenant = access.owner == AccountOwner::Tenant;
+        let resolver = GuardedResolver::new(
+            tenant.then(|| Arc::clone(&access.policy)),
+            &options.dns_overrides,
+        );
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(options.connect_timeout)
             .timeout(options.request_timeout)
             .user_agent(USER_AGENT)
             // GCE does not redirect API calls; never carry a token elsewhere.
             .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(resolver));
+        if tenant {
+            // A proxy would connect on the client's behalf, past the guard.
+            builder = builder.no_proxy();
+        }
+        let client = builder
             .build()
             .map_err(|e| ProviderError::Transport(describe(&e)))?;
         if config.endpoint.starts_with("http://") && config.credentials != Credentials::None {
@@ -83,15 +121,19 @@ impl GceProvider {
                 "the gce endpoint is plain http: the bearer token travels unencrypted"
             );
         }
-        let list_url = format!(
+        let list_url = reqwest::Url::parse(&format!(
             "{}/compute/v1/projects/{}/aggregated/reservations",
             config.endpoint, config.project
-        );
+        ))
+        .map_err(|_| ProviderError::NotAllowed("config.endpoint: pattern".into()))?;
+        let credentials = Arc::new(LocalCredentials::new(Arc::clone(&access.policy)));
         Ok(GceProvider {
             config,
             page_size: options.page_size,
             client,
             list_url,
+            access,
+            credentials,
         })
     }
 
@@ -100,14 +142,41 @@ impl GceProvider {
         &self.config
     }
 
+    /// Whose account it is and the policy applied at each call.
+    pub fn access(&self) -> &ProviderAccess {
+        &self.access
+    }
+
+    /// The policy check and the IP-literal guard: everything that must pass
+    /// before a credential is read or a connection made.
+    fn admit(&self) -> Result<(), ProviderError> {
+        let policy: &ProviderPolicy = &self.access.policy;
+        policy
+            .check(&self.config, self.access.owner)
+            .map_err(|e| ProviderError::NotAllowed(e.to_string()))?;
+        if self.access.owner == AccountOwner::Tenant {
+            guard::check_ip_literal(&self.list_url, policy)?;
+        }
+        Ok(())
+    }
+
     async fn list_all(&self) -> Result<Vec<ProviderReservation>, ProviderError> {
-        let authorization = self.authorization()?;
+        if let Err(e) = self.admit() {
+            // The caller logs the error it is handed; this says where it came from.
+            tracing::debug!(
+                project = %self.config.project,
+                error = %e,
+                "gce account refused by the provider policy"
+            );
+            return Err(e);
+        }
+        let authorization = self.authorization().await?;
         let mut reservations = Vec::new();
         let mut page_token: Option<String> = None;
         for page in 1..=MAX_PAGES {
             let mut request = self
                 .client
-                .get(&self.list_url)
+                .get(self.list_url.clone())
                 .header(ACCEPT, "application/json");
             if let Some(size) = self.page_size {
                 request = request.query(&[("maxResults", size)]);
@@ -121,7 +190,12 @@ impl GceProvider {
             let response = request.send().await.map_err(from_reqwest)?;
             let status = response.status();
             if !status.is_success() {
-                tracing::debug!(project = %self.config.project, page, status = status.as_u16(), "gce list failed");
+                tracing::debug!(
+                    project = %self.config.project,
+                    page,
+                    status = status.as_u16(),
+                    "gce list failed"
+                );
                 return Err(ProviderError::Status {
                     status: status.as_u16(),
                 });
@@ -154,36 +228,15 @@ impl GceProvider {
 
     /// The `Authorization` header for this call, marked sensitive so that
     /// it is never printed. Errors name the reference, never the token.
-    fn authorization(&self) -> Result<Option<HeaderValue>, ProviderError> {
+    async fn authorization(&self) -> Result<Option<HeaderValue>, ProviderError> {
         let reference = &self.config.credentials;
-        let token = match reference {
-            Credentials::None => return Ok(None),
-            Credentials::Env(name) => std::env::var(name).map_err(|e| {
-                let why = match e {
-                    std::env::VarError::NotPresent => "is not set",
-                    std::env::VarError::NotUnicode(_) => "is not valid UTF-8",
-                };
-                ProviderError::Credentials(format!("environment variable {name} {why}"))
-            })?,
-            // A small local file (a mounted secret); read at each call so that
-            // rotation needs no restart.
-            Credentials::File(path) => std::fs::read_to_string(path).map_err(|e| {
-                ProviderError::Credentials(format!(
-                    "cannot read token file {}: {}",
-                    path.display(),
-                    e.kind()
-                ))
-            })?,
+        let Some(token) = self.credentials.bearer_token(reference).await? else {
+            return Ok(None);
         };
-        let token = token.trim();
-        if token.is_empty() {
-            return Err(ProviderError::Credentials(format!(
-                "{reference} holds an empty token"
-            )));
-        }
-        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-            ProviderError::Credentials(format!("{reference} does not hold a bearer token"))
-        })?;
+        let mut value =
+            HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+                ProviderError::Credentials(format!("{reference} does not hold a bearer token"))
+            })?;
         value.set_sensitive(true);
         Ok(Some(value))
     }
@@ -209,7 +262,9 @@ async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, ProviderE
 }
 
 fn from_reqwest(e: reqwest::Error) -> ProviderError {
-    if e.is_timeout() {
+    if let Some(refused) = guard::refusal_in(&e) {
+        ProviderError::NotAllowed(refused.to_string())
+    } else if e.is_timeout() {
         ProviderError::Timeout
     } else {
         ProviderError::Transport(describe(&e))
@@ -242,98 +297,4 @@ fn describe(e: &reqwest::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn provider_at(endpoint: &str, credentials: Credentials) -> GceProvider {
-        GceProvider::new(
-            GceConfig {
-                project: "my-project".into(),
-                endpoint: endpoint.into(),
-                credentials,
-            },
-            GceProviderOptions::default(),
-        )
-        .expect("client")
-    }
-
-    fn provider(credentials: Credentials) -> GceProvider {
-        provider_at("http://127.0.0.1:9", credentials)
-    }
-
-    #[test]
-    fn defaults() {
-        let o = GceProviderOptions::default();
-        assert_eq!(o.connect_timeout, Duration::from_secs(5));
-        assert_eq!(o.request_timeout, Duration::from_secs(30));
-        assert_eq!(o.page_size, None);
-        assert_eq!(
-            provider(Credentials::None).list_url,
-            "http://127.0.0.1:9/compute/v1/projects/my-project/aggregated/reservations"
-        );
-    }
-
-    #[test]
-    fn no_credentials_no_header() {
-        assert_eq!(provider(Credentials::None).authorization(), Ok(None));
-    }
-
-    #[test]
-    fn token_from_a_file_is_sensitive_and_trimmed() {
-        let path = std::env::temp_dir().join(format!("providers-token-{}", std::process::id()));
-        std::fs::write(&path, "tok-123\n").expect("write");
-        let value = provider(Credentials::File(path.clone()))
-            .authorization()
-            .expect("token")
-            .expect("header");
-        assert_eq!(value.to_str().expect("ascii"), "Bearer tok-123");
-        assert!(value.is_sensitive());
-        assert!(!format!("{value:?}").contains("tok-123"));
-
-        std::fs::write(&path, "line one\nline two").expect("write");
-        let err = provider(Credentials::File(path.clone()))
-            .authorization()
-            .expect_err("not a token");
-        assert!(!err.to_string().contains("line"), "{err}");
-        std::fs::write(&path, "  \n").expect("write");
-        assert!(matches!(
-            provider(Credentials::File(path.clone())).authorization(),
-            Err(ProviderError::Credentials(_))
-        ));
-        std::fs::remove_file(&path).expect("remove");
-        let err = provider(Credentials::File(path.clone()))
-            .authorization()
-            .expect_err("missing");
-        assert!(err.to_string().contains("cannot read token file"), "{err}");
-    }
-
-    #[test]
-    fn missing_env_var_is_a_credentials_error() {
-        let err = provider(Credentials::Env("PROVIDERS_TEST_SURELY_UNSET_TOKEN".into()))
-            .authorization()
-            .expect_err("unset");
-        assert_eq!(
-            err,
-            ProviderError::Credentials(
-                "environment variable PROVIDERS_TEST_SURELY_UNSET_TOKEN is not set".into()
-            )
-        );
-    }
-
-    #[tokio::test]
-    async fn unreachable_endpoint_is_a_transport_error() {
-        // A port that was just free: connecting to it is refused.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("bind")
-            .port();
-        let err = provider_at(&format!("http://127.0.0.1:{port}"), Credentials::None)
-            .list_reservations()
-            .await
-            .expect_err("nothing listens");
-        match err {
-            ProviderError::Transport(m) => assert!(!m.contains("for url"), "{m}"),
-            other => panic!("expected a transport error, got {other:?}"),
-        }
-    }
-}
+mod tests;

@@ -106,11 +106,19 @@ fn map_reservation(
         .to_owned();
 
     let Some(specific) = wire.specific_reservation else {
-        tracing::warn!(reservation = %name, %zone, "skipping a reservation without specificReservation");
+        tracing::warn!(
+            reservation = %name,
+            %zone,
+            "skipping a reservation without specificReservation"
+        );
         return Ok(None);
     };
     let Some(properties) = specific.instance_properties else {
-        tracing::warn!(reservation = %name, %zone, "skipping a reservation without instanceProperties");
+        tracing::warn!(
+            reservation = %name,
+            %zone,
+            "skipping a reservation without instanceProperties"
+        );
         return Ok(None);
     };
     let flavor = properties
@@ -200,7 +208,9 @@ mod tests {
         json!({
             "kind": "compute#reservation",
             "name": name,
-            "zone": format!("https://www.googleapis.com/compute/v1/projects/my-project/zones/{zone}"),
+            "zone": format!(
+                "https://www.googleapis.com/compute/v1/projects/my-project/zones/{zone}"
+            ),
             "status": status,
             "specificReservation": {
                 "count": count,
@@ -255,7 +265,9 @@ mod tests {
                     "warning": { "code": "NO_RESULTS_ON_PAGE", "message": "none" }
                 },
                 "zones/europe-west4-b": {
-                    "reservations": [ reservation("r3", "europe-west4-b", "CREATING", json!("8"), json!("0")) ]
+                    "reservations": [
+                        reservation("r3", "europe-west4-b", "CREATING", json!("8"), json!("0"))
+                    ]
                 }
             },
             "nextPageToken": "next"
@@ -302,15 +314,20 @@ mod tests {
 
     #[test]
     fn machine_type_url_and_missing_fields() {
-        let page = parse(json!({ "items": { "zones/us-central1-a": { "reservations": [{
-            "name": "r",
-            "specificReservation": {
-                "count": "3",
-                "instanceProperties": {
-                    "machineType": "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/machineTypes/a3-highgpu-8g"
+        let page = parse(
+            json!({ "items": { "zones/us-central1-a": { "reservations": [{
+                "name": "r",
+                "specificReservation": {
+                    "count": "3",
+                    "instanceProperties": {
+                        "machineType": concat!(
+                            "https://www.googleapis.com/compute/v1/projects/p/zones/",
+                            "us-central1-a/machineTypes/a3-highgpu-8g"
+                        )
+                    }
                 }
-            }
-        }]}}}))
+            }]}}}),
+        )
         .expect("valid");
         let r = &page.reservations[0];
         assert_eq!(r.flavor, "a3-highgpu-8g");
@@ -372,12 +389,21 @@ mod tests {
         );
         bad(
             json!({ "items": { "regions/us-central1": { "reservations": [
-                { "name": "r", "specificReservation": { "count": "1", "instanceProperties": { "machineType": "n2" } } }
+                {
+                    "name": "r",
+                    "specificReservation": {
+                        "count": "1",
+                        "instanceProperties": { "machineType": "n2" }
+                    }
+                }
             ]}}}),
         );
         bad(
             json!({ "items": { "zones/us-central1-a": { "reservations": [
-                { "name": "r", "specificReservation": { "instanceProperties": { "machineType": "n2" } } }
+                {
+                    "name": "r",
+                    "specificReservation": { "instanceProperties": { "machineType": "n2" } }
+                }
             ]}}}),
         );
         assert!(parse_page(b"<html>", "p").is_err());

@@ -1,0 +1,621 @@
+//! What a provider account may reach, by whose account it is (contract 3.5).
+//!
+//! Tenants are not trusted: an account's `credentials` is a reference the
+//! adapter resolves on the server, and its `endpoint` is where the adapter
+//! sends what that reference resolves to. [`ProviderPolicy`] is the
+//! operator's configuration of what is allowed, and
+//! [`ProviderPolicy::check`] applies it to one account's config. It is
+//! checked when an account is created and again before every use (the
+//! adapter re-runs it at each call), so an account whose reference a new
+//! configuration no longer allows fails without any network call.
+//!
+//! | reference | root tenant's accounts | other tenants' accounts |
+//! |---|---|---|
+//! | `none` | allowed | allowed |
+//! | `secret:NAME` | not yet (the secret store is a later change) | not yet |
+//! | `adc` | not yet (ADC is a later change) | refused |
+//! | `env:NAME` | if `NAME` matches `BC_CREDENTIAL_ENV` | refused |
+//! | `file:/path` | if the resolved path is inside `BC_CREDENTIAL_DIR` | refused |
+//!
+//! Endpoints: the root tenant's accounts may name any `http` or `https` URL;
+//! other tenants' accounts must name an origin listed in
+//! `BC_PROVIDER_ENDPOINTS`. For those accounts the adapter also refuses to
+//! connect to internal addresses (loopback, private, link-local, ...) unless
+//! the host is itself listed by IP or as `localhost`: see the crate docs.
+
+use std::fmt;
+use std::io::Read;
+use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::ProviderError;
+use crate::gce::{ConfigError, ConfigReason, Credentials, DEFAULT_ENDPOINT, GceConfig};
+
+/// The variable listing the origins other tenants' accounts may name.
+pub const ENDPOINTS_VAR: &str = "BC_PROVIDER_ENDPOINTS";
+/// The variable listing the environment variables `env:NAME` may name.
+pub const CREDENTIAL_ENV_VAR: &str = "BC_CREDENTIAL_ENV";
+/// The variable naming the directory `file:/path` must stay inside.
+pub const CREDENTIAL_DIR_VAR: &str = "BC_CREDENTIAL_DIR";
+
+/// Variables that hold the platform's own secrets: never a credential
+/// source, whatever `BC_CREDENTIAL_ENV` says (a prefix such as `BC_*` does
+/// not reach them, and naming one exactly is a start-up error).
+const RESERVED_ENV: &[&str] = &[
+    "DATABASE_URL",
+    "BC_BOOTSTRAP_TOKEN",
+    "BC_SECRETS_KEY",
+    "BC_SECRETS_OLD_KEYS",
+];
+
+/// The largest credential file read (a token or a service-account key is a
+/// few KiB).
+const MAX_CREDENTIAL_FILE_BYTES: u64 = 64 * 1024;
+
+const CREDENTIALS_FIELD: &str = "config.credentials";
+const ENDPOINT_FIELD: &str = "config.endpoint";
+
+/// Whose account it is: the rules differ for the root tenant and the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccountOwner {
+    /// An account of the root tenant (the platform's operator).
+    Root,
+    /// An account of any other tenant: not trusted.
+    Tenant,
+}
+
+impl AccountOwner {
+    /// The owner of an account of `tenant_id` when the root tenant is `root_tenant_id`.
+    pub fn of(tenant_id: &str, root_tenant_id: &str) -> Self {
+        if tenant_id == root_tenant_id {
+            AccountOwner::Root
+        } else {
+            AccountOwner::Tenant
+        }
+    }
+}
+
+/// Everything an adapter needs to apply the policy to one account at each
+/// use: whose account it is and the process's policy.
+#[derive(Debug, Clone)]
+pub struct ProviderAccess {
+    /// Whose account it is.
+    pub owner: AccountOwner,
+    /// The process's policy (shared: built once at start-up).
+    pub policy: Arc<ProviderPolicy>,
+}
+
+impl ProviderAccess {
+    /// The access of an account of `owner` under `policy`.
+    pub fn new(owner: AccountOwner, policy: Arc<ProviderPolicy>) -> Self {
+        ProviderAccess { owner, policy }
+    }
+}
+
+/// A bad policy variable: names the variable and what is wrong, never the
+/// value (which could be a secret pasted in the wrong place).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}: {problem}")]
+pub struct PolicyError {
+    /// The variable, e.g. `BC_PROVIDER_ENDPOINTS`.
+    pub variable: &'static str,
+    /// What is wrong with it, e.g. `item 2 is not an origin (scheme://host[:port])`.
+    pub problem: String,
+}
+
+fn policy_error(variable: &'static str, problem: impl Into<String>) -> PolicyError {
+    PolicyError {
+        variable,
+        problem: problem.into(),
+    }
+}
+
+/// An origin listed in `BC_PROVIDER_ENDPOINTS`.
+#[derive(Clone, PartialEq, Eq)]
+struct Origin {
+    /// `http` or `https`.
+    scheme: String,
+    /// As the URL parser normalises it: lower-case, IPv6 in brackets.
+    host: String,
+    /// `None` for `*` (any port); otherwise the port, the scheme's default
+    /// filled in.
+    port: Option<u16>,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.port {
+            Some(port) => write!(f, "{}://{}:{port}", self.scheme, self.host),
+            None => write!(f, "{}://{}:*", self.scheme, self.host),
+        }
+    }
+}
+
+/// An entry of `BC_CREDENTIAL_ENV`.
+#[derive(Clone, PartialEq, Eq)]
+enum EnvPattern {
+    /// `NAME`: that variable only.
+    Exact(String),
+    /// `PREFIX*`: every variable whose name starts with `PREFIX`.
+    Prefix(String),
+}
+
+impl EnvPattern {
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            EnvPattern::Exact(exact) => name == exact,
+            EnvPattern::Prefix(prefix) => name.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for EnvPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnvPattern::Exact(name) => f.write_str(name),
+            EnvPattern::Prefix(prefix) => write!(f, "{prefix}*"),
+        }
+    }
+}
+
+/// The operator's rules for provider accounts: which endpoints other
+/// tenants' accounts may name and which environment variables and files the
+/// root tenant's accounts may use as credentials.
+///
+/// Built once at start-up from the environment ([`ProviderPolicy::from_env`]);
+/// the api-server and the worker read the same variables:
+///
+/// - `BC_PROVIDER_ENDPOINTS`: comma-separated origins `scheme://host[:port]`
+///   (`http` or `https`; `*` allowed as the port, matching any). Unset:
+///   `https://compute.googleapis.com`. Empty: none.
+/// - `BC_CREDENTIAL_ENV`: comma-separated environment variable names; a
+///   trailing `*` matches a prefix (`GCE_TOKEN_*`). Unset or empty: none. A
+///   lone `*` is refused, and the platform's own secrets (`DATABASE_URL`,
+///   `BC_BOOTSTRAP_TOKEN`, `BC_SECRETS_KEY`, `BC_SECRETS_OLD_KEYS`) are never
+///   reachable.
+/// - `BC_CREDENTIAL_DIR`: an absolute path to an existing directory other
+///   than `/`, resolved once at start-up. Unset or empty: none.
+///
+/// Items are trimmed and empty items skipped (`a, b,` lists two). `Default`
+/// is the policy of an environment where none of the variables is set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProviderPolicy {
+    endpoints: Vec<Origin>,
+    credential_env: Vec<EnvPattern>,
+    /// Canonical (symlinks resolved).
+    credential_dir: Option<PathBuf>,
+}
+
+impl Default for ProviderPolicy {
+    /// `BC_PROVIDER_ENDPOINTS` = [`DEFAULT_ENDPOINT`], no credential variable
+    /// or directory.
+    fn default() -> Self {
+        ProviderPolicy {
+            // Cannot fail (a test says so); an empty list would only refuse more.
+            endpoints: parse_origin(DEFAULT_ENDPOINT).into_iter().collect(),
+            credential_env: Vec::new(),
+            credential_dir: None,
+        }
+    }
+}
+
+impl fmt::Debug for ProviderPolicy {
+    /// The lists as configured. The policy holds names, origins and a path,
+    /// never a secret; nothing here reads a variable's value.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let endpoints: Vec<String> = self.endpoints.iter().map(Origin::to_string).collect();
+        let env: Vec<String> = self
+            .credential_env
+            .iter()
+            .map(EnvPattern::to_string)
+            .collect();
+        f.debug_struct("ProviderPolicy")
+            .field("endpoints", &endpoints)
+            .field("credential_env", &env)
+            .field("credential_dir", &self.credential_dir)
+            .finish()
+    }
+}
+
+impl ProviderPolicy {
+    /// The policy from the process environment (see [`ProviderPolicy`]). A
+    /// variable that is set but not valid UTF-8 is an error.
+    pub fn from_env() -> Result<ProviderPolicy, PolicyError> {
+        for variable in [ENDPOINTS_VAR, CREDENTIAL_ENV_VAR, CREDENTIAL_DIR_VAR] {
+            if let Err(std::env::VarError::NotUnicode(_)) = std::env::var(variable) {
+                return Err(policy_error(variable, "is not valid UTF-8"));
+            }
+        }
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The policy from the variables `lookup` answers (`None`: unset). Reads
+    /// the file system only to resolve `BC_CREDENTIAL_DIR`.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<ProviderPolicy, PolicyError> {
+        let mut policy = ProviderPolicy::default();
+        if let Some(value) = lookup(ENDPOINTS_VAR) {
+            policy.endpoints = items(&value)
+                .map(|(n, item)| {
+                    parse_origin(item).map_err(|why| {
+                        policy_error(ENDPOINTS_VAR, format!("item {n} is not an origin: {why}"))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(value) = lookup(CREDENTIAL_ENV_VAR) {
+            policy.credential_env = items(&value)
+                .map(|(n, item)| {
+                    parse_env_pattern(item)
+                        .map_err(|why| policy_error(CREDENTIAL_ENV_VAR, format!("item {n} {why}")))
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(value) = lookup(CREDENTIAL_DIR_VAR).filter(|v| !v.trim().is_empty()) {
+            policy.credential_dir = Some(parse_dir(value.trim())?);
+        }
+        Ok(policy)
+    }
+
+    /// Whether an account of `owner` may use `config`: its credentials
+    /// reference first, then its endpoint (contract 3.5).
+    ///
+    /// Credentials (`config.credentials`, reason `credential-not-allowed`):
+    /// - `none`: every account.
+    /// - `secret:NAME`: refused for now, for every account: the secret store
+    ///   comes in a later change (as one more source behind the adapters'
+    ///   internal credential-source seam; this rule then allows every owner).
+    /// - `adc`: the root tenant's accounts only, and refused for now there
+    ///   too: Application Default Credentials come in a later change.
+    /// - `env:NAME`: the root tenant's accounts only, and only a `NAME`
+    ///   matching `BC_CREDENTIAL_ENV` (and not one of the platform's own
+    ///   secrets).
+    /// - `file:/path`: the root tenant's accounts only, and only if the
+    ///   path, resolved (`..` and symlinks), is inside `BC_CREDENTIAL_DIR`. A
+    ///   path that does not exist yet is resolved as far as it exists; the
+    ///   adapter checks it again, fully resolved, at each read.
+    ///
+    /// Endpoint (`config.endpoint`, reason `endpoint-not-allowed`): any http
+    /// or https URL for the root tenant's accounts; for other tenants', its
+    /// origin (scheme, host compared case-insensitively, port with the
+    /// scheme's default filled in) must be listed in `BC_PROVIDER_ENDPOINTS`
+    /// (a `*` port matches any). A path after a listed origin is fine.
+    ///
+    /// Checking a `file:` reference reads file metadata (to resolve the
+    /// path), and only for the root tenant's accounts.
+    pub fn check(&self, config: &GceConfig, owner: AccountOwner) -> Result<(), ConfigError> {
+        self.check_credentials(&config.credentials, owner)?;
+        self.check_endpoint(&config.endpoint, owner)
+    }
+
+    fn check_credentials(
+        &self,
+        credentials: &Credentials,
+        owner: AccountOwner,
+    ) -> Result<(), ConfigError> {
+        let refuse = |message: String| {
+            Err(ConfigError::not_allowed(
+                CREDENTIALS_FIELD,
+                ConfigReason::CredentialNotAllowed,
+                message,
+            ))
+        };
+        let root_only =
+            |kind: &str| format!("{kind} references are for the root tenant's accounts only");
+        let tenant = owner == AccountOwner::Tenant;
+        match credentials {
+            Credentials::None => Ok(()),
+            // The secret store (contract 3.9) is a later change. When it comes,
+            // this arm allows every owner (the name's existence in the
+            // account's tenant is the api-server's check at create, and the
+            // store answers at use), and the store is one more
+            // `CredentialSource`; nothing else here changes.
+            Credentials::Secret(_) => {
+                refuse("secret: references are not available yet (no secret store)".into())
+            }
+            Credentials::Adc if tenant => refuse(root_only("adc")),
+            // Application Default Credentials are a later change, like the
+            // secret store: this arm then answers Ok for the root tenant.
+            Credentials::Adc => refuse("adc is not available yet".into()),
+            Credentials::Env(_) if tenant => refuse(root_only("env:")),
+            Credentials::File(_) if tenant => refuse(root_only("file:")),
+            // The file system is looked at only for the root tenant's accounts.
+            Credentials::Env(name) => match self.env_allowed(name) {
+                Ok(()) => Ok(()),
+                Err(why) => refuse(why),
+            },
+            Credentials::File(path) => match self.file_allowed(path) {
+                Ok(()) => Ok(()),
+                Err(why) => refuse(why),
+            },
+        }
+    }
+
+    fn check_endpoint(&self, endpoint: &str, owner: AccountOwner) -> Result<(), ConfigError> {
+        let refuse = |message: &str| {
+            Err(ConfigError::not_allowed(
+                ENDPOINT_FIELD,
+                ConfigReason::EndpointNotAllowed,
+                message.to_owned(),
+            ))
+        };
+        let Ok(url) = reqwest::Url::parse(endpoint) else {
+            return refuse("not a URL");
+        };
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+            return refuse("not an http or https URL");
+        };
+        if !matches!(url.scheme(), "http" | "https") || host.is_empty() {
+            return refuse("not an http or https URL");
+        }
+        if owner == AccountOwner::Root {
+            return Ok(());
+        }
+        let listed = self.endpoints.iter().any(|o| {
+            o.scheme == url.scheme()
+                && o.host.eq_ignore_ascii_case(host)
+                && o.port.is_none_or(|p| p == port)
+        });
+        if listed {
+            Ok(())
+        } else {
+            refuse("the endpoint's origin is not listed in BC_PROVIDER_ENDPOINTS")
+        }
+    }
+
+    /// Whether `env:NAME` may be read (root accounts); the reason if not.
+    pub(crate) fn env_allowed(&self, name: &str) -> Result<(), String> {
+        if RESERVED_ENV.contains(&name) {
+            return Err(format!("{name} holds a secret of the platform itself"));
+        }
+        if self.credential_env.iter().any(|p| p.matches(name)) {
+            Ok(())
+        } else {
+            Err(format!("{name} is not listed in {CREDENTIAL_ENV_VAR}"))
+        }
+    }
+
+    /// Whether `file:/path` may be read (root accounts), as far as the path
+    /// exists now; the reason if not.
+    fn file_allowed(&self, path: &Path) -> Result<(), String> {
+        let Some(dir) = &self.credential_dir else {
+            return Err(format!(
+                "file: references need {CREDENTIAL_DIR_VAR}, which is not set"
+            ));
+        };
+        if !path.is_absolute() {
+            return Err("the path is not absolute".into());
+        }
+        let resolved = resolve_existing(&normalize(path));
+        if resolved.starts_with(dir) && resolved != *dir {
+            Ok(())
+        } else {
+            Err(format!("the path is not inside {CREDENTIAL_DIR_VAR}"))
+        }
+    }
+
+    /// Reads a `file:` credential at use: the path fully resolved must be a
+    /// regular file inside `BC_CREDENTIAL_DIR`; the resolved path is what is
+    /// opened (so a symlink swapped in after the check is not followed out),
+    /// and on Linux the opened file's own path is checked again. Errors name
+    /// the path, never the content.
+    pub(crate) fn read_credential_file(&self, path: &Path) -> Result<String, ProviderError> {
+        let shown = path.display();
+        let Some(dir) = &self.credential_dir else {
+            return Err(ProviderError::NotAllowed(format!(
+                "file:{shown}: file: references need {CREDENTIAL_DIR_VAR}, which is not set"
+            )));
+        };
+        let unreadable = |e: std::io::Error| {
+            ProviderError::Credentials(format!("cannot read token file {shown}: {}", e.kind()))
+        };
+        let outside = || {
+            ProviderError::NotAllowed(format!(
+                "file:{shown}: the path resolves outside {CREDENTIAL_DIR_VAR}"
+            ))
+        };
+        let canonical = std::fs::canonicalize(path).map_err(unreadable)?;
+        if !canonical.starts_with(dir) || canonical == *dir {
+            return Err(outside());
+        }
+        // Before opening: opening a FIFO would block.
+        if !std::fs::metadata(&canonical).map_err(unreadable)?.is_file() {
+            return Err(ProviderError::Credentials(format!(
+                "token file {shown} is not a regular file"
+            )));
+        }
+        let file = std::fs::File::open(&canonical).map_err(unreadable)?;
+        if !file.metadata().map_err(unreadable)?.is_file() {
+            return Err(ProviderError::Credentials(format!(
+                "token file {shown} is not a regular file"
+            )));
+        }
+        if let Some(opened) = opened_path(&file)
+            && !opened.starts_with(dir)
+        {
+            return Err(outside());
+        }
+        let mut content = String::new();
+        file.take(MAX_CREDENTIAL_FILE_BYTES + 1)
+            .read_to_string(&mut content)
+            .map_err(unreadable)?;
+        if content.len() as u64 > MAX_CREDENTIAL_FILE_BYTES {
+            return Err(ProviderError::Credentials(format!(
+                "token file {shown} is larger than {MAX_CREDENTIAL_FILE_BYTES} bytes"
+            )));
+        }
+        Ok(content)
+    }
+
+    /// Whether the connect-time address guard lets a tenant account reach
+    /// `host` whatever its addresses: the host is itself listed in
+    /// `BC_PROVIDER_ENDPOINTS`, by IP or as `localhost`.
+    pub(crate) fn guard_exempt(&self, host: &str) -> bool {
+        let ip = ip_of_host(host);
+        if ip.is_none() && !host.eq_ignore_ascii_case("localhost") {
+            return false;
+        }
+        self.endpoints.iter().any(|o| match ip {
+            Some(ip) => ip_of_host(&o.host) == Some(ip),
+            None => o.host.eq_ignore_ascii_case(host),
+        })
+    }
+}
+
+/// The address of an IP-literal host (`127.0.0.1`, `[::1]`), `None` for a name.
+pub(crate) fn ip_of_host(host: &str) -> Option<IpAddr> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse().ok()
+}
+
+/// The non-empty trimmed items of a comma-separated list, numbered from 1.
+fn items(value: &str) -> impl Iterator<Item = (usize, &str)> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .enumerate()
+        .map(|(i, item)| (i + 1, item))
+}
+
+/// `scheme://host[:port]`, `*` allowed as the port. The reason names no part
+/// of the item.
+fn parse_origin(item: &str) -> Result<Origin, &'static str> {
+    let (base, any_port) = match item.strip_suffix(":*") {
+        Some(base) => (base, true),
+        None => (item, false),
+    };
+    let url = reqwest::Url::parse(base).map_err(|_| "expected scheme://host[:port]")?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("the scheme must be http or https");
+    }
+    let host = url.host_str().filter(|h| !h.is_empty()).ok_or("no host")?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("an origin carries no user or password");
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err("an origin has no path, query or fragment");
+    }
+    if any_port && url.port().is_some() {
+        return Err("both a port and *");
+    }
+    let port = if any_port {
+        None
+    } else {
+        Some(url.port_or_known_default().ok_or("no port")?)
+    };
+    Ok(Origin {
+        scheme: url.scheme().to_owned(),
+        host: host.to_ascii_lowercase(),
+        port,
+    })
+}
+
+/// `NAME` or `PREFIX*`; the reason names no part of the item.
+fn parse_env_pattern(item: &str) -> Result<EnvPattern, &'static str> {
+    let (name, prefix) = match item.strip_suffix('*') {
+        Some(name) => (name, true),
+        None => (item, false),
+    };
+    if name.is_empty() {
+        return Err("is a lone *, which would expose every environment variable");
+    }
+    let b = name.as_bytes();
+    let ok = (b[0].is_ascii_uppercase() || b[0] == b'_')
+        && b.iter()
+            .all(|&c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_');
+    if !ok {
+        return Err("is not a variable name (^[A-Z_][A-Z0-9_]*$, optionally ending in *)");
+    }
+    if prefix {
+        Ok(EnvPattern::Prefix(name.to_owned()))
+    } else if RESERVED_ENV.contains(&name) {
+        Err("names a variable that holds a secret of the platform itself")
+    } else {
+        Ok(EnvPattern::Exact(name.to_owned()))
+    }
+}
+
+fn parse_dir(value: &str) -> Result<PathBuf, PolicyError> {
+    let path = Path::new(value);
+    if !path.is_absolute() {
+        return Err(policy_error(CREDENTIAL_DIR_VAR, "is not an absolute path"));
+    }
+    let canonical = std::fs::canonicalize(path).map_err(|e| {
+        policy_error(
+            CREDENTIAL_DIR_VAR,
+            format!("cannot be resolved ({})", e.kind()),
+        )
+    })?;
+    if !canonical.is_dir() {
+        return Err(policy_error(CREDENTIAL_DIR_VAR, "is not a directory"));
+    }
+    if canonical.parent().is_none() {
+        return Err(policy_error(
+            CREDENTIAL_DIR_VAR,
+            "is the root directory, which would expose every file",
+        ));
+    }
+    Ok(canonical)
+}
+
+/// `path` with `.` and `..` resolved lexically (`..` above the root stays at
+/// the root). Symlinks are not looked at.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir | Component::Normal(_) => {
+                out.push(component.as_os_str());
+            }
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+        }
+    }
+    out
+}
+
+/// A normalised absolute path with its longest existing ancestor resolved
+/// (symlinks followed) and the rest appended as written.
+fn resolve_existing(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut current = path;
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(current) {
+            let mut resolved = canonical;
+            resolved.extend(rest.iter().rev());
+            return resolved;
+        }
+        match (current.parent(), current.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                current = parent;
+            }
+            // The root itself did not resolve: nothing to follow.
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// The path of an open file as the kernel sees it (Linux `/proc/self/fd`);
+/// `None` where that is not available.
+#[cfg(target_os = "linux")]
+fn opened_path(file: &std::fs::File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn opened_path(_file: &std::fs::File) -> Option<PathBuf> {
+    None
+}
+
+#[cfg(test)]
+mod tests;
