@@ -117,7 +117,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, clock = config.clock.as_str(), root = %config.root_tenant, "api-server listening");
+    tracing::info!(
+        %addr,
+        clock = config.clock.as_str(),
+        root = %config.root_tenant,
+        "api-server listening"
+    );
     // Tests and scripts read this line to find an ephemeral port.
     #[expect(
         clippy::print_stdout,

@@ -185,12 +185,22 @@ impl Registry {
             ] {
                 errors.insert(
                     status.to_owned(),
-                    json!({ "description": text, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }),
+                    json!({
+                        "description": text,
+                        "content": {
+                            "application/json": {
+                                "schema": { "$ref": "#/components/schemas/Error" }
+                            }
+                        },
+                    }),
                 );
             }
             errors.insert(
                 "200".to_owned(),
-                json!({ "description": "success", "content": { "application/json": { "schema": { "type": "object" } } } }),
+                json!({
+                    "description": "success",
+                    "content": { "application/json": { "schema": { "type": "object" } } },
+                }),
             );
             paths.insert(
                 m.path(),
@@ -205,14 +215,22 @@ impl Registry {
                     "x-service-module": m.service_module,
                     "x-phase": m.phase,
                     "x-status": m.status,
-                    "requestBody": { "required": true, "content": { "application/json": { "schema": object_schema(&m.fields) } } },
+                    "requestBody": {
+                        "required": true,
+                        "content": {
+                            "application/json": { "schema": object_schema(&m.fields) }
+                        },
+                    },
                     "responses": errors,
                 } }),
             );
         }
         json!({
             "openapi": "3.1.0",
-            "info": { "title": "Compute control plane: reservation grants and quotas", "version": env!("CARGO_PKG_VERSION") },
+            "info": {
+                "title": "Compute control plane: reservation grants and quotas",
+                "version": env!("CARGO_PKG_VERSION"),
+            },
             "paths": paths,
             "components": {
                 "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },

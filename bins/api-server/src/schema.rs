@@ -328,7 +328,12 @@ pub fn json_schema(ty: &Ty) -> Value {
             min_items,
             max_items,
         } => {
-            json!({ "type": "array", "items": json_schema(item), "minItems": min_items, "maxItems": max_items })
+            json!({
+                "type": "array",
+                "items": json_schema(item),
+                "minItems": min_items,
+                "maxItems": max_items,
+            })
         }
         Ty::Map {
             key,
@@ -359,7 +364,12 @@ pub fn object_schema(fields: &[Field]) -> Value {
         .filter(|f| f.required)
         .map(|f| f.name)
         .collect();
-    json!({ "type": "object", "properties": props, "required": required, "additionalProperties": false })
+    json!({
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": false,
+    })
 }
 
 #[cfg(test)]

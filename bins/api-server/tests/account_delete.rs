@@ -64,8 +64,8 @@ fn grant_ids(details: &Value) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn delete_waits_for_the_ended_grants_slot_hours_then_removes_them_and_sends_instances_on_demand()
- {
+async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_instances_on_demand()
+{
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 4).await;

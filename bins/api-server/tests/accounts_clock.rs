@@ -67,7 +67,11 @@ async fn provider_accounts_are_created_with_a_normalized_config() {
     .enumerate()
     {
         let mut body = account_body(tenant, "other", &format!("k-{i}"));
-        body["config"] = json!({ "project": "acme-project-1", "endpoint": endpoint, "credentials": credentials });
+        body["config"] = json!({
+            "project": "acme-project-1",
+            "endpoint": endpoint,
+            "credentials": credentials,
+        });
         let v = s.call(token, "providerAccounts/create", body).await.ok();
         assert_eq!(v["account"]["config"]["endpoint"], stored);
         assert_eq!(v["account"]["config"]["credentials"], credentials);
@@ -182,7 +186,9 @@ async fn provider_accounts_get_and_list_are_per_tenant() {
 async fn provider_account_configs_hold_references_never_secrets() {
     let s = Server::start().await;
     let acme = s.tenant("acme").await;
-    let pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n";
+    let pem = "-----BEGIN PRIVATE KEY-----\n\
+               MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n\
+               -----END PRIVATE KEY-----\n";
     let cases: Vec<(Value, &str, &str, Option<&str>)> = vec![
         // Secrets where a reference belongs.
         (
@@ -198,7 +204,10 @@ async fn provider_account_configs_hold_references_never_secrets() {
             Some("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"),
         ),
         (
-            json!({ "project": "acme-prod", "credentials": { "type": "service_account", "private_key": pem } }),
+            json!({
+                "project": "acme-prod",
+                "credentials": { "type": "service_account", "private_key": pem },
+            }),
             "config.credentials",
             "secret-value",
             Some("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"),
@@ -210,13 +219,21 @@ async fn provider_account_configs_hold_references_never_secrets() {
             Some("hunter2-password"),
         ),
         (
-            json!({ "project": "acme-prod", "credentials": "none", "endpoint": "https://admin:s3cr3tpass@compute.example.com" }),
+            json!({
+                "project": "acme-prod",
+                "credentials": "none",
+                "endpoint": "https://admin:s3cr3tpass@compute.example.com",
+            }),
             "config.endpoint",
             "secret-value",
             Some("s3cr3tpass"),
         ),
         (
-            json!({ "project": "acme-prod", "credentials": "none", "foo": "AIzaSyA1234567890abcdefghijklmnopqrstuv" }),
+            json!({
+                "project": "acme-prod",
+                "credentials": "none",
+                "foo": "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+            }),
             "config.foo",
             "secret-value",
             Some("AIzaSyA1234567890abcdefghijklmnopqrstuv"),
@@ -265,7 +282,11 @@ async fn provider_account_configs_hold_references_never_secrets() {
             None,
         ),
         (
-            json!({ "project": "acme-prod", "credentials": "none", "endpoint": "ftp://compute.example.com" }),
+            json!({
+                "project": "acme-prod",
+                "credentials": "none",
+                "endpoint": "ftp://compute.example.com",
+            }),
             "config.endpoint",
             "pattern",
             None,

@@ -37,7 +37,11 @@ async fn account_in(s: &Server, token: &str, tenant: &str) -> String {
                 "tenantId": tenant,
                 "name": "matrix account",
                 "provider": "gce",
-                "config": { "project": "platform-prod", "endpoint": DEAD_ENDPOINT, "credentials": "none" },
+                "config": {
+                    "project": "platform-prod",
+                    "endpoint": DEAD_ENDPOINT,
+                    "credentials": "none",
+                },
                 "idempotencyKey": format!("acct-{}", common::rand_suffix()),
             }),
         )
@@ -226,7 +230,11 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
                 .call(
                     w.admin_of(acting),
                     "apiKeys/create",
-                    json!({ "tenantId": acting, "name": format!("to revoke {n}"), "role": "viewer" }),
+                    json!({
+                        "tenantId": acting,
+                        "name": format!("to revoke {n}"),
+                        "role": "viewer",
+                    }),
                 )
                 .await
                 .ok();
@@ -266,7 +274,11 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
             json!({
                 "name": format!("account {n}"),
                 "provider": "gce",
-                "config": { "project": "matrix-project", "endpoint": DEAD_ENDPOINT, "credentials": "none" },
+                "config": {
+                    "project": "matrix-project",
+                    "endpoint": DEAD_ENDPOINT,
+                    "credentials": "none",
+                },
                 "idempotencyKey": format!("matrix-acct-{n}"),
             }),
             true,
@@ -282,7 +294,11 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
             (json!({ "accountId": account }), false)
         }
         "providerAccounts.bindReservation" => (
-            json!({ "accountId": w.account_of(acting), "reservationId": missing_reservation, "poolId": w.pool }),
+            json!({
+                "accountId": w.account_of(acting),
+                "reservationId": missing_reservation,
+                "poolId": w.pool,
+            }),
             false,
         ),
         "providerAccounts.unbindReservation" => (
@@ -308,7 +324,11 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
         "reservationGrants.get" => (json!({ "grantId": MISSING_GRANT }), false),
         "reservationGrants.list" | "instances.list" => (json!({}), false),
         "instances.create" => (
-            json!({ "poolId": w.pool, "flavor": "n2-standard-4", "idempotencyKey": format!("matrix-inst-{n}") }),
+            json!({
+                "poolId": w.pool,
+                "flavor": "n2-standard-4",
+                "idempotencyKey": format!("matrix-inst-{n}"),
+            }),
             false,
         ),
         "instances.get" | "instances.stop" | "instances.start" | "instances.delete" => {

@@ -101,9 +101,18 @@ async fn instances_in_the_grant_record_only_grant_usage_and_beyond_it_the_reserv
     .ok();
     let t = &p.tenant_token;
     for key in ["a", "b"] {
-        s.call(t, "instances/create", json!({ "tenantId": "acme", "poolId": p.pool, "flavor": gce::FLAVOR, "idempotencyKey": key }))
-            .await
-            .ok();
+        s.call(
+            t,
+            "instances/create",
+            json!({
+                "tenantId": "acme",
+                "poolId": p.pool,
+                "flavor": gce::FLAVOR,
+                "idempotencyKey": key,
+            }),
+        )
+        .await
+        .ok();
     }
     s.set_clock(T0 + HOUR + 20 * MIN).await;
     worker::once(&s, &[]).await;
@@ -125,9 +134,18 @@ async fn a_gone_reservation_bills_its_instances_on_demand_from_the_scan() {
     s.set_clock(T0).await;
     let p = platform(&s, 4).await;
     let t = &p.tenant_token;
-    s.call(t, "instances/create", json!({ "tenantId": "acme", "poolId": p.pool, "flavor": gce::FLAVOR, "idempotencyKey": "a" }))
-        .await
-        .ok();
+    s.call(
+        t,
+        "instances/create",
+        json!({
+            "tenantId": "acme",
+            "poolId": p.pool,
+            "flavor": gce::FLAVOR,
+            "idempotencyKey": "a",
+        }),
+    )
+    .await
+    .ok();
     s.set_clock(T0 + 15 * MIN).await;
     p.gce.delete("res-a").await;
     worker::once(&s, &["vps.reservations"]).await;

@@ -345,7 +345,12 @@ async fn billing_none_instances_write_nothing_and_are_never_taken_in() {
     let none = s
         .root(
             "instances/create",
-            json!({ "poolId": p.pool, "flavor": gce::FLAVOR, "billing": "none", "idempotencyKey": "n" }),
+            json!({
+                "poolId": p.pool,
+                "flavor": gce::FLAVOR,
+                "billing": "none",
+                "idempotencyKey": "n",
+            }),
         )
         .await
         .ok();
@@ -678,7 +683,12 @@ async fn usage_list_filters_pages_and_all_is_root_only() {
     let rest = usage_page(
         &s,
         &t,
-        json!({ "tenantId": "acme", "limit": 1000, "meter": "vm.reserved.hours", "after": first["nextCursor"] }),
+        json!({
+            "tenantId": "acme",
+            "limit": 1000,
+            "meter": "vm.reserved.hours",
+            "after": first["nextCursor"],
+        }),
     )
     .await;
     assert_eq!(rest["items"].as_array().expect("items").len(), 2);

@@ -140,7 +140,12 @@ async fn events_filter_by_type() {
     let second = page(
         &s,
         &acme,
-        json!({ "tenantId": "acme", "types": ["quota.updated"], "limit": 1, "after": first["nextCursor"] }),
+        json!({
+            "tenantId": "acme",
+            "types": ["quota.updated"],
+            "limit": 1,
+            "after": first["nextCursor"],
+        }),
     )
     .await;
     assert_eq!(second["items"], json!([all[1]]));
@@ -274,7 +279,12 @@ async fn a_reader_paging_during_concurrent_writes_sees_every_event_once_in_order
             for i in 0..SETS {
                 s.root(
                     "quotas/set",
-                    json!({ "tenantId": "acme", "poolId": pool, "resource": format!("r{}", i % 3), "max": w * 1000 + i }),
+                    json!({
+                        "tenantId": "acme",
+                        "poolId": pool,
+                        "resource": format!("r{}", i % 3),
+                        "max": w * 1000 + i,
+                    }),
                 )
                 .await
                 .ok();

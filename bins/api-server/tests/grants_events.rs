@@ -47,7 +47,13 @@ fn data(
     starts: i64,
     ends: i64,
 ) -> Value {
-    let mut d = json!({ "grantId": id, "poolId": p.pool, "slots": slots, "startsAt": starts, "endsAt": ends });
+    let mut d = json!({
+        "grantId": id,
+        "poolId": p.pool,
+        "slots": slots,
+        "startsAt": starts,
+        "endsAt": ends,
+    });
     if let Some(prj) = project {
         d["projectId"] = json!(prj);
     }

@@ -92,7 +92,13 @@ async fn an_unknown_or_foreign_account_is_not_found() {
         .call(
             &p.tenant_token,
             "providerAccounts/create",
-            json!({ "tenantId": "acme", "name": "acme gce", "provider": "gce", "config": { "project": "acme-project", "credentials": "none" }, "idempotencyKey": "a1" }),
+            json!({
+                "tenantId": "acme",
+                "name": "acme gce",
+                "provider": "gce",
+                "config": { "project": "acme-project", "credentials": "none" },
+                "idempotencyKey": "a1",
+            }),
         )
         .await
         .ok()["account"]["accountId"]

@@ -201,7 +201,13 @@ async fn end_of_a_grant_on_another_account_is_not_found() {
         .call(
             &p.tenant_token,
             "providerAccounts/create",
-            json!({ "tenantId": "acme", "name": "acme gce", "provider": "gce", "config": { "project": "acme-project", "credentials": "none" }, "idempotencyKey": "a1" }),
+            json!({
+                "tenantId": "acme",
+                "name": "acme gce",
+                "provider": "gce",
+                "config": { "project": "acme-project", "credentials": "none" },
+                "idempotencyKey": "a1",
+            }),
         )
         .await
         .ok()["account"]["accountId"]

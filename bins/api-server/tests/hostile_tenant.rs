@@ -191,7 +191,11 @@ async fn no_credential_reference_sends_the_servers_environment_or_files_to_a_ten
     let legacy = |n: u8, credentials: &str| {
         (
             format!("pacct_01jd000000000000000000000{n}"),
-            json!({ "project": "acme-project-1", "endpoint": endpoint, "credentials": credentials }),
+            json!({
+                "project": "acme-project-1",
+                "endpoint": endpoint,
+                "credentials": credentials,
+            }),
         )
     };
     let by_api = [

@@ -131,13 +131,17 @@ async fn bodies_over_one_mib_are_refused_before_authentication() {
         parts.push(&framed);
     }
     parts.push(b"0\r\n\r\n");
-    let head = "POST /api/compute/tenants/list HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    let head = "POST /api/compute/tenants/list HTTP/1.1\r\nHost: x\r\n\
+                Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
+                Connection: close\r\n\r\n";
     let (status, text) = tcp_request(&s.url, head, &parts, Duration::ZERO).await;
     assert_eq!(status, 413, "{text}");
     assert_eq!(response_body(&text)["error"]["code"], "PAYLOAD_TOO_LARGE");
 
     // A huge declared length is refused from the head alone.
-    let head = "POST /api/compute/tenants/list HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\nConnection: close\r\n\r\n";
+    let head = "POST /api/compute/tenants/list HTTP/1.1\r\nHost: x\r\n\
+                Content-Type: application/json\r\nContent-Length: 104857600\r\n\
+                Connection: close\r\n\r\n";
     let (status, text) = tcp_request(&s.url, head, &[], Duration::ZERO).await;
     assert_eq!(status, 413, "{text}");
     assert_eq!(response_body(&text)["error"]["code"], "PAYLOAD_TOO_LARGE");
@@ -551,11 +555,31 @@ async fn the_method_list_matches_the_contract() {
     };
     assert_eq!(
         find("quotas.get"),
-        json!({ "name": "quotas.get", "module": "quotas", "method": "get", "serviceModule": "capacity", "kind": "read", "permission": "compute:quotas:read", "scope": "compute-tenant", "phase": "v0.1", "status": "registered" })
+        json!({
+            "name": "quotas.get",
+            "module": "quotas",
+            "method": "get",
+            "serviceModule": "capacity",
+            "kind": "read",
+            "permission": "compute:quotas:read",
+            "scope": "compute-tenant",
+            "phase": "v0.1",
+            "status": "registered",
+        })
     );
     assert_eq!(
         find("quotas.set"),
-        json!({ "name": "quotas.set", "module": "quotas", "method": "set", "serviceModule": "capacity", "kind": "mutation", "permission": "compute:quotas:manage", "scope": "compute-fleet", "phase": "v0.2", "status": "registered" })
+        json!({
+            "name": "quotas.set",
+            "module": "quotas",
+            "method": "set",
+            "serviceModule": "capacity",
+            "kind": "mutation",
+            "permission": "compute:quotas:manage",
+            "scope": "compute-fleet",
+            "phase": "v0.2",
+            "status": "registered",
+        })
     );
 }
 
@@ -619,8 +643,8 @@ async fn openapi_document_covers_every_registered_method() {
         assert!(doc["components"]["schemas"][name].is_object());
     }
     // The quota fields carry the constraints of seed-quotas.md.
-    let set = &paths["/api/compute/quotas/set"]["post"]["requestBody"]["content"]["application/json"]
-        ["schema"];
+    let request_body = &paths["/api/compute/quotas/set"]["post"]["requestBody"];
+    let set = &request_body["content"]["application/json"]["schema"];
     assert_eq!(set["properties"]["max"]["type"], "integer");
     assert_eq!(set["properties"]["max"]["minimum"], 0);
     assert_eq!(set["properties"]["resource"]["maxLength"], 64);
@@ -691,9 +715,18 @@ async fn checks_run_in_the_contract_order() {
     assert_eq!(d.err(400, "INVALID_INPUT")["field"], "poolId");
     // 403 before 404: objects that do not exist, asked by callers who may not act.
     let missing_pool = "pool_00000000000000000000000000";
-    s.call(&acme, "pools/offer", json!({ "tenantId": "acme", "poolId": missing_pool, "offerTenantId": "acme", "quotas": {} }))
-        .await
-        .err(403, "ACCESS_DENIED");
+    s.call(
+        &acme,
+        "pools/offer",
+        json!({
+            "tenantId": "acme",
+            "poolId": missing_pool,
+            "offerTenantId": "acme",
+            "quotas": {},
+        }),
+    )
+    .await
+    .err(403, "ACCESS_DENIED");
     s.call(
         &acme,
         "quotas/set",
@@ -737,7 +770,9 @@ async fn sigterm_finishes_the_request_in_flight_and_exits_zero() {
     let body = json!({ "tenantId": ROOT }).to_string();
     let (first, rest) = body.split_at(5);
     let head = format!(
-        "POST /api/compute/tenants/list HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST /api/compute/tenants/list HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {ROOT_TOKEN}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let url = s.url.clone();

@@ -48,7 +48,9 @@ async fn pools_create_replays_the_same_request_and_conflicts_on_another() {
     assert_eq!(again, first);
     // The same body with its fields in another order is the same request.
     let reordered = format!(
-        r#"{{"idempotencyKey":"pool-key-1","quotas":{{"vcpus":40,"instances":10}},"flavors":{},"accountId":"{account}","provider":"gce","region":"us-central1","name":"gce eu","tenantId":"root"}}"#,
+        "{{\"idempotencyKey\":\"pool-key-1\",\"quotas\":{{\"vcpus\":40,\"instances\":10}},\
+         \"flavors\":{},\"accountId\":\"{account}\",\"provider\":\"gce\",\
+         \"region\":\"us-central1\",\"name\":\"gce eu\",\"tenantId\":\"root\"}}",
         body["flavors"]
     );
     let a = s

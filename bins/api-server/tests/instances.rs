@@ -85,7 +85,16 @@ async fn others_never_take_an_unused_granted_slot() {
     .await
     .ok();
     let other = s.tenant("globex").await;
-    s.root("pools/offer", json!({ "poolId": p.pool, "offerTenantId": "globex", "quotas": { "instances": 5, "vcpus": 40, "memoryGib": 1000 } })).await.ok();
+    s.root(
+        "pools/offer",
+        json!({
+            "poolId": p.pool,
+            "offerTenantId": "globex",
+            "quotas": { "instances": 5, "vcpus": 40, "memoryGib": 1000 },
+        }),
+    )
+    .await
+    .ok();
     let x = create(&s, &other, "globex", &p.pool, "x").await.ok();
     assert_eq!(placement(&x).0, "reservation");
     // The one free slot left is granted to acme and idle: globex is refused.

@@ -360,7 +360,14 @@ async fn every_field_is_validated() {
     s.set_clock(T0).await;
     let p = platform(&s, 4).await;
     let t = &p.tenant_token;
-    let base = || json!({ "tenantId": "acme", "poolId": p.pool, "flavor": gce::FLAVOR, "idempotencyKey": "k" });
+    let base = || {
+        json!({
+            "tenantId": "acme",
+            "poolId": p.pool,
+            "flavor": gce::FLAVOR,
+            "idempotencyKey": "k",
+        })
+    };
     let with = |field: &str, v: Value| {
         let mut b = base();
         b[field] = v;

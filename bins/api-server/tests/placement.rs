@@ -13,8 +13,8 @@ use inst_support::*;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_grantee_enters_its_grant_while_it_has_a_slot_its_instances_do_not_hold_then_an_ordinary_slot()
- {
+async fn the_grantee_enters_its_grant_while_its_instances_leave_a_slot_free_then_an_ordinary_slot()
+{
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 5).await;
@@ -27,8 +27,10 @@ async fn the_grantee_enters_its_grant_while_it_has_a_slot_its_instances_do_not_h
     let b = create_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
     assert_eq!(placement(&b), in_grant(&g));
     // The grant is full: ordinary slots (5 - 2 granted = 3 of them).
+    let mut ordinary = Vec::new();
     for key in ["c", "d", "e"] {
         let i = create_ok(&s, t, "acme", &p.pool, key, json!({})).await;
+        ordinary.push(id(&i));
         assert_eq!(placement(&i), plain("reservation"), "{key}");
         assert_eq!(i["placement"]["reservationId"], p.reservation.as_str());
         assert!(i["placement"].get("grantId").is_none());
@@ -40,11 +42,24 @@ async fn the_grantee_enters_its_grant_while_it_has_a_slot_its_instances_do_not_h
         &json!({ "reservationId": p.reservation, "total": 5, "inUse": 5, "available": 0 })
     );
 
-    // Deleting a grant instance frees a slot of the grant: the next instance
-    // goes back into the grant, not to an ordinary slot.
+    // Deleting a grant instance frees a slot of the grant: the oldest
+    // instance on an ordinary slot moves into it at once (contract 5.3
+    // refill), and the next instance takes the ordinary slot it left.
     op_ok(&s, t, "acme", "delete", &id(&a)).await;
+    // All three were created at the same instant: oldest is then the
+    // lowest instance id.
+    ordinary.sort();
+    for (k, instance) in ordinary.iter().enumerate() {
+        let now = get(&s, t, "acme", instance).await;
+        let expected = if k == 0 {
+            in_grant(&g)
+        } else {
+            plain("reservation")
+        };
+        assert_eq!(placement(&now), expected, "{instance}");
+    }
     let g2 = create_ok(&s, t, "acme", &p.pool, "g", json!({})).await;
-    assert_eq!(placement(&g2), in_grant(&g));
+    assert_eq!(placement(&g2), plain("reservation"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -174,7 +189,12 @@ async fn a_physically_full_reservation_refuses_everyone_the_grantee_included() {
     let refused = s
         .root(
             "instances/create",
-            json!({ "poolId": p.pool, "flavor": gce::FLAVOR, "billing": "none", "idempotencyKey": "r" }),
+            json!({
+                "poolId": p.pool,
+                "flavor": gce::FLAVOR,
+                "billing": "none",
+                "idempotencyKey": "r",
+            }),
         )
         .await;
     assert_eq!(refused.err(409, "CAPACITY_UNAVAILABLE"), &expected);
@@ -220,7 +240,12 @@ async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_sl
     let none = s
         .root(
             "instances/create",
-            json!({ "poolId": p.pool, "flavor": gce::FLAVOR, "billing": "none", "idempotencyKey": "n1" }),
+            json!({
+                "poolId": p.pool,
+                "flavor": gce::FLAVOR,
+                "billing": "none",
+                "idempotencyKey": "n1",
+            }),
         )
         .await
         .ok()["instance"]
@@ -260,7 +285,12 @@ async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_sl
     // free slot, but an unbilled instance never enters a grant.
     s.root(
         "instances/create",
-        json!({ "poolId": p.pool, "flavor": gce::FLAVOR, "billing": "none", "idempotencyKey": "n2" }),
+        json!({
+            "poolId": p.pool,
+            "flavor": gce::FLAVOR,
+            "billing": "none",
+            "idempotencyKey": "n2",
+        }),
     )
     .await
     .err(409, "CAPACITY_UNAVAILABLE");
@@ -458,7 +488,7 @@ async fn stopping_an_instance_on_an_ordinary_slot_releases_it_and_start_places_i
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn candidates_are_tried_in_reservation_id_order_and_a_refusal_describes_the_first() {
+async fn grants_come_first_across_candidates_then_ordinary_slots_in_id_order() {
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 1).await;
@@ -480,15 +510,15 @@ async fn candidates_are_tried_in_reservation_id_order_and_a_refusal_describes_th
         .expect("grantId")
         .to_owned();
 
-    // res-a comes first and has an ordinary slot: it takes the instance
-    // (contract section 4 decides reservation by reservation).
+    // Grants first across every candidate (contract 4, r2): acme's grant on
+    // res-b takes the instance although res-a comes first and has room.
     let a = create_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
-    assert_eq!(placement(&a), plain("reservation"));
-    assert_eq!(a["placement"]["reservationId"], p.reservation.as_str());
-    // res-a is full: res-b, into acme's grant, then its ordinary slot.
+    assert_eq!(placement(&a), in_grant(&gb));
+    assert_eq!(a["placement"]["reservationId"], res_b.as_str());
+    // The grant is full: ordinary slots in reservation id order, res-a first.
     let b = create_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
-    assert_eq!(placement(&b), in_grant(&gb));
-    assert_eq!(b["placement"]["reservationId"], res_b.as_str());
+    assert_eq!(placement(&b), plain("reservation"));
+    assert_eq!(b["placement"]["reservationId"], p.reservation.as_str());
     let c = create_ok(&s, t, "acme", &p.pool, "c", json!({})).await;
     assert_eq!(placement(&c), plain("reservation"));
     assert_eq!(c["placement"]["reservationId"], res_b.as_str());

@@ -10,7 +10,13 @@ use serde_json::{Value, json};
 const MISSING_POOL: &str = "pool_00000000000000000000000000";
 
 fn quota(pool: &str, resource: &str, max: i64, used: i64) -> Value {
-    json!({ "poolId": pool, "resource": resource, "max": max, "used": used, "available": (max - used).max(0) })
+    json!({
+        "poolId": pool,
+        "resource": resource,
+        "max": max,
+        "used": used,
+        "available": (max - used).max(0),
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -119,7 +125,10 @@ async fn pools_create_refuses_bad_input_and_accounts_it_cannot_see() {
         ),
         (
             "flavors",
-            json!([{ "name": "n2", "vcpus": 1, "memoryGib": 1, "gpus": 0 }, { "name": "n2", "vcpus": 2, "memoryGib": 1, "gpus": 0 }]),
+            json!([
+                { "name": "n2", "vcpus": 1, "memoryGib": 1, "gpus": 0 },
+                { "name": "n2", "vcpus": 2, "memoryGib": 1, "gpus": 0 },
+            ]),
             "flavors[1].name",
             "duplicate",
         ),
@@ -572,7 +581,14 @@ async fn quotas_set_errors() {
     let account = s.root_account().await;
     let pool = s.pool(&account).await;
     offer(&s, &pool, "acme", json!({ "vcpus": 10 })).await;
-    let set = |tenant: &str, pool: &str| json!({ "tenantId": tenant, "poolId": pool, "resource": "vcpus", "max": 99 });
+    let set = |tenant: &str, pool: &str| {
+        json!({
+            "tenantId": tenant,
+            "poolId": pool,
+            "resource": "vcpus",
+            "max": 99,
+        })
+    };
     // NOT_FOUND: the pool, or the target tenant.
     s.root("quotas/set", set("acme", MISSING_POOL))
         .await

@@ -576,34 +576,62 @@ async fn config_secret_values_are_invalid_input() {
     let secrets: Vec<(&str, Value)> = vec![
         (
             "config.credentials",
-            json!({ "project": "platform-prod", "credentials": "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n" }),
+            json!({
+                "project": "platform-prod",
+                "credentials": "-----BEGIN PRIVATE KEY-----\n\
+                                MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n\
+                                -----END PRIVATE KEY-----\n",
+            }),
         ),
         (
             "config.credentials",
-            json!({ "project": "platform-prod", "credentials": "ya29.a0AfH6SMBxkq9Zt7oLQ2vR8wHcYpJ4nE" }),
+            json!({
+                "project": "platform-prod",
+                "credentials": "ya29.a0AfH6SMBxkq9Zt7oLQ2vR8wHcYpJ4nE",
+            }),
         ),
         (
             "config.credentials",
-            json!({ "project": "platform-prod", "credentials": "{\"type\":\"service_account\",\"private_key\":\"abc\"}" }),
+            json!({
+                "project": "platform-prod",
+                "credentials": "{\"type\":\"service_account\",\"private_key\":\"abc\"}",
+            }),
         ),
         (
             "config.credentials",
-            json!({ "project": "platform-prod", "credentials": "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3A" }),
+            json!({
+                "project": "platform-prod",
+                "credentials": "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3A",
+            }),
         ),
         (
             "config.endpoint",
-            json!({ "project": "platform-prod", "endpoint": "https://admin:hunter2secret@compute.googleapis.com", "credentials": "none" }),
+            json!({
+                "project": "platform-prod",
+                "endpoint": "https://admin:hunter2secret@compute.googleapis.com",
+                "credentials": "none",
+            }),
         ),
         (
             "config.endpoint",
-            json!({ "project": "platform-prod", "endpoint": "https://compute.googleapis.com/?key=AIzaSyA1234567890abcdefghijklmnopq", "credentials": "none" }),
+            json!({
+                "project": "platform-prod",
+                "endpoint": "https://compute.googleapis.com/\
+                             ?key=AIzaSyA1234567890abcdefghijklmnopq",
+                "credentials": "none",
+            }),
         ),
     ];
     for (field, config) in &secrets {
         let r = s
             .root(
                 "providerAccounts/create",
-                json!({ "name": "gce", "provider": "gce", "config": config, "idempotencyKey": "acct-1" }),
+                json!({
+                    "name": "gce",
+                    "provider": "gce",
+                    "config": config,
+                    "idempotencyKey": "acct-1",
+                }),
             )
             .await;
         let d = r.err(400, "INVALID_INPUT");
@@ -627,14 +655,24 @@ async fn config_secret_values_are_invalid_input() {
     let ok = s
         .root(
             "providerAccounts/create",
-            json!({ "name": "gce", "provider": "gce", "config": { "project": "platform-prod", "credentials": "env:GCE_TOKEN" }, "idempotencyKey": "acct-1" }),
+            json!({
+                "name": "gce",
+                "provider": "gce",
+                "config": { "project": "platform-prod", "credentials": "env:GCE_TOKEN" },
+                "idempotencyKey": "acct-1",
+            }),
         )
         .await
         .ok();
     assert_eq!(ok["account"]["config"]["credentials"], "env:GCE_TOKEN");
     s.root(
         "providerAccounts/create",
-        json!({ "name": "gce", "provider": "gce", "config": { "project": "platform-prod", "credentials": "none" }, "idempotencyKey": "k-none" }),
+        json!({
+            "name": "gce",
+            "provider": "gce",
+            "config": { "project": "platform-prod", "credentials": "none" },
+            "idempotencyKey": "k-none",
+        }),
     )
     .await
     .ok();
@@ -643,7 +681,12 @@ async fn config_secret_values_are_invalid_input() {
     let refused = s
         .root(
             "providerAccounts/create",
-            json!({ "name": "gce", "provider": "gce", "config": { "project": "platform-prod", "credentials": "file:/etc/gce/key.json" }, "idempotencyKey": "k-file" }),
+            json!({
+                "name": "gce",
+                "provider": "gce",
+                "config": { "project": "platform-prod", "credentials": "file:/etc/gce/key.json" },
+                "idempotencyKey": "k-file",
+            }),
         )
         .await;
     assert_eq!(

@@ -22,7 +22,12 @@ async fn tenants_create_returns_a_working_first_admin_key() {
         .ok();
     assert_eq!(
         v["tenant"],
-        json!({ "tenantId": "acme", "displayName": "Acme Corp.", "state": "active", "createdAt": now })
+        json!({
+            "tenantId": "acme",
+            "displayName": "Acme Corp.",
+            "state": "active",
+            "createdAt": now,
+        })
     );
     let key = &v["adminKey"]["apiKey"];
     assert!(is_typeid(&key["keyId"], "key"), "{key}");
@@ -454,7 +459,12 @@ async fn account_scoped_keys_name_an_account_of_their_own_tenant() {
         .call(
             &acme,
             "apiKeys/create",
-            json!({ "tenantId": "acme", "name": "ops", "role": "provider-admin", "accountId": acme_account }),
+            json!({
+                "tenantId": "acme",
+                "name": "ops",
+                "role": "provider-admin",
+                "accountId": acme_account,
+            }),
         )
         .await
         .ok();

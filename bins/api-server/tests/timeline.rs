@@ -52,8 +52,8 @@ fn ids_sorted(instances: &[&Value]) -> Vec<String> {
 // ---------------------------------------------------------------- take-in
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_starting_grant_takes_in_running_ordinary_instances_oldest_first_up_to_its_slots_from_starts_at()
- {
+async fn starting_grant_takes_in_running_ordinary_instances_oldest_first_up_to_its_slots_at_start()
+{
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 8).await;
@@ -178,7 +178,12 @@ async fn unbilled_instances_are_never_taken_in() {
     let none = s
         .root(
             "instances/create",
-            json!({ "poolId": p.pool, "flavor": gce::FLAVOR, "billing": "none", "idempotencyKey": "n" }),
+            json!({
+                "poolId": p.pool,
+                "flavor": gce::FLAVOR,
+                "billing": "none",
+                "idempotencyKey": "n",
+            }),
         )
         .await
         .ok()["instance"]
@@ -338,8 +343,7 @@ async fn ending(total: i64) -> Ending {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn at_ends_at_a_renewal_takes_the_oldest_running_instance_and_the_rest_go_to_reservation_or_lose_their_slot()
- {
+async fn at_ends_at_a_renewal_takes_oldest_running_instance_rest_go_to_reservation_or_lose_slot() {
     let Ending {
         s,
         p,

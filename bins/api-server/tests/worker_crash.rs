@@ -85,7 +85,8 @@ async fn workers_killed_mid_pass_lose_and_duplicate_nothing() {
     worker::once(&s, &[]).await;
     let summary = audit(&s, &sim.tenant_refs(), &sim.log).await;
     eprintln!(
-        "crash test: {kills} SIGKILLs ({kills_after_connect} after the worker connected, {passes_done} passes completed before them), \
+        "crash test: {kills} SIGKILLs ({kills_after_connect} after the worker connected, \
+         {passes_done} passes completed before them), \
          {} operations, {} of {} records written by killed workers, {summary:?}; \
          setup {:.1} s, kill rounds {:.1} s, total {:.1} s",
         sim.ops,

@@ -111,7 +111,8 @@ async fn three_replicas_write_every_record_and_event_exactly_once() {
     assert_eq!(short.len(), 1, "{short:?}");
     assert_eq!(short[0]["data"]["total"], 1);
     eprintln!(
-        "three replicas: {steps} clock steps, {} operations, {} grants, {} instances, {by_replicas} records by the replicas, {summary:?}, {:.1} s",
+        "three replicas: {steps} clock steps, {} operations, {} grants, {} instances, \
+         {by_replicas} records by the replicas, {summary:?}, {:.1} s",
         sim.ops,
         sim.grants.len(),
         sim.instances.len(),
@@ -181,7 +182,8 @@ async fn an_end_racing_a_metering_pass_bills_nothing_past_ends_at() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let c: Count = diesel::sql_query(
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            "SELECT count(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
         )
         .get_result(&mut watch)
         .await

@@ -95,8 +95,9 @@ async fn machine(db: &Database) -> anyhow::Result<Machine> {
         postgres: setting(db, "SELECT version() AS v").await?,
         pg_settings: setting(
             db,
-            "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) AS v \
-             FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'max_connections')",
+            "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) \
+             AS v FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', \
+             'full_page_writes', 'shared_buffers', 'max_connections')",
         )
         .await?,
         loadavg_start: loadavg(),
@@ -333,7 +334,8 @@ async fn figure_reads(
     report: &mut Report,
 ) -> anyhow::Result<()> {
     say(
-        "figure 3: reservationGrants.get and list (1000 items), 16 clients, next to a trivial hyper handler",
+        "figure 3: reservationGrants.get and list (1000 items), 16 clients, next to a trivial \
+         hyper handler",
     );
     let ids: Vec<String> = {
         #[derive(diesel::QueryableByName)]
@@ -421,7 +423,8 @@ async fn figure_reads(
         let mut conn = db.connect().await?;
         let cost = reads::list_cost(&mut conn, p.now).await?;
         say(&format!(
-            "  one list answer: storage call {:.1} ms, JSON via Value {:.1} ms, JSON direct {:.1} ms",
+            "  one list answer: storage call {:.1} ms, JSON via Value {:.1} ms, \
+             JSON direct {:.1} ms",
             cost.storage.as_secs_f64() * 1e3,
             cost.via_value.as_secs_f64() * 1e3,
             cost.direct.as_secs_f64() * 1e3
@@ -491,7 +494,10 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
 
     let result = async {
         let now = manual_now(&db).await?;
-        say("setting up: account, tenant, 3 hot reservations, 300 pools with a reservation and a grant each");
+        say(
+            "setting up: account, tenant, 3 hot reservations, 300 pools with a reservation and \
+             a grant each",
+        );
         let api = Api::new(&server.url());
         let p = setup::platform(&api, now).await.context("setup")?;
         report.rss_after_setup = Some(server.rss()?);
@@ -520,7 +526,8 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
         return Ok(report);
     }
     say(
-        "figure 4: vps.grants metering 10,000 grants x 24 ended hours, next to one bulk INSERT ... SELECT",
+        "figure 4: vps.grants metering 10,000 grants x 24 ended hours, next to one bulk \
+         INSERT ... SELECT",
     );
     let m = metering::run(server_url).await?;
     say(&format!(

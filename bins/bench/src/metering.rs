@@ -69,11 +69,14 @@ async fn seed(db: &Database, hours_ended: i64) -> anyhow::Result<i64> {
     let mut conn = db.connect().await?;
     let statements = [
         format!(
-            "INSERT INTO tenants (tenant_id, display_name, state, created_at) VALUES ('acme', 'acme', 'active', {t0})"
+            "INSERT INTO tenants (tenant_id, display_name, state, created_at) \
+             VALUES ('acme', 'acme', 'active', {t0})"
         ),
         format!(
-            "INSERT INTO provider_accounts (account_id, tenant_id, name, provider, config, created_at) \
-             VALUES ('pacct_bench', 'root', 'bench', 'gce', '{{\"project\":\"platform-bench\",\"credentials\":\"none\"}}', {t0})"
+            "INSERT INTO provider_accounts \
+             (account_id, tenant_id, name, provider, config, created_at) \
+             VALUES ('pacct_bench', 'root', 'bench', 'gce', \
+             '{{\"project\":\"platform-bench\",\"credentials\":\"none\"}}', {t0})"
         ),
         format!(
             "INSERT INTO pools (pool_id, name, region, provider, account_id, flavors, created_at) \
@@ -81,18 +84,23 @@ async fn seed(db: &Database, hours_ended: i64) -> anyhow::Result<i64> {
              '[{{\"name\":\"n2-standard-4\",\"vcpus\":4,\"memoryGib\":16,\"gpus\":0}}]', {t0})"
         ),
         format!(
-            "INSERT INTO reservations (account_id, reservation_id, region, zone, flavor, total, provider_in_use, status, pool_id, last_scanned_at) \
-             SELECT 'pacct_bench', 'projects/platform-bench/zones/us-central1-a/reservations/m-' || lpad(r::text, 3, '0'), \
+            "INSERT INTO reservations (account_id, reservation_id, region, zone, flavor, total, \
+             provider_in_use, status, pool_id, last_scanned_at) \
+             SELECT 'pacct_bench', \
+             'projects/platform-bench/zones/us-central1-a/reservations/m-' \
+             || lpad(r::text, 3, '0'), \
              'us-central1', 'us-central1-a', 'n2-standard-4', 1000, 0, 'ready', 'pool_bench', {t0} \
              FROM generate_series(0, {}) r",
             RESERVATIONS - 1
         ),
         format!(
-            "INSERT INTO grants (grant_id, account_id, reservation_id, pool_id, tenant_id, slots, starts_at, ends_at, \
-             settled_state, reason, created_at, ended_at, metered_through) \
+            "INSERT INTO grants (grant_id, account_id, reservation_id, pool_id, tenant_id, slots, \
+             starts_at, ends_at, settled_state, reason, created_at, ended_at, metered_through) \
              SELECT 'rgrant_' || lpad(g::text, 26, '0'), 'pacct_bench', \
-             'projects/platform-bench/zones/us-central1-a/reservations/m-' || lpad((g % {RESERVATIONS})::text, 3, '0'), \
-             'pool_bench', 'acme', 1 + g % 4, {t0}, {t0} + {HOURS} * {HOUR_MS}, 'ended', 'term-over', {t0} - {HOUR_MS}, \
+             'projects/platform-bench/zones/us-central1-a/reservations/m-' \
+             || lpad((g % {RESERVATIONS})::text, 3, '0'), \
+             'pool_bench', 'acme', 1 + g % 4, {t0}, {t0} + {HOURS} * {HOUR_MS}, 'ended', \
+             'term-over', {t0} - {HOUR_MS}, \
              {t0} + {HOURS} * {HOUR_MS}, {t0} \
              FROM generate_series(1, {GRANTS}) g"
         ),
@@ -118,14 +126,16 @@ async fn bulk(db: &Database) -> anyhow::Result<(Duration, i64)> {
     // keys), in the database's best case: usage ids in index order, rows in
     // (grant, hour) order, tags built once per grant.
     let sql = format!(
-        "INSERT INTO usage_scratch (seq, usage_id, tenant_id, project_id, meter, quantity_micro, unit, \
-         period_start, period_end, grant_id, instance_id, subject, target, tags, recorded_at) \
+        "INSERT INTO usage_scratch (seq, usage_id, tenant_id, project_id, meter, quantity_micro, \
+         unit, period_start, period_end, grant_id, instance_id, subject, target, tags, \
+         recorded_at) \
          SELECT row_number() OVER w, 'use_' || lpad((row_number() OVER w)::text, 26, '0'), \
-         g.tenant_id, g.project_id, 'vm.grant.slot.hours', g.slots::bigint * 1000000, 'slot-hours', \
-         g.starts_at + h * {HOUR_MS}, g.starts_at + (h + 1) * {HOUR_MS}, g.grant_id, NULL, g.grant_id, g.grant_id, \
+         g.tenant_id, g.project_id, 'vm.grant.slot.hours', g.slots::bigint * 1000000, \
+         'slot-hours', g.starts_at + h * {HOUR_MS}, g.starts_at + (h + 1) * {HOUR_MS}, \
+         g.grant_id, NULL, g.grant_id, g.grant_id, \
          g.tags, (SELECT now_ms FROM manual_clock) \
-         FROM (SELECT g.*, jsonb_build_object('region', r.region, 'poolId', g.pool_id, 'provider', 'gce', \
-               'reservationId', g.reservation_id) AS tags \
+         FROM (SELECT g.*, jsonb_build_object('region', r.region, 'poolId', g.pool_id, \
+               'provider', 'gce', 'reservationId', g.reservation_id) AS tags \
                FROM grants g JOIN reservations r USING (account_id, reservation_id)) g \
          CROSS JOIN generate_series(0, {}) h \
          WINDOW w AS (ORDER BY g.grant_id, h)",

@@ -29,7 +29,8 @@ pub fn release_binary(name: &str) -> anyhow::Result<PathBuf> {
     let path = target.join("release").join(name);
     if !path.is_file() {
         bail!(
-            "{} not found: build it with `cargo build --release -p api-server -p reconciler-worker` (`just bench` does)",
+            "{} not found: build it with \
+             `cargo build --release -p api-server -p reconciler-worker` (`just bench` does)",
             path.display()
         );
     }

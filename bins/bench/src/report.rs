@@ -478,7 +478,8 @@ impl Report {
         s.push_str(&self.tables());
         let _ = writeln!(
             s,
-            "\napi-server RSS: {} MiB after setup; peak {} MiB during 1; {} MiB before 3 (peak reset: {}); peak {} MiB during 3",
+            "\napi-server RSS: {} MiB after setup; peak {} MiB during 1; {} MiB before 3 \
+             (peak reset: {}); peak {} MiB during 3",
             mib(self.rss_after_setup),
             mib(self.rss_fig1),
             mib(self.rss_before_fig3),
@@ -493,9 +494,9 @@ impl Report {
         self.list_cost.as_ref().map_or_else(String::new, |c| {
             format!(
                 "One {}-item list answer ({} KiB), one request at a time: `storage::grants::list` \
-                 (SQL, row decoding, `Grant::at`) {:.1} ms; JSON through a `serde_json::Value` tree (how \
-                 answers were built before) {:.1} ms; the typed grants straight to bytes (how \
-                 `handlers::items` builds them now) {:.1} ms.\n",
+                 (SQL, row decoding, `Grant::at`) {:.1} ms; JSON through a `serde_json::Value` \
+                 tree (how answers were built before) {:.1} ms; the typed grants straight to bytes \
+                 (how `handlers::items` builds them now) {:.1} ms.\n",
                 self.list_items,
                 c.bytes / 1024,
                 c.storage.as_secs_f64() * 1e3,
@@ -543,7 +544,12 @@ impl Report {
              measured back to back, are what to read.\n\n",
         );
         s.push_str("## Command\n\n");
-        s.push_str("```sh\njust bench\n# = cargo build --release --locked -p api-server -p reconciler-worker\n#   DATABASE_URL=\"$(scripts/db.sh url)\" cargo run --release --locked -p bench\n```\n\n");
+        s.push_str(concat!(
+            "```sh\njust bench\n",
+            "# = cargo build --release --locked -p api-server -p reconciler-worker\n",
+            "#   DATABASE_URL=\"$(scripts/db.sh url)\" cargo run --release --locked -p bench\n",
+            "```\n\n",
+        ));
         let _ = writeln!(
             s,
             "{} clients (connections) everywhere; writes: the API runs {} s, then the storage \

@@ -62,7 +62,12 @@ impl Gce {
                 "{}/fake/projects/{PROJECT}/zones/{ZONE}/reservations/{name}",
                 self.url
             ))
-            .json(&json!({ "count": count, "inUseCount": 0, "machineType": FLAVOR, "status": "READY" }))
+            .json(&json!({
+                "count": count,
+                "inUseCount": 0,
+                "machineType": FLAVOR,
+                "status": "READY",
+            }))
             .send()
             .await?;
         if !resp.status().is_success() {
@@ -198,7 +203,12 @@ pub async fn platform(api: &Api, now: i64) -> anyhow::Result<Platform> {
     let account = api
         .root(
             "providerAccounts/create",
-            json!({ "name": "bench", "provider": "gce", "config": { "project": PROJECT, "endpoint": gce.url, "credentials": "none" }, "idempotencyKey": "acct-bench" }),
+            json!({
+                "name": "bench",
+                "provider": "gce",
+                "config": { "project": PROJECT, "endpoint": gce.url, "credentials": "none" },
+                "idempotencyKey": "acct-bench",
+            }),
         )
         .await?;
     let account_id = str_at(&account, "/account/accountId")?;
@@ -239,18 +249,27 @@ pub async fn platform(api: &Api, now: i64) -> anyhow::Result<Platform> {
                 async move {
                     let name = format!("inst-{side}-{k:03}");
                     let pool_id = str_at(
-                        &api.root("pools/create", pool_body(&account_id, &name)).await?,
+                        &api.root("pools/create", pool_body(&account_id, &name))
+                            .await?,
                         "/pool/poolId",
                     )?;
                     let reservation_id = Gce::reservation_id(&name);
                     api.root(
                         "providerAccounts/bindReservation",
-                        json!({ "accountId": account_id, "reservationId": reservation_id, "poolId": pool_id }),
+                        json!({
+                            "accountId": account_id,
+                            "reservationId": reservation_id,
+                            "poolId": pool_id,
+                        }),
                     )
                     .await?;
                     api.root(
                         "pools/offer",
-                        json!({ "poolId": pool_id, "offerTenantId": TENANT, "quotas": big_quotas() }),
+                        json!({
+                            "poolId": pool_id,
+                            "offerTenantId": TENANT,
+                            "quotas": big_quotas(),
+                        }),
                     )
                     .await?;
                     let grant = api

@@ -56,7 +56,8 @@ impl Config {
                 other => match other.strip_prefix("--only=") {
                     Some(name) => only.push(name.to_owned()),
                     None => bail!(
-                        "unknown argument {other:?}; usage: reconciler-worker [--once] [--only NAME]..."
+                        "unknown argument {other:?}; \
+                         usage: reconciler-worker [--once] [--only NAME]..."
                     ),
                 },
             }
@@ -121,7 +122,12 @@ pub async fn run(
     }
     let passes = select(passes::all(), &config.only)?;
     let names: Vec<&str> = passes.iter().map(|p| p.name()).collect();
-    info!(passes = ?names, once = config.once, interval_ms = config.interval.as_millis() as u64, "reconciler-worker started");
+    info!(
+        passes = ?names,
+        once = config.once,
+        interval_ms = config.interval.as_millis() as u64,
+        "reconciler-worker started"
+    );
     let metrics = Arc::new(WorkerMetrics::default());
     if let Some(listen) = &config.metrics_listen {
         metrics::serve(listen, metrics.clone()).await?;
@@ -160,12 +166,22 @@ pub async fn run(
             match result {
                 Ok(report) => {
                     metrics.observe(pass.name(), true, elapsed, &report);
-                    info!(pass = pass.name(), elapsed_ms = elapsed.as_millis() as u64, %report, "pass done");
+                    info!(
+                        pass = pass.name(),
+                        elapsed_ms = elapsed.as_millis() as u64,
+                        %report,
+                        "pass done"
+                    );
                 }
                 Err(e) => {
                     all_ok = false;
                     metrics.observe(pass.name(), false, elapsed, &Default::default());
-                    error!(pass = pass.name(), elapsed_ms = elapsed.as_millis() as u64, error = %e, "pass failed");
+                    error!(
+                        pass = pass.name(),
+                        elapsed_ms = elapsed.as_millis() as u64,
+                        error = %e,
+                        "pass failed"
+                    );
                 }
             }
         }

@@ -15,9 +15,9 @@ pub use metering::{
 };
 pub use placement::{
     Billing, CapacityUnavailable, LiveGrant, Placement, PlacementRequest, Refusal, ReservationView,
-    Seat, place, place_on,
+    Seat, place, place_in_order, place_on,
 };
 pub use timeline::{
     Destination, EndReason, ForcedEnd, GrantState, Move, Power, TimelineGrant, TimelineInstance,
-    Transition, apply, force_end, grant_state, settle,
+    Transition, apply, force_end, grant_state, refill, settle,
 };

@@ -304,8 +304,16 @@ fn preference(grant: &LiveGrant) -> (bool, i64, &str) {
 }
 
 /// Places an instance among the candidate reservations (those bound to its
-/// pool with its flavor and `ready`): the first, in reservation id order,
-/// whose [`place_on`] accepts it.
+/// pool with its flavor and `ready`), grants first across all of them
+/// (contract 4, r2), so a grantee never takes a reservation-rate slot while
+/// one of its grants in the pool has an idle one:
+///
+/// 1. a candidate that is physically full refuses;
+/// 2. over the other candidates in reservation id order, the first with a
+///    live grant of the tenant that serves the instance and has a free slot
+///    takes it into that grant (on one reservation: as [`place_on`] chooses);
+/// 3. else the first of them, in reservation id order, with an ordinary slot
+///    free takes it there.
 ///
 /// No candidate at all: [`Placement::OnDemand`]. Every candidate refuses:
 /// [`CapacityUnavailable`] describing the first candidate.
@@ -342,21 +350,44 @@ pub fn place(
     candidates: &[ReservationView],
     request: &PlacementRequest,
 ) -> Result<Placement, CapacityUnavailable> {
-    let mut ordered: Vec<&ReservationView> = candidates.iter().collect();
+    let mut ordered: Vec<ReservationView> = candidates.to_vec();
     ordered.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
-    let Some(first) = ordered.first() else {
-        return Ok(Placement::OnDemand);
+    Ok(match place_in_order(&ordered, request)? {
+        None => Placement::OnDemand,
+        Some((index, seat)) => Placement::Reserved {
+            reservation_id: ordered[index].reservation_id.clone(),
+            seat,
+        },
+    })
+}
+
+/// [`place`] over candidates already in the order to try them (reservation
+/// id order, which is also the order their rows are locked in), answering
+/// the index of the candidate that takes the instance and its seat, or
+/// `None` for on-demand (no candidate). Callers that hold several
+/// reservations with one id (one provider project under two accounts) use
+/// it to know which one was chosen.
+pub fn place_in_order(
+    candidates: &[ReservationView],
+    request: &PlacementRequest,
+) -> Result<Option<(usize, Seat)>, CapacityUnavailable> {
+    let Some(first) = candidates.first() else {
+        return Ok(None);
     };
-    ordered
-        .iter()
-        .find_map(|view| {
-            place_on(view, request)
-                .ok()
-                .map(|seat| Placement::Reserved {
-                    reservation_id: view.reservation_id.clone(),
-                    seat,
-                })
-        })
+    let open = || {
+        candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, view)| !view.is_physically_full())
+    };
+    if let Some((index, grant)) =
+        open().find_map(|(index, view)| choose_grant(view, request).map(|grant| (index, grant)))
+    {
+        return Ok(Some((index, Seat::Grant(grant.grant_id.clone()))));
+    }
+    open()
+        .find(|(_, view)| view.ordinary_free() > 0)
+        .map(|(index, _)| Some((index, Seat::Ordinary)))
         .ok_or_else(|| CapacityUnavailable::of(first))
 }
 

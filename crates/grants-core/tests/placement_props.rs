@@ -221,7 +221,7 @@ proptest! {
     }
 
     #[test]
-    fn place_takes_the_first_accepting_candidate_in_id_order(
+    fn place_fills_grants_across_candidates_before_any_ordinary_slot(
         reservations in prop::collection::vec(reservation(), 0..4),
         running in prop::collection::vec(0u64..6, 4),
         tenant in 0..TENANTS.len(),
@@ -241,12 +241,21 @@ proptest! {
         let mut ordered = views.clone();
         ordered.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
         let first_accepting = ordered.iter().find(|v| place_on(v, &request).is_ok());
+        // The first candidate, in id order, whose own decision is a grant.
+        let first_grant = ordered
+            .iter()
+            .find(|v| matches!(place_on(v, &request), Ok(Seat::Grant(_))));
         match place(&views, &request) {
             Ok(Placement::OnDemand) => prop_assert!(views.is_empty()),
             Ok(Placement::Reserved { reservation_id, seat }) => {
-                let chosen = first_accepting.expect("a candidate accepted");
+                let chosen = first_grant.or(first_accepting).expect("a candidate accepted");
                 prop_assert_eq!(&reservation_id, &chosen.reservation_id);
-                prop_assert_eq!(Ok(seat), place_on(chosen, &request));
+                prop_assert_eq!(Ok(seat.clone()), place_on(chosen, &request));
+                // Never an ordinary slot while any candidate's grant of the
+                // tenant would take the instance.
+                if seat == Seat::Ordinary {
+                    prop_assert!(first_grant.is_none());
+                }
             }
             Err(refusal) => {
                 prop_assert!(first_accepting.is_none());

@@ -4,7 +4,7 @@
 
 use grants_core::{
     Billing, Destination, EndReason, ForcedEnd, GrantState, Power, Seat, TimelineGrant,
-    TimelineInstance, Transition, apply, force_end, settle,
+    TimelineInstance, Transition, apply, force_end, refill, settle,
 };
 use proptest::prelude::*;
 
@@ -276,6 +276,36 @@ fn check_sequence(start: &Snapshot, transitions: &[Transition]) -> Result<Snapsh
             } => {
                 check_activation(&state, grant_id, *at, take_in)?;
             }
+            Transition::Refill {
+                grant_id,
+                at,
+                take_in,
+            } => {
+                let grant = state.grant(grant_id);
+                prop_assert_eq!(grant.settled, GrantState::Active);
+                prop_assert!(grant.starts_at <= *at && *at < grant.ends_at);
+                prop_assert!(!take_in.is_empty(), "an empty refill is not recorded");
+                let mut eligible: Vec<&TimelineInstance> = state
+                    .instances
+                    .iter()
+                    .filter(|i| {
+                        i.seat == Some(Seat::Ordinary)
+                            && i.power == Power::Running
+                            && i.created_at <= *at
+                            && serves(grant, i)
+                    })
+                    .collect();
+                eligible.sort_by_key(|i| age(i));
+                let expected: Vec<&str> = eligible
+                    .iter()
+                    .take(state.free(grant))
+                    .map(|i| i.instance_id.as_str())
+                    .collect();
+                prop_assert_eq!(
+                    take_in.iter().map(String::as_str).collect::<Vec<_>>(),
+                    expected
+                );
+            }
             Transition::End { .. } => check_end(&state, transition)?,
             Transition::Cancel { grant_id, .. } => {
                 prop_assert_eq!(state.grant(grant_id).settled, GrantState::Scheduled);
@@ -406,5 +436,45 @@ proptest! {
         if cause == ForcedEnd::ReservationGone {
             prop_assert!(after.instances.iter().all(|i| i.seat.is_none()));
         }
+    }
+
+    #[test]
+    fn a_refill_after_a_delete_fills_the_freed_slots_oldest_first(
+        (start, t0) in snapshot(),
+        victim in 0usize..9,
+        dt in 0i64..40,
+    ) {
+        // Settled to t0, then at t0 + dt one instance holding a grant slot
+        // (if any) is deleted.
+        let at = t0 + dt;
+        let mut state = start.clone();
+        let due = settle(&state.grants, &state.instances, at);
+        state.apply_all(&due);
+        let holders: Vec<usize> = (0..state.instances.len())
+            .filter(|&i| matches!(state.instances[i].seat, Some(Seat::Grant(_))))
+            .collect();
+        if !holders.is_empty() {
+            state.instances.remove(holders[victim % holders.len()]);
+        }
+        let refills = refill(&state.grants, &state.instances, at);
+        let after = check_sequence(&state, &refills)?;
+        let only_refills = refills.iter().all(|t| matches!(t, Transition::Refill { .. }));
+        prop_assert!(only_refills, "settled to at first: only refills are left");
+        // No live grant has a free slot while an instance it serves waits on
+        // an ordinary slot.
+        for grant in after.grants.iter().filter(|g| {
+            g.settled == GrantState::Active && g.starts_at <= at && at < g.ends_at
+                && g.created_at <= at
+        }) {
+            let waiting = after.instances.iter().any(|i| {
+                i.seat == Some(Seat::Ordinary)
+                    && i.power == Power::Running
+                    && i.created_at <= at
+                    && serves(grant, i)
+            });
+            prop_assert!(!(waiting && after.free(grant) > 0), "{} left a slot idle", grant.grant_id);
+        }
+        // Idempotent.
+        prop_assert!(refill(&after.grants, &after.instances, at).is_empty());
     }
 }

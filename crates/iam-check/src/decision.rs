@@ -161,7 +161,10 @@ impl Decision {
 ///    permission without [`AccessRequest::account_id`] is denied.
 ///
 /// ```
-/// use iam_check::{decide, AccessRequest, Decision, DenyReason, KeyScope, Permission, Principal, Role, TenantRule};
+/// use iam_check::{
+///     decide, AccessRequest, Decision, DenyReason, KeyScope, Permission, Principal, Role,
+///     TenantRule,
+/// };
 ///
 /// let admin = Principal { tenant_id: "acme".into(), role: Role::Admin, scope: KeyScope::Tenant };
 /// let req = AccessRequest {

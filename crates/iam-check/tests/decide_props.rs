@@ -227,7 +227,11 @@ proptest! {
     fn account_key_never_gets_tenant_or_fleet(
         t in tenant(), role in role(), a in account(), r in request()
     ) {
-        let p = Principal { tenant_id: t.to_string(), role, scope: KeyScope::Account(a.to_string()) };
+        let p = Principal {
+            tenant_id: t.to_string(),
+            role,
+            scope: KeyScope::Account(a.to_string()),
+        };
         if r.permission.scope() != ScopeKind::ProviderAccount {
             prop_assert_ne!(decide(&p, &r.as_request()), Decision::Allow);
         }
@@ -263,7 +267,11 @@ proptest! {
     fn root_admin_may_do_everything_in_root(
         permission in permission(), rule in tenant_rule(), a in account()
     ) {
-        let p = Principal { tenant_id: ROOT.to_string(), role: Role::Admin, scope: KeyScope::Tenant };
+        let p = Principal {
+            tenant_id: ROOT.to_string(),
+            role: Role::Admin,
+            scope: KeyScope::Tenant,
+        };
         let r = Req { tenant: ROOT, permission, rule, account: Some(a) };
         prop_assert_eq!(decide(&p, &r.as_request()), Decision::Allow);
         if permission.scope() != ScopeKind::ProviderAccount {

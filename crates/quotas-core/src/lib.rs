@@ -147,7 +147,8 @@ fn totals(charges: &[Charge]) -> Vec<(&str, Option<i64>)> {
 /// use quotas_core::{charge, Charge, QuotaRow};
 ///
 /// let rows = vec![QuotaRow::new("instances", 10, 9), QuotaRow::new("vcpus", 64, 60)];
-/// let after = charge(&rows, &[Charge::new("instances", 1), Charge::new("vcpus", 4)]).expect("fits");
+/// let after =
+///     charge(&rows, &[Charge::new("instances", 1), Charge::new("vcpus", 4)]).expect("fits");
 /// assert_eq!(after, vec![QuotaRow::new("instances", 10, 10), QuotaRow::new("vcpus", 64, 64)]);
 ///
 /// let err = charge(&after, &[Charge::new("vcpus", 1)]).expect_err("does not fit");

@@ -120,7 +120,9 @@ proptest! {
                 prop_assert_eq!(i128::from(err.requested), total);
                 let (max, used) = row_of(&rows, &resource).map_or((0, 0), |r| (r.max, r.used));
                 prop_assert_eq!((err.max, err.used), (max, used));
-                prop_assert!(i128::from(err.used) + i128::from(err.requested) > i128::from(err.max));
+                prop_assert!(
+                    i128::from(err.used) + i128::from(err.requested) > i128::from(err.max)
+                );
             }
         }
     }

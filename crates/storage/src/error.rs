@@ -135,7 +135,13 @@ impl Error {
 
     /// The JSON envelope `{ "error": { code, message, details } }`.
     pub fn to_json(&self) -> Value {
-        json!({ "error": { "code": self.code.as_str(), "message": self.message, "details": self.details } })
+        json!({
+            "error": {
+                "code": self.code.as_str(),
+                "message": self.message,
+                "details": self.details,
+            },
+        })
     }
 }
 

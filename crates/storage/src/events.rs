@@ -86,7 +86,8 @@ pub async fn publish(
         let count = i64::try_from(end - start).map_err(Error::internal)?;
         let head: Head = diesel::sql_query(
             "INSERT INTO event_heads (tenant_id, last_seq) VALUES ($1, $2) \
-             ON CONFLICT (tenant_id) DO UPDATE SET last_seq = event_heads.last_seq + EXCLUDED.last_seq \
+             ON CONFLICT (tenant_id) \
+             DO UPDATE SET last_seq = event_heads.last_seq + EXCLUDED.last_seq \
              RETURNING last_seq",
         )
         .bind::<Text, _>(&tenant)

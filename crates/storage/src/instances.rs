@@ -440,10 +440,13 @@ async fn decide(
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<Target> {
-    let candidates = candidates(conn, pool_id, flavor).await?;
-    let mut first_refusal = None;
-    let mut considered = 0;
-    for (account_id, reservation_id) in candidates {
+    // Every candidate is locked and settled first, in (reservation id,
+    // account id) order, the documented lock order, so two placements never
+    // deadlock; then one pure decision sees them all (grants first across
+    // all candidates, contract 4).
+    let mut rows = Vec::new();
+    let mut views = Vec::new();
+    for (account_id, reservation_id) in candidates(conn, pool_id, flavor).await? {
         let Some(res) = timeline::lock_reservation(conn, &account_id, &reservation_id).await?
         else {
             continue;
@@ -451,20 +454,14 @@ async fn decide(
         if res.status != "ready" || res.pool_id.as_deref() != Some(pool_id) {
             continue;
         }
-        considered += 1;
         timeline::settle(conn, &res, now, events).await?;
-        let view = view(conn, &res, now).await?;
-        match grants_core::place_on(&view, request) {
-            Ok(seat) => return Ok(Target::from_seat(seat, &res)),
-            Err(_) => {
-                first_refusal.get_or_insert_with(|| capacity_error(&view));
-            }
-        }
+        views.push(view(conn, &res, now).await?);
+        rows.push(res);
     }
-    match first_refusal {
-        Some(e) => Err(e),
-        None if considered == 0 => Ok(Target::OnDemand),
-        None => Err(Error::internal("no decision")),
+    match grants_core::place_in_order(&views, request) {
+        Ok(None) => Ok(Target::OnDemand),
+        Ok(Some((index, seat))) => Ok(Target::from_seat(seat, &rows[index])),
+        Err(_) => Err(capacity_error(&views[0])),
     }
 }
 
@@ -789,10 +786,15 @@ pub async fn delete(
         )
         .await?;
         let mut events = Vec::new();
-        let (inst, _) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         if inst.state != "deleted" {
             delete_locked(conn, &inst, now).await?;
             tracing::info!(instance = %instance_id, "instance deleted");
+            // A grant slot freed at this instant takes in the oldest of its
+            // tenant's instances waiting on ordinary slots (contract 5.3).
+            if let (Some(res), Some(_)) = (&res, &inst.grant_id) {
+                timeline::refill(conn, res, now, &mut events).await?;
+            }
         }
         events::publish(conn, now, events).await?;
         get(conn, tenant, instance_id).await

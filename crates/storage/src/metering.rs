@@ -87,14 +87,16 @@ async fn write_records(
     // The claim on the subject's row makes a duplicate impossible; the unique
     // key would turn a bug into a failed, retried transaction, not a double bill.
     let written = diesel::sql_query(
-        "INSERT INTO usage_records (seq, usage_id, tenant_id, project_id, meter, quantity_micro, unit, \
-         period_start, period_end, grant_id, instance_id, subject, target, tags, recorded_at) \
+        "INSERT INTO usage_records (seq, usage_id, tenant_id, project_id, meter, quantity_micro, \
+         unit, period_start, period_end, grant_id, instance_id, subject, target, tags, \
+         recorded_at) \
          SELECT $1 + s.i, s.usage_id, s.tenant_id, s.project_id, s.meter, s.q, s.unit, s.ps, s.pe, \
                 s.grant_id, s.instance_id, s.subject, s.target, s.tags, $15 \
-         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], \
-                     $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::jsonb[]) \
-              WITH ORDINALITY AS s(usage_id, tenant_id, project_id, meter, q, unit, ps, pe, grant_id, \
-                                   instance_id, subject, target, tags, i) \
+         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], \
+                     $8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::text[], \
+                     $13::text[], $14::jsonb[]) \
+              WITH ORDINALITY AS s(usage_id, tenant_id, project_id, meter, q, unit, ps, pe, \
+                                   grant_id, instance_id, subject, target, tags, i) \
          ORDER BY s.i",
     )
     .bind::<BigInt, _>(head.last_seq - n)

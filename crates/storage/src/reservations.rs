@@ -211,7 +211,10 @@ pub async fn apply_scan(
                 Some(_) => {}
             }
         }
-        for k in known.iter().filter(|k| k.status != "gone" && !seen_ids.contains(k.reservation_id.as_str())) {
+        for k in known
+            .iter()
+            .filter(|k| k.status != "gone" && !seen_ids.contains(k.reservation_id.as_str()))
+        {
             let queued = events.len();
             timeline::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
             // Grants ended or cancelled by the loss (not the instances' move
@@ -219,8 +222,10 @@ pub async fn apply_scan(
             let closed = events[queued..]
                 .iter()
                 .filter(|e| {
-                    matches!(e.event_type.as_str(), "reservation-grant.ended" | "reservation-grant.cancelled")
-                        && e.data.get("reason").and_then(|r| r.as_str()) == Some("reservation-gone")
+                    matches!(
+                        e.event_type.as_str(),
+                        "reservation-grant.ended" | "reservation-grant.cancelled"
+                    ) && e.data.get("reason").and_then(|r| r.as_str()) == Some("reservation-gone")
                 })
                 .count();
             diesel::update(reservations::table.find((&k.account_id, &k.reservation_id)))
@@ -231,7 +236,11 @@ pub async fn apply_scan(
                 ))
                 .execute(conn)
                 .await?;
-            tracing::warn!(account = %account_id, reservation = %k.reservation_id, "reservation no longer reported by the provider: gone");
+            tracing::warn!(
+                account = %account_id,
+                reservation = %k.reservation_id,
+                "reservation no longer reported by the provider: gone"
+            );
             outcome.gone += 1;
             outcome.grants_closed += closed as u64;
         }
@@ -276,7 +285,12 @@ async fn capacity_short(
         return Ok(false);
     }
     let ids: Vec<&str> = live.iter().map(|g| g.grant_id.as_str()).collect();
-    tracing::warn!(reservation = %res.reservation_id, total = res.total, granted = peak, "reservation total below its granted slots");
+    tracing::warn!(
+        reservation = %res.reservation_id,
+        total = res.total,
+        granted = peak,
+        "reservation total below its granted slots"
+    );
     events.push(NewEvent::new(
         root,
         "reservation-grant.capacity-short",
@@ -295,9 +309,10 @@ async fn capacity_short(
 /// Builds the provider adapter of an account. Given by the binary (the
 /// api-server and the worker build it with the same policy), so storage never
 /// builds an HTTP client itself.
-pub type ProviderFactory = dyn Fn(&Account) -> std::result::Result<Box<dyn ReservationProvider>, ProviderError>
-    + Send
-    + Sync;
+pub type ProviderFactory = dyn Fn(&Account) -> BuiltProvider + Send + Sync;
+
+/// What a [`ProviderFactory`] returns for an account.
+type BuiltProvider = std::result::Result<Box<dyn ReservationProvider>, ProviderError>;
 
 /// The factory the binaries use: the account's adapter under `policy`, for
 /// an account of the root tenant or of another (untrusted) tenant. Building
@@ -673,8 +688,10 @@ pub async fn delete_account(
         let locked = rows_of_account(conn, account_id, true).await?;
         let live = live_grant_ids(conn, account_id, None, now).await?;
         if !live.is_empty() {
-            return Err(Error::invalid_state("grants of the account are scheduled or active; end them first")
-                .with("grantIds", live));
+            return Err(Error::invalid_state(
+                "grants of the account are scheduled or active; end them first",
+            )
+            .with("grantIds", live));
         }
         let unmetered: Vec<String> = grants::table
             .filter(grants::account_id.eq(account_id))
@@ -686,7 +703,8 @@ pub async fn delete_account(
             .await?;
         if !unmetered.is_empty() {
             return Err(Error::invalid_state(
-                "ended grants still have slot-hours to meter; retry after the reconciler's next pass past the hour they ended in",
+                "ended grants still have slot-hours to meter; retry after the reconciler's next \
+                 pass past the hour they ended in",
             )
             .with("grantIds", unmetered)
             .with("reason", "unmetered"));
@@ -701,23 +719,43 @@ pub async fn delete_account(
         // Instances on the account's reservations are billed on-demand from now.
         for res in &locked {
             for inst in instances::seated(conn, res).await? {
-                let to = if inst.state == "running" { Destination::OnDemand } else { Destination::None };
+                let to = if inst.state == "running" {
+                    Destination::OnDemand
+                } else {
+                    Destination::None
+                };
                 instances::apply_move(conn, res, &inst.instance_id, &to, now).await?;
             }
         }
         // Idempotency keys live as long as the grants they created.
-        diesel::delete(idempotency_keys::table.filter(
-            idempotency_keys::object_id.eq_any(grants::table.filter(grants::account_id.eq(account_id)).select(grants::grant_id)),
-        ))
+        diesel::delete(
+            idempotency_keys::table.filter(
+                idempotency_keys::object_id.eq_any(
+                    grants::table
+                        .filter(grants::account_id.eq(account_id))
+                        .select(grants::grant_id),
+                ),
+            ),
+        )
         .execute(conn)
         .await?;
-        diesel::delete(grants::table.filter(grants::account_id.eq(account_id))).execute(conn).await?;
-        diesel::delete(reservations::table.filter(reservations::account_id.eq(account_id))).execute(conn).await?;
-        diesel::update(api_keys::table.filter(api_keys::account_id.eq(account_id)).filter(api_keys::revoked_at.is_null()))
-            .set(api_keys::revoked_at.eq(now))
+        diesel::delete(grants::table.filter(grants::account_id.eq(account_id)))
             .execute(conn)
             .await?;
-        diesel::delete(provider_accounts::table.find(account_id)).execute(conn).await?;
+        diesel::delete(reservations::table.filter(reservations::account_id.eq(account_id)))
+            .execute(conn)
+            .await?;
+        diesel::update(
+            api_keys::table
+                .filter(api_keys::account_id.eq(account_id))
+                .filter(api_keys::revoked_at.is_null()),
+        )
+        .set(api_keys::revoked_at.eq(now))
+        .execute(conn)
+        .await?;
+        diesel::delete(provider_accounts::table.find(account_id))
+            .execute(conn)
+            .await?;
         diesel::delete(idempotency_keys::table.filter(idempotency_keys::object_id.eq(account_id)))
             .execute(conn)
             .await?;

@@ -21,7 +21,10 @@ pub struct TestDatabase {
 /// The server URL from `DATABASE_URL`.
 pub fn server_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-        panic!("DATABASE_URL is not set: run the tests with `just test`, which starts a private PostgreSQL")
+        panic!(
+            "DATABASE_URL is not set: run the tests with `just test`, which starts a private \
+             PostgreSQL"
+        )
     })
 }
 

@@ -222,6 +222,27 @@ pub async fn settle(
     Ok(due.len())
 }
 
+/// Settles up to `at`, then refills the grants that an instance just left
+/// (a delete) from the ordinary slots of the reservation (contract 5.3, r2).
+/// Call it under the reservation's row lock once the instance's seat is
+/// released.
+pub async fn refill(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    at: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<usize> {
+    let grants = open_grants(conn, res).await?;
+    if grants.is_empty() {
+        return Ok(0);
+    }
+    let instances = seated_instances(conn, res).await?;
+    let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
+    let due = grants_core::refill(&timeline, &instances, at);
+    write(conn, res, &grants, &due, events).await?;
+    Ok(due.len())
+}
+
 /// Settles up to `at`, then applies a forced end (root `end`, tenant
 /// deletion, reservation loss) at `at`, queuing events.
 pub async fn force_end(
@@ -272,6 +293,14 @@ async fn write(
                     g.event_data(None),
                     *at,
                 ));
+            }
+            Transition::Refill {
+                grant_id,
+                at,
+                take_in,
+            } => {
+                row(grant_id)?;
+                instances::take_in(conn, res, grant_id, take_in, *at).await?;
             }
             Transition::End {
                 grant_id,

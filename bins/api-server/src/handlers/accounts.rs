@@ -176,7 +176,8 @@ pub fn reservation_methods() -> Vec<Method> {
             "scan",
             Kind::Mutation,
             Permission::ProvidersManage,
-            "Scans the account's reservations at the provider now (the vps.reservations pass for one account).",
+            "Scans the account's reservations at the provider now (the vps.reservations pass for \
+             one account).",
             account(),
             handler!(scan),
         ),
@@ -204,7 +205,8 @@ pub fn reservation_methods() -> Vec<Method> {
             "unbindReservation",
             Kind::Mutation,
             Permission::ProvidersManage,
-            "Unbinds a reservation from its pool; refused while grants on it are scheduled or active.",
+            "Unbinds a reservation from its pool; refused while grants on it are scheduled or \
+             active.",
             with(account(), vec![req("reservationId", reservation_id())]),
             handler!(unbind),
         ),

@@ -268,6 +268,13 @@ async fn set_quota(call: Call) -> Result<Reply, Error> {
         now,
     )
     .await?;
-    tracing::info!(target_tenant = %input.tenant_id, pool = %input.pool_id, resource = %input.resource, requested = input.max, max = quota.max, "quota set");
+    tracing::info!(
+        target_tenant = %input.tenant_id,
+        pool = %input.pool_id,
+        resource = %input.resource,
+        requested = input.max,
+        max = quota.max,
+        "quota set"
+    );
     one("quota", &quota)
 }

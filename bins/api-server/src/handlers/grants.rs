@@ -34,7 +34,8 @@ pub fn methods() -> Vec<Method> {
             Kind::Mutation,
             Permission::ProvidersManage,
             TenantRule::RootOnly,
-            "Commits slots of a reservation to a tenant (optionally one project) for [startsAt, endsAt).",
+            "Commits slots of a reservation to a tenant (optionally one project) for \
+             [startsAt, endsAt).",
             vec![
                 req("tenantId", tenant_id()),
                 req("accountId", typeid("pacct")),

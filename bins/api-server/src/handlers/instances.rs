@@ -37,7 +37,8 @@ pub fn methods() -> Vec<Method> {
         m(
             "create",
             Kind::Mutation,
-            "Creates an instance: quota is charged, then it is placed (grant first, then an ordinary slot, else on-demand).",
+            "Creates an instance: quota is charged, then it is placed (grant first, then an \
+             ordinary slot, else on-demand).",
             vec![
                 req("tenantId", tenant_id()),
                 req("poolId", typeid("pool")),

@@ -46,7 +46,8 @@ pub fn methods() -> Vec<Method> {
             tenant_rule: TenantRule::Acting,
             phase: "v1.0",
             status: "registered",
-            summary: "Pages the tenant's usage records in the order they were recorded (all tenants' with all, root only).",
+            summary: "Pages the tenant's usage records in the order they were recorded (all \
+                      tenants' with all, root only).",
             fields: vec![
                 req("tenantId", tenant_id()),
                 opt("from", instant()),

@@ -260,7 +260,12 @@ impl Server {
         let v = self
             .root(
                 "providerAccounts/create",
-                json!({ "name": "gce main", "provider": "gce", "config": { "project": "platform-prod", "credentials": "none" }, "idempotencyKey": format!("acct-{}", rand_suffix()) }),
+                json!({
+                    "name": "gce main",
+                    "provider": "gce",
+                    "config": { "project": "platform-prod", "credentials": "none" },
+                    "idempotencyKey": format!("acct-{}", rand_suffix()),
+                }),
             )
             .await
             .ok();
@@ -280,7 +285,12 @@ impl Server {
                     "region": "us-central1",
                     "provider": "gce",
                     "accountId": account,
-                    "flavors": [{ "name": "n2-standard-4", "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
+                    "flavors": [{
+                        "name": "n2-standard-4",
+                        "vcpus": 4,
+                        "memoryGib": 16,
+                        "gpus": 0,
+                    }],
                     "quotas": { "instances": 100, "vcpus": 400 },
                     "idempotencyKey": format!("pool-{}", rand_suffix()),
                 }),

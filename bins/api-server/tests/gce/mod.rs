@@ -53,8 +53,16 @@ impl Gce {
     pub async fn put(&self, name: &str, count: i64, in_use: i64, status: &str) {
         let resp = self
             .client
-            .put(format!("{}/fake/projects/{PROJECT}/zones/{ZONE}/reservations/{name}", self.url))
-            .json(&json!({ "count": count, "inUseCount": in_use, "machineType": FLAVOR, "status": status }))
+            .put(format!(
+                "{}/fake/projects/{PROJECT}/zones/{ZONE}/reservations/{name}",
+                self.url
+            ))
+            .json(&json!({
+                "count": count,
+                "inUseCount": in_use,
+                "machineType": FLAVOR,
+                "status": status,
+            }))
             .send()
             .await
             .expect("put");
@@ -148,7 +156,12 @@ pub async fn account(s: &Server, gce: &Gce) -> String {
     let v = s
         .root(
             "providerAccounts/create",
-            json!({ "name": "gce", "provider": "gce", "config": { "project": PROJECT, "endpoint": gce.url, "credentials": "none" }, "idempotencyKey": format!("acct-{}", crate::common::rand_suffix()) }),
+            json!({
+                "name": "gce",
+                "provider": "gce",
+                "config": { "project": PROJECT, "endpoint": gce.url, "credentials": "none" },
+                "idempotencyKey": format!("acct-{}", crate::common::rand_suffix()),
+            }),
         )
         .await
         .ok();
@@ -180,9 +193,16 @@ pub async fn platform(s: &Server, total: i64) -> Platform {
     .await
     .ok();
     let tenant_token = s.tenant("acme").await;
-    s.root("pools/offer", json!({ "poolId": pool, "offerTenantId": "acme", "quotas": { "instances": 10, "vcpus": 40, "memoryGib": 1000 } }))
-        .await
-        .ok();
+    s.root(
+        "pools/offer",
+        json!({
+            "poolId": pool,
+            "offerTenantId": "acme",
+            "quotas": { "instances": 10, "vcpus": 40, "memoryGib": 1000 },
+        }),
+    )
+    .await
+    .ok();
     Platform {
         gce,
         account,

@@ -134,7 +134,12 @@ pub async fn put_in(
             gce.url,
             gce::PROJECT
         ))
-        .json(&json!({ "count": count, "inUseCount": in_use, "machineType": machine, "status": status }))
+        .json(&json!({
+            "count": count,
+            "inUseCount": in_use,
+            "machineType": machine,
+            "status": status,
+        }))
         .send()
         .await
         .expect("put");

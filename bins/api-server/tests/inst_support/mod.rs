@@ -404,7 +404,8 @@ struct EventRow {
 pub async fn events_in_db(s: &Server, tenant: &str) -> Vec<(String, Value, i64)> {
     let mut conn = db(s).await;
     let rows: Vec<EventRow> = diesel::sql_query(
-        "SELECT event_type, data::text AS data, occurred_at FROM events WHERE tenant_id = $1 ORDER BY seq",
+        "SELECT event_type, data::text AS data, occurred_at \
+         FROM events WHERE tenant_id = $1 ORDER BY seq",
     )
     .bind::<Text, _>(tenant)
     .load(&mut conn)
@@ -454,8 +455,8 @@ pub struct InstanceRow {
 pub async fn instances_in_db(s: &Server) -> Vec<InstanceRow> {
     let mut conn = db(s).await;
     diesel::sql_query(
-        "SELECT instance_id, tenant_id, state, placement_kind, grant_id, reservation_id, flavor, deleted_at \
-         FROM instances ORDER BY instance_id",
+        "SELECT instance_id, tenant_id, state, placement_kind, grant_id, reservation_id, flavor, \
+         deleted_at FROM instances ORDER BY instance_id",
     )
     .load(&mut conn)
     .await
@@ -487,7 +488,8 @@ pub struct QuotaRow {
 pub async fn quotas_in_db(s: &Server, tenant: &str) -> Vec<QuotaRow> {
     let mut conn = db(s).await;
     diesel::sql_query(
-        "SELECT tenant_id, pool_id, resource, max_value, used FROM quotas WHERE tenant_id = $1 ORDER BY pool_id, resource",
+        "SELECT tenant_id, pool_id, resource, max_value, used FROM quotas WHERE tenant_id = $1 \
+         ORDER BY pool_id, resource",
     )
     .bind::<Text, _>(tenant)
     .load(&mut conn)

@@ -285,7 +285,12 @@ pub async fn instance(s: &Server, token: &str, tenant: &str, pool: &str) -> Valu
         .call(
             token,
             "instances/create",
-            json!({ "tenantId": tenant, "poolId": pool, "flavor": FLAVOR, "idempotencyKey": format!("i-{}", crate::common::rand_suffix()) }),
+            json!({
+                "tenantId": tenant,
+                "poolId": pool,
+                "flavor": FLAVOR,
+                "idempotencyKey": format!("i-{}", crate::common::rand_suffix()),
+            }),
         )
         .await
         .ok();
@@ -738,7 +743,8 @@ pub async fn audit(s: &Server, tenants: &[(&str, &str)], log: &RunLog) -> AuditS
             .take(10)
             .collect();
         panic!(
-            "instance records differ from the segments ({} expected, {} written)\nmissing or wrong: {missing:#?}\nunexpected: {extra:#?}",
+            "instance records differ from the segments ({} expected, {} written)\n\
+             missing or wrong: {missing:#?}\nunexpected: {extra:#?}",
             expected.len(),
             got.len()
         );
@@ -842,7 +848,9 @@ impl Sim {
                 .root(
                     "reservationGrants/create",
                     json!({
-                        "accountId": p.account, "reservationId": p.reservation, "grantTenantId": tenant,
+                        "accountId": p.account,
+                        "reservationId": p.reservation,
+                        "grantTenantId": tenant,
                         "slots": rng.range(1, 3), "startsAt": starts, "endsAt": ends,
                         "idempotencyKey": format!("g-{}", crate::common::rand_suffix()),
                     }),
@@ -860,7 +868,12 @@ impl Sim {
                 .call(
                     &token,
                     "instances/create",
-                    json!({ "tenantId": tenant, "poolId": p.pool, "flavor": FLAVOR, "idempotencyKey": format!("i-{}", crate::common::rand_suffix()) }),
+                    json!({
+                        "tenantId": tenant,
+                        "poolId": p.pool,
+                        "flavor": FLAVOR,
+                        "idempotencyKey": format!("i-{}", crate::common::rand_suffix()),
+                    }),
                 )
                 .await;
             match a.status {
@@ -935,7 +948,15 @@ impl Sim {
 pub async fn offer(s: &Server, pool: &str, tenant: &str, instances: i64) {
     s.root(
         "pools/offer",
-        json!({ "poolId": pool, "offerTenantId": tenant, "quotas": { "instances": instances, "vcpus": instances * 4, "memoryGib": instances * 16 } }),
+        json!({
+            "poolId": pool,
+            "offerTenantId": tenant,
+            "quotas": {
+                "instances": instances,
+                "vcpus": instances * 4,
+                "memoryGib": instances * 16,
+            },
+        }),
     )
     .await
     .ok();

@@ -38,27 +38,34 @@ impl Report {
              tenant `acme` for a term starting an hour after the manual clock's now, under a new \
              idempotency key. Each side (API, storage call, SQL) has a hot reservation of its own, \
              empty at its start, and the storage call and the SQL run exactly as many operations \
-             as the API did, so all three end with the same number of grants on their reservation.\n\n\
+             as the API did, so all three end with the same number of grants on their \
+             reservation.\n\n\
              The ceiling is the transaction `storage::grants::create` runs, replayed statement by \
-             statement with the same diesel DSL (so the same SQL text): the idempotency claim, \
-             the account lookup, the reservation `SELECT ... FOR UPDATE`, the tenant lookup, the \
-             offer count, the settlement reads (open grants `FOR UPDATE`, seated instances), the committed terms, the grant `INSERT ... RETURNING` (a term in the future needs no \
-             second settlement), the event head upsert and event insert, the reload. It leaves out the two reads the API does before \
-             the transaction (authentication, the manual clock), the pure decisions \
-             (`grants_core::settle`, `check_capacity`), the JSON and the log line.\n\n",
+             statement with the same diesel DSL (so the same SQL text): the idempotency claim, the \
+             account lookup, the reservation `SELECT ... FOR UPDATE`, the tenant lookup, the offer \
+             count, the settlement reads (open grants `FOR UPDATE`, seated instances), the \
+             committed terms, the grant `INSERT ... RETURNING` (a term in the future needs no \
+             second settlement), the event head upsert and event insert, the reload. It leaves out \
+             the two reads the API does before the transaction (authentication, the manual clock), \
+             the pure decisions (`grants_core::settle`, `check_capacity`), the JSON and the log \
+             line.\n\n",
         );
         if let Some(g) = &self.grants {
             let _ = write!(
                 s,
                 "**What limits it: the reservation's row lock, held while the transaction re-reads \
                  every open grant of the reservation.** All creates serialize on the lock, so \
-                 throughput is one over the lock-hold time, and under the lock each create loads and row-locks the reservation's open grants (settlement) and reads all its non-cancelled terms: two passes over every grant created so far, one of them taking a row lock on each (a create whose term starts at or before now settles a second time). The \
-                 hold time grows with the reservation, so throughput falls during the run: the API \
-                 made {:.0}/s in the first quarter of its run and {:.0}/s in the last; the SQL \
-                 {:.0}/s and {:.0}/s. The API's own work (HTTP, authentication, the clock read, \
-                 JSON) happens outside the lock and overlaps other clients' waits, which is why the \
-                 ratio holds (API {}, storage call {}, SQL {}); what it loses is CPU taken from \
-                 PostgreSQL on two shared cores while the lock holder runs.\n\n\
+                 throughput is one over the lock-hold time, and under the lock each create loads \
+                 and row-locks the reservation's open grants (settlement) and reads all its \
+                 non-cancelled terms: two passes over every grant created so far, one of them \
+                 taking a row lock on each (a create whose term starts at or before now settles a \
+                 second time). The hold time grows with the reservation, so throughput falls \
+                 during the run: the API made {:.0}/s in the first quarter of its run and {:.0}/s \
+                 in the last; the SQL {:.0}/s and {:.0}/s. The API's own work (HTTP, \
+                 authentication, the clock read, JSON) happens outside the lock and overlaps other \
+                 clients' waits, which is why the ratio holds (API {}, storage call {}, SQL {}); \
+                 what it loses is CPU taken from PostgreSQL on two shared cores while the lock \
+                 holder runs.\n\n\
                  Done: the second settlement after the insert now runs only for a term starting \
                  at or before now. Possible next step: derive the committed terms from the open \
                  grants already read (plus ended grants ending after the new start, one filtered \
@@ -82,23 +89,26 @@ impl Report {
              of all its slots to `acme`; operations go round robin over the pools, so the 16 \
              clients rarely meet on a quota row or a reservation lock, and every instance lands in \
              its grant. The ceiling replays `storage::instances::create` for that case: the \
-             idempotency claim, the pool visibility and pool reads, the quota rows `FOR UPDATE`, the tenant's state, the candidate reservations, the reservation `FOR UPDATE`, the settlement and \
-             placement reads (open grants `FOR UPDATE` and seated instances, twice each), three quota updates, \
-             the instance `INSERT ... RETURNING`, its placement update, the segment close, \
-             delete and insert, and the reload (no event is published). Left out as in figure 1: \
-             authentication, the clock read, the pure decisions, JSON, the log line.\n\n",
+             idempotency claim, the pool visibility and pool reads, the quota rows `FOR UPDATE`, \
+             the tenant's state, the candidate reservations, the reservation `FOR UPDATE`, the \
+             settlement and placement reads (open grants `FOR UPDATE` and seated instances, twice \
+             each), three quota updates, the instance `INSERT ... RETURNING`, its placement \
+             update, the segment close, delete and insert, and the reload (no event is published). \
+             Left out as in figure 1: authentication, the clock read, the pure decisions, JSON, \
+             the log line.\n\n",
         );
         if let Some(g) = &self.instances {
             let _ = write!(
                 s,
-                "**What limits it: PostgreSQL executing about twenty statements per instance on two \
-                 shared cores.** There is no shared hot row, so the figure is round trips times \
-                 statement cost; the API adds two round trips and some CPU per request, a small \
-                 share of the whole (API {}, storage call {}, SQL {}). Throughput also drifts down \
-                 slowly as each reservation's seated instances, read twice per create (with its open grants, read and locked twice), grow \
-                 (API {:.0}/s in the first quarter, {:.0}/s in the last). The same \
-                 read-once change as in figure 1 applies to `decide`/`view` (settlement and the \
-                 placement view read the same rows twice).\n\n",
+                "**What limits it: PostgreSQL executing about twenty statements per instance on \
+                 two shared cores.** There is no shared hot row, so the figure is round trips \
+                 times statement cost; the API adds two round trips and some CPU per request, a \
+                 small share of the whole (API {}, storage call {}, SQL {}). Throughput also \
+                 drifts down slowly as each reservation's seated instances, read twice per create \
+                 (with its open grants, read and locked twice), grow (API {:.0}/s in the first \
+                 quarter, {:.0}/s in the last). The same read-once change as in figure 1 applies \
+                 to `decide`/`view` (settlement and the placement view read the same rows \
+                 twice).\n\n",
                 rate(&g.api),
                 rate(&g.storage),
                 rate(&g.sql),
@@ -138,9 +148,9 @@ impl Report {
                  key then works for at most that long, which the contract would have to allow): \
                  one round trip fewer; (b) the manual clock's read is a test and demo cost \
                  (production's `BC_CLOCK=system` reads no row; the informative row measures it, \
-                 though run-to-run noise here is of the same order); with the manual clock, read it in the \
-                 authentication's statement. With both, a `get` is one round trip. **What \
-                 remains:** the bound above; the {} target is out of reach for a read that \
+                 though run-to-run noise here is of the same order); with the manual clock, read \
+                 it in the authentication's statement. With both, a `get` is one round trip. \
+                 **What remains:** the bound above; the {} target is out of reach for a read that \
                  queries PostgreSQL per request on this machine, short of serving grant state from \
                  memory, which a strongly consistent control plane should not do.\n\n",
                 rate(&g.api),
@@ -169,17 +179,17 @@ impl Report {
             };
             let _ = write!(
                 s,
-                "**`list` (1000 items): CPU in the api-server, decoding 1000 rows and encoding them.** \
-                 API {}, trivial handler {}: {}. The statements alone reach {} and the query alone \
-                 {} ({} of the trivial handler: fetching and decoding 1000 rows is itself far more \
-                 work than sending the answer). Measured one request at a time: \
+                "**`list` (1000 items): CPU in the api-server, decoding 1000 rows and encoding \
+                 them.** API {}, trivial handler {}: {}. The statements alone reach {} and the \
+                 query alone {} ({} of the trivial handler: fetching and decoding 1000 rows is \
+                 itself far more work than sending the answer). Measured one request at a time: \
                  `storage::grants::list` {}, the JSON built through a `serde_json::Value` tree {}, \
                  the same grants written straight to bytes {}. Answers were first built through \
                  the `Value` tree (a profile showed `BTreeMap` inserts, `malloc`/`free` and \
                  `serde_json::value::ser` on top); `handlers::items` and `one` now serialize the \
                  typed answer directly, which is the last of the three. **What remains:** by the \
-                 same bound as for `get`, a server doing the trivial handler's work plus the \
-                 query could reach {} of the trivial handler.\n\n",
+                 same bound as for `get`, a server doing the trivial handler's work plus the query \
+                 could reach {} of the trivial handler.\n\n",
                 rate(&l.api),
                 rate(&l.trivial),
                 ratio(l.api.throughput(), l.trivial.throughput()),
@@ -205,11 +215,11 @@ impl Report {
              reservations, settled and ended, never metered, with the manual clock {} hours and a \
              minute after their start; then the real `reconciler-worker --once --only vps.grants`. \
              Records per second use the pass's own `elapsed_ms` (the process's wall time, with \
-             start and connect, is in the table when the run succeeds). The ceiling is one \
-             `INSERT ... SELECT` of the same {} rows (same columns, types and sizes) into a scratch \
-             copy of `usage_records` (`LIKE ... INCLUDING ALL`: the same four indexes and unique \
-             keys), in the database's best case: usage ids in index order, rows in (grant, hour) \
-             order, tags built once per grant.\n\n",
+             start and connect, is in the table when the run succeeds). The ceiling is one `INSERT \
+             ... SELECT` of the same {} rows (same columns, types and sizes) into a scratch copy \
+             of `usage_records` (`LIKE ... INCLUDING ALL`: the same four indexes and unique keys), \
+             in the database's best case: usage ids in index order, rows in (grant, hour) order, \
+             tags built once per grant.\n\n",
             metering::GRANTS,
             metering::HOURS,
             metering::GRANTS * metering::HOURS,
@@ -221,20 +231,21 @@ impl Report {
                 "**Finding: the pass fails, and keeps failing.** `{}`. A batch's records go to \
                  PostgreSQL as a multi-row `INSERT` with 15 bind parameters per record, and the \
                  protocol allows 65,535 parameters per statement: a batch of 200 grants with 24 \
-                 ended hours each is 4,800 records, 72,000 parameters. Because the next round picks \
-                 the same lowest grant ids, `vps.grants` then meters nothing at all until the code \
-                 changes. The worker figure above is the same work in two runs of 12 hours each \
-                 (the clock moved between them).\n\n",
+                 ended hours each is 4,800 records, 72,000 parameters. Because the next round \
+                 picks the same lowest grant ids, `vps.grants` then meters nothing at all until \
+                 the code changes. The worker figure above is the same work in two runs of 12 \
+                 hours each (the clock moved between them).\n\n",
                 m.worker.line
             );
         } else {
             s.push_str(
-                "An earlier version of `vps.grants` failed on this figure: it sent a batch's records as \
-                 one multi-row `INSERT` with 15 bind parameters per record, and 200 grants × 24 hours is \
-                 72,000 parameters, over the protocol's 65,535 (\"error encoding message to server\"), \
-                 after which every round retried the same batch and metered nothing. The array-bound \
-                 statements described below have no such limit. If a pass fails again, the program says \
-                 so in the table and measures the work in 12-hour rounds instead.\n\n",
+                "An earlier version of `vps.grants` failed on this figure: it sent a batch's \
+                 records as one multi-row `INSERT` with 15 bind parameters per record, and 200 \
+                 grants × 24 hours is 72,000 parameters, over the protocol's 65,535 (\"error \
+                 encoding message to server\"), after which every round retried the same batch and \
+                 metered nothing. The array-bound statements described below have no such limit. \
+                 If a pass fails again, the program says so in the table and measures the work in \
+                 12-hour rounds instead.\n\n",
             );
         }
         let (records, secs, _) = Self::meter_api(m);

@@ -114,6 +114,56 @@ impl Engine {
         }
     }
 
+    /// Records a [`Transition::Refill`] at `at` for every grant live at `at`
+    /// (in placement order) with free slots and instances to take; the
+    /// snapshot must be settled up to `at`.
+    pub(super) fn refill(&mut self, at: i64) {
+        let mut live: Vec<usize> = (0..self.grants.len())
+            .filter(|&i| {
+                let g = &self.grants[i];
+                g.settled == GrantState::Active
+                    && g.starts_at <= at
+                    && g.created_at <= at
+                    && at < g.ends_at
+            })
+            .collect();
+        live.sort_by_key(|&i| self.preference(i));
+        for grant in live {
+            let take_in = self.eligible(grant, at, self.free_slots(&self.grants[grant]));
+            if !take_in.is_empty() {
+                self.record(Transition::Refill {
+                    grant_id: self.grants[grant].grant_id.clone(),
+                    at,
+                    take_in,
+                });
+            }
+        }
+    }
+
+    /// The instances `grant` would take in at `at`, up to `room`: its
+    /// tenant's running, billed instances on ordinary slots that it serves
+    /// and that exist at `at`, oldest first. The one rule of take-in at a
+    /// start and of a refill.
+    fn eligible(&self, grant: usize, at: i64, room: usize) -> Vec<String> {
+        let g = &self.grants[grant];
+        let mut eligible: Vec<&TimelineInstance> = self
+            .instances
+            .iter()
+            .filter(|i| {
+                i.seat == Some(Seat::Ordinary)
+                    && i.power == Power::Running
+                    && i.created_at <= at
+                    && rules::serves(g.owner(), i.owner(), i.billing)
+            })
+            .collect();
+        eligible.sort_by_key(|i| rules::oldest_first(i.created_at, &i.instance_id));
+        eligible
+            .into_iter()
+            .take(room)
+            .map(|i| i.instance_id.clone())
+            .collect()
+    }
+
     fn record(&mut self, transition: Transition) {
         apply(&mut self.grants, &mut self.instances, &transition);
         self.transitions.push(transition);
@@ -183,17 +233,6 @@ impl Engine {
     /// its free slots, unless its term is already over.
     fn activation(&self, grant: usize, at: i64) -> Transition {
         let g = &self.grants[grant];
-        let mut eligible: Vec<&TimelineInstance> = self
-            .instances
-            .iter()
-            .filter(|i| {
-                i.seat == Some(Seat::Ordinary)
-                    && i.power == Power::Running
-                    && i.created_at <= at
-                    && rules::serves(g.owner(), i.owner(), i.billing)
-            })
-            .collect();
-        eligible.sort_by_key(|i| rules::oldest_first(i.created_at, &i.instance_id));
         let room = if at < g.ends_at {
             self.free_slots(g)
         } else {
@@ -202,11 +241,7 @@ impl Engine {
         Transition::Activate {
             grant_id: g.grant_id.clone(),
             at,
-            take_in: eligible
-                .into_iter()
-                .take(room)
-                .map(|i| i.instance_id.clone())
-                .collect(),
+            take_in: self.eligible(grant, at, room),
         }
     }
 

@@ -348,6 +348,19 @@ pub enum Transition {
         /// Why.
         reason: EndReason,
     },
+    /// A live grant holds fewer instances than its slots because one of its
+    /// instances left it (deleted) while it goes on: its tenant's running
+    /// `standard` instances on ordinary slots of the reservation that it
+    /// serves move into it at that instant, oldest first, up to its free
+    /// slots (contract 5.3, r2). No event: the grant's state is unchanged.
+    Refill {
+        /// The grant.
+        grant_id: String,
+        /// The instant the slot freed.
+        at: i64,
+        /// The instances it takes in, oldest first.
+        take_in: Vec<String>,
+    },
     /// The reservation is gone: the instances on its ordinary slots leave it
     /// (running ones on-demand, any stopped one loses its slot). Grant
     /// instances leave with their grant's [`Transition::End`].
@@ -364,6 +377,7 @@ impl Transition {
     pub fn at(&self) -> i64 {
         match self {
             Transition::Activate { at, .. }
+            | Transition::Refill { at, .. }
             | Transition::End { at, .. }
             | Transition::Cancel { at, .. }
             | Transition::ReservationLost { at, .. } => *at,
@@ -374,6 +388,7 @@ impl Transition {
     pub fn grant_id(&self) -> Option<&str> {
         match self {
             Transition::Activate { grant_id, .. }
+            | Transition::Refill { grant_id, .. }
             | Transition::End { grant_id, .. }
             | Transition::Cancel { grant_id, .. } => Some(grant_id),
             Transition::ReservationLost { .. } => None,
@@ -505,6 +520,61 @@ pub fn force_end(
     engine.into_transitions()
 }
 
+/// The refill at `at` after an instance left a grant (contract 5.3, r2):
+/// first the transitions due up to `at` (exactly as [`settle`] gives them),
+/// then, for every grant live at `at` with a free slot, in placement order,
+/// a [`Transition::Refill`] taking in its tenant's running `standard`
+/// instances on ordinary slots that it serves, oldest first, up to its free
+/// slots. The caller passes the snapshot as it is once the instance has
+/// left (a deleted instance is no longer in it, or holds no seat).
+///
+/// With the take-in at `startsAt` and placement's grants-first rule, this
+/// keeps the source's promise: an instance of a grantee is on an ordinary
+/// slot only while every live grant of its tenant on the reservation that
+/// serves it is full. Applying the answer and asking again yields nothing.
+///
+/// ```
+/// use grants_core::{refill, Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance, Transition};
+///
+/// let grant = TimelineGrant {
+///     grant_id: "rgrant_1".into(),
+///     tenant_id: "acme".into(),
+///     project_id: None,
+///     slots: 1,
+///     starts_at: 0,
+///     ends_at: 100,
+///     created_at: 0,
+///     settled: GrantState::Active,
+/// };
+/// // The grant's instance was just deleted; an older and a newer one are on
+/// // ordinary slots.
+/// let ordinary = |id: &str, created_at| TimelineInstance {
+///     instance_id: id.into(),
+///     tenant_id: "acme".into(),
+///     project_id: None,
+///     billing: Billing::Standard,
+///     power: Power::Running,
+///     created_at,
+///     seat: Some(Seat::Ordinary),
+/// };
+/// let due = refill(&[grant], &[ordinary("inst_b", 20), ordinary("inst_a", 10)], 50);
+/// assert_eq!(due, [Transition::Refill {
+///     grant_id: "rgrant_1".into(),
+///     at: 50,
+///     take_in: vec!["inst_a".into()],
+/// }]);
+/// ```
+pub fn refill(
+    grants: &[TimelineGrant],
+    instances: &[TimelineInstance],
+    at: i64,
+) -> Vec<Transition> {
+    let mut engine = Engine::new(grants, instances);
+    engine.settle(at);
+    engine.refill(at);
+    engine.into_transitions()
+}
+
 /// Records `transition` in the snapshot, as storage records it in its rows:
 /// grant states, the final `endsAt` of an ended grant, and the seat of every
 /// instance it moves. Grants and instances it names that are not in the
@@ -519,6 +589,14 @@ pub fn apply(
             grant_id, take_in, ..
         } => {
             update_grant(grants, grant_id, |grant| grant.settled = GrantState::Active);
+            let seat = Seat::Grant(grant_id.clone());
+            for instance_id in take_in {
+                set_seat(instances, instance_id, Some(seat.clone()));
+            }
+        }
+        Transition::Refill {
+            grant_id, take_in, ..
+        } => {
             let seat = Seat::Grant(grant_id.clone());
             for instance_id in take_in {
                 set_seat(instances, instance_id, Some(seat.clone()));

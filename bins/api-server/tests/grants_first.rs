@@ -1,0 +1,347 @@
+//! A grantee never pays the reservation rate while its own grant has an idle
+//! slot (contract 4 and 5.3, r2): placement fills grants first across every
+//! candidate reservation of the pool, and a grant slot freed by a delete is
+//! refilled at that instant from the grantee's instances on ordinary slots,
+//! oldest first. Billed end to end with the real worker.
+
+mod common;
+mod gce;
+mod meter_support;
+mod worker;
+
+use std::time::Duration;
+
+use common::{ROOT_TOKEN, Server};
+use futures::future::join_all;
+use gce::{Gce, Platform, platform};
+use meter_support::*;
+use serde_json::{Value, json};
+
+fn id(v: &Value) -> String {
+    v["instanceId"].as_str().expect("instanceId").to_owned()
+}
+
+async fn delete(s: &Server, token: &str, tenant: &str, instance: &str) {
+    inst(s, token, tenant, "delete", instance).await;
+}
+
+async fn placement_of(s: &Server, token: &str, tenant: &str, instance: &str) -> Value {
+    s.call(
+        token,
+        "instances/get",
+        json!({ "tenantId": tenant, "instanceId": instance }),
+    )
+    .await
+    .ok()["instance"]["placement"]
+        .clone()
+}
+
+/// A second reservation `res-b` of `total` slots bound to the platform's pool.
+async fn second_reservation(s: &Server, p: &Platform, total: i64) -> String {
+    p.gce.put("res-b", total, 0, "READY").await;
+    gce::scan(s, &p.account).await;
+    let res_b = Gce::reservation_id("res-b");
+    s.root(
+        "providerAccounts/bindReservation",
+        json!({ "accountId": p.account, "reservationId": res_b, "poolId": p.pool }),
+    )
+    .await
+    .ok();
+    res_b
+}
+
+fn records_of(records: &[Value], meter: &str) -> Vec<(i64, String)> {
+    q(&of_meter(records, meter))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_on_a_later_candidate_is_filled_before_an_ordinary_slot_of_an_earlier_one() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 2).await;
+    let t = p.tenant_token.clone();
+    let res_b = second_reservation(&s, &p, 2).await;
+    // acme's grant is on res-b; res-a comes first in id order and has room.
+    let g = grant_on(&s, &p.account, &res_b, "acme", 1, T0, T0 + 2 * HOUR).await;
+    let x = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(
+        x["placement"],
+        json!({ "kind": "grant", "grantId": g, "reservationId": res_b })
+    );
+    // The grant is full: the next one takes the first ordinary slot (res-a).
+    let y = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(
+        y["placement"],
+        json!({ "kind": "reservation", "reservationId": p.reservation })
+    );
+    // Billed once: two hours in the grant, no reservation-rate hour for x.
+    s.set_clock(T0 + 2 * HOUR).await;
+    worker::once(&s, &[]).await;
+    let xr = usage_of_instance(&s, &t, "acme", &id(&x)).await;
+    assert_eq!(
+        records_of(&xr, "vm.grant.usage.hours"),
+        at(&[(0, "1.000000"), (1, "1.000000")])
+    );
+    assert!(of_meter(&xr, "vm.reserved.hours").is_empty(), "{xr:?}");
+    let slot = usage(&s, &t, "acme", "vm.grant.slot.hours").await;
+    assert_eq!(q(&slot), at(&[(0, "1.000000"), (1, "1.000000")]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_freed_by_a_delete_is_refilled_at_that_instant_and_billed_split_there() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let t = p.tenant_token.clone();
+    let g = grant(&s, &p, 2, T0, T0 + 3 * HOUR).await;
+    let a = id(&instance(&s, &t, "acme", &p.pool).await);
+    let b = id(&instance(&s, &t, "acme", &p.pool).await);
+    s.set_clock(T0 + MIN).await;
+    let c = instance(&s, &t, "acme", &p.pool).await;
+    assert_eq!(c["placement"]["kind"], "reservation");
+    let c = id(&c);
+
+    // a is deleted 80 minutes in: c moves into the grant at that instant.
+    let freed = T0 + 80 * MIN;
+    s.set_clock(freed).await;
+    delete(&s, &t, "acme", &a).await;
+    assert_eq!(
+        placement_of(&s, &t, "acme", &c).await,
+        json!({ "kind": "grant", "grantId": g, "reservationId": p.reservation })
+    );
+    assert_eq!(
+        placement_of(&s, &t, "acme", &b).await["grantId"],
+        g.as_str()
+    );
+
+    s.set_clock(T0 + 3 * HOUR).await;
+    worker::once(&s, &[]).await;
+    let cr = usage_of_instance(&s, &t, "acme", &c).await;
+    // Reservation rate from its creation to the refill, grant from then on,
+    // the hour of the refill split exactly at 80 minutes.
+    assert_eq!(
+        records_of(&cr, "vm.reserved.hours"),
+        at(&[(0, "0.983333"), (1, "0.333334")])
+    );
+    assert_eq!(
+        records_of(&cr, "vm.grant.usage.hours"),
+        at(&[(1, "0.666667"), (2, "1.000000")])
+    );
+    let reserved_total = total(&of_meter(&cr, "vm.reserved.hours"));
+    assert_eq!(reserved_total, round_micros(i128::from(79 * MIN)));
+    // The grant's two slots bill three hours, used or not; nothing twice.
+    let slot = usage(&s, &t, "acme", "vm.grant.slot.hours").await;
+    assert_eq!(
+        q(&slot),
+        at(&[(0, "2.000000"), (1, "2.000000"), (2, "2.000000")])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_oldest_overflow_is_refilled_first_and_only_up_to_the_freed_slots() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let t = p.tenant_token.clone();
+    let g = grant(&s, &p, 1, T0, T0 + 3 * HOUR).await;
+    let a = id(&instance(&s, &t, "acme", &p.pool).await);
+    s.set_clock(T0 + MIN).await;
+    let older = id(&instance(&s, &t, "acme", &p.pool).await);
+    s.set_clock(T0 + 2 * MIN).await;
+    let newer = id(&instance(&s, &t, "acme", &p.pool).await);
+    s.set_clock(T0 + 10 * MIN).await;
+    delete(&s, &t, "acme", &a).await;
+    assert_eq!(
+        placement_of(&s, &t, "acme", &older).await["grantId"],
+        g.as_str()
+    );
+    assert_eq!(
+        placement_of(&s, &t, "acme", &newer).await["kind"],
+        "reservation"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_grant_refills_only_from_its_project() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let t = p.tenant_token.clone();
+    let prj = s
+        .call(
+            &t,
+            "projects/create",
+            json!({ "tenantId": "acme", "name": "web" }),
+        )
+        .await
+        .ok()["project"]["projectId"]
+        .as_str()
+        .expect("projectId")
+        .to_owned();
+    let mut body = gce::grant_body(&p, 1, T0, T0 + 3 * HOUR, "gp");
+    body["projectId"] = json!(prj);
+    let g = s.root("reservationGrants/create", body).await.ok()["grant"]["grantId"]
+        .as_str()
+        .expect("grantId")
+        .to_owned();
+    let in_project = |key: &str| {
+        json!({ "tenantId": "acme", "poolId": p.pool, "flavor": gce::FLAVOR,
+                "projectId": prj, "idempotencyKey": key })
+    };
+    let a = s.call(&t, "instances/create", in_project("a")).await.ok()["instance"].clone();
+    assert_eq!(a["placement"]["grantId"], g.as_str());
+    // An older instance outside the project, then a newer one in it.
+    s.set_clock(T0 + MIN).await;
+    let outside = id(&instance(&s, &t, "acme", &p.pool).await);
+    s.set_clock(T0 + 2 * MIN).await;
+    let inside = s.call(&t, "instances/create", in_project("b")).await.ok()["instance"].clone();
+    assert_eq!(inside["placement"]["kind"], "reservation");
+    s.set_clock(T0 + 10 * MIN).await;
+    delete(&s, &t, "acme", &id(&a)).await;
+    assert_eq!(
+        placement_of(&s, &t, "acme", &id(&inside)).await["grantId"],
+        g.as_str()
+    );
+    assert_eq!(
+        placement_of(&s, &t, "acme", &outside).await["kind"],
+        "reservation"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn billing_none_never_refills_and_a_stop_keeps_the_slot_and_refills_nothing() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    // Root as grantee, with an unbilled instance waiting on an ordinary slot.
+    s.root(
+        "quotas/set",
+        json!({ "tenantId": "root", "poolId": p.pool, "resource": "memoryGib", "max": 1000 }),
+    )
+    .await
+    .ok();
+    let g = grant_for(&s, &p, "root", 1, T0, T0 + 3 * HOUR).await;
+    let a = id(&instance(&s, ROOT_TOKEN, "root", &p.pool).await);
+    let unbilled = s
+        .root(
+            "instances/create",
+            json!({ "poolId": p.pool, "flavor": gce::FLAVOR, "billing": "none",
+                    "idempotencyKey": "none-1" }),
+        )
+        .await
+        .ok()["instance"]
+        .clone();
+    assert_eq!(unbilled["placement"]["kind"], "reservation");
+    s.set_clock(T0 + MIN).await;
+    let waiting = id(&instance(&s, ROOT_TOKEN, "root", &p.pool).await);
+    // The grant is full (a); waiting is on an ordinary slot.
+    assert_eq!(
+        placement_of(&s, ROOT_TOKEN, "root", &waiting).await["kind"],
+        "reservation"
+    );
+
+    // A stop keeps a's slot: nothing moves.
+    s.set_clock(T0 + 5 * MIN).await;
+    inst(&s, ROOT_TOKEN, "root", "stop", &a).await;
+    assert_eq!(
+        placement_of(&s, ROOT_TOKEN, "root", &a).await["grantId"],
+        g.as_str()
+    );
+    assert_eq!(
+        placement_of(&s, ROOT_TOKEN, "root", &waiting).await["kind"],
+        "reservation"
+    );
+
+    // Deleting the stopped a frees the slot: the standard instance is
+    // refilled, the older unbilled one never is.
+    s.set_clock(T0 + 10 * MIN).await;
+    delete(&s, ROOT_TOKEN, "root", &a).await;
+    assert_eq!(
+        placement_of(&s, ROOT_TOKEN, "root", &waiting).await["grantId"],
+        g.as_str()
+    );
+    assert_eq!(
+        placement_of(&s, ROOT_TOKEN, "root", &id(&unbilled)).await["kind"],
+        "reservation"
+    );
+    // With only the unbilled one left outside, a freed slot stays idle.
+    s.set_clock(T0 + 20 * MIN).await;
+    delete(&s, ROOT_TOKEN, "root", &waiting).await;
+    assert_eq!(
+        placement_of(&s, ROOT_TOKEN, "root", &id(&unbilled)).await["kind"],
+        "reservation"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_over_two_reservations_never_deadlock_or_over_fill() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 10).await;
+    let res_b = second_reservation(&s, &p, 10).await;
+    let globex = s.tenant("globex").await;
+    s.root(
+        "pools/offer",
+        json!({ "poolId": p.pool, "offerTenantId": "globex",
+                "quotas": { "instances": 40, "vcpus": 400, "memoryGib": 1000 } }),
+    )
+    .await
+    .ok();
+    s.root(
+        "quotas/set",
+        json!({ "tenantId": "acme", "poolId": p.pool, "resource": "instances", "max": 40 }),
+    )
+    .await
+    .ok();
+    s.root(
+        "quotas/set",
+        json!({ "tenantId": "acme", "poolId": p.pool, "resource": "vcpus", "max": 400 }),
+    )
+    .await
+    .ok();
+    // Grants on both reservations for both tenants: every decision locks both.
+    let ga = grant_on(&s, &p.account, &p.reservation, "acme", 3, T0, T0 + 5 * HOUR).await;
+    let gb = grant_on(&s, &p.account, &res_b, "globex", 3, T0, T0 + 5 * HOUR).await;
+    let gc = grant_on(&s, &p.account, &res_b, "acme", 2, T0, T0 + 5 * HOUR).await;
+    let tokens = [(p.tenant_token.clone(), "acme"), (globex.clone(), "globex")];
+    let creates = (0..32).map(|i| {
+        let (token, tenant) = tokens[i % 2].clone();
+        let s = &s;
+        let pool = p.pool.clone();
+        async move {
+            s.call(
+                &token,
+                "instances/create",
+                json!({ "tenantId": tenant, "poolId": pool, "flavor": gce::FLAVOR,
+                        "idempotencyKey": format!("c-{i}") }),
+            )
+            .await
+        }
+    });
+    let answers = tokio::time::timeout(Duration::from_secs(60), join_all(creates))
+        .await
+        .expect("every create answered within 60 s (no deadlock)");
+    let mut ok = 0;
+    for a in &answers {
+        match a.status {
+            200 => ok += 1,
+            409 => assert_eq!(a.code(), "CAPACITY_UNAVAILABLE", "{}", a.body),
+            other => panic!("unexpected answer {other}: {}", a.body),
+        }
+    }
+    // 20 slots in all: exactly 20 fit.
+    assert_eq!(ok, 20, "{answers:?}");
+    let placements: Vec<Value> = answers
+        .iter()
+        .filter(|a| a.status == 200)
+        .map(|a| a.body["instance"]["placement"].clone())
+        .collect();
+    let count = |f: &dyn Fn(&Value) -> bool| placements.iter().filter(|v| f(v)).count();
+    assert_eq!(count(&|v| v["reservationId"] == p.reservation.as_str()), 10);
+    assert_eq!(count(&|v| v["reservationId"] == res_b.as_str()), 10);
+    // Every grant is full before anyone took the ordinary slots it could
+    // have used: each grant holds exactly its slots.
+    for (g, slots) in [(&ga, 3), (&gb, 3), (&gc, 2)] {
+        assert_eq!(count(&|v| v["grantId"] == g.as_str()), slots, "{g}");
+    }
+}
