@@ -319,7 +319,9 @@ fn preference(grant: &LiveGrant) -> (bool, i64, &str) {
 /// [`CapacityUnavailable`] describing the first candidate.
 ///
 /// ```
-/// use grants_core::{place, Billing, LiveGrant, Placement, PlacementRequest, ReservationView, Seat};
+/// use grants_core::{
+///     place, Billing, LiveGrant, Placement, PlacementRequest, ReservationView, Seat,
+/// };
 ///
 /// let view = ReservationView {
 ///     reservation_id: "projects/p/zones/z/reservations/r".into(),

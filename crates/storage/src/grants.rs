@@ -127,7 +127,9 @@ pub async fn create(
     conn.transaction::<_, Error, _>(async move |conn| {
         let id = ids::new_id("rgrant", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
-            let row = load(conn, &existing).await?.ok_or_else(|| Error::not_found("grant", &existing))?;
+            let row = load(conn, &existing)
+                .await?
+                .ok_or_else(|| Error::not_found("grant", &existing))?;
             return Ok(Grant::at(row, now));
         }
         // Existence: the account is root's, the reservation is on it, the
@@ -142,14 +144,19 @@ pub async fn create(
             .ok_or_else(|| Error::not_found("reservation", new.reservation_id))?;
         // State of the reservation.
         if res.status != "ready" {
-            return Err(Error::invalid_state(format!("the reservation is {}, not ready", res.status))
-                .with("reservationId", res.reservation_id.as_str())
-                .with("status", res.status.as_str()));
+            return Err(Error::invalid_state(format!(
+                "the reservation is {}, not ready",
+                res.status
+            ))
+            .with("reservationId", res.reservation_id.as_str())
+            .with("status", res.status.as_str()));
         }
         let Some(pool_id) = res.pool_id.clone() else {
-            return Err(Error::invalid_state("the reservation is not bound to a pool")
-                .with("reservationId", res.reservation_id.as_str())
-                .with("reason", "unbound"));
+            return Err(
+                Error::invalid_state("the reservation is not bound to a pool")
+                    .with("reservationId", res.reservation_id.as_str())
+                    .with("reason", "unbound"),
+            );
         };
         // The grantee may use the pool, and the project is the grantee's.
         if !pools::is_visible(conn, &pool_id, new.grant_tenant_id, root).await? {
@@ -161,21 +168,34 @@ pub async fn create(
             .with("poolId", pool_id.as_str()));
         }
         if let Some(project) = new.project_id
-            && tenancy::tenant_project(conn, new.grant_tenant_id, project).await?.is_none()
+            && tenancy::tenant_project(conn, new.grant_tenant_id, project)
+                .await?
+                .is_none()
         {
             return Err(Error::invalid(
                 "projectId",
                 "project-not-grantee",
-                format!("project {project} is not a project of {}", new.grant_tenant_id),
+                format!(
+                    "project {project} is not a project of {}",
+                    new.grant_tenant_id
+                ),
             ));
         }
         // The term.
         if new.starts_at < now - MAX_START_IN_PAST_MS {
-            return Err(Error::invalid("startsAt", "past", "startsAt may be at most 5 minutes in the past")
-                .with("now", now));
+            return Err(Error::invalid(
+                "startsAt",
+                "past",
+                "startsAt may be at most 5 minutes in the past",
+            )
+            .with("now", now));
         }
         if new.ends_at <= new.starts_at {
-            return Err(Error::invalid("endsAt", "range", "endsAt must be after startsAt"));
+            return Err(Error::invalid(
+                "endsAt",
+                "range",
+                "endsAt must be after startsAt",
+            ));
         }
         // Capacity, decided under the reservation's row lock.
         let mut events = Vec::new();
@@ -183,12 +203,19 @@ pub async fn create(
         let existing = commitments(conn, &res.account_id, &res.reservation_id).await?;
         let total = u64::try_from(res.total).unwrap_or(0);
         let slots = u32::try_from(new.slots).map_err(Error::internal)?;
-        grants_core::check_capacity(total, &existing, Commitment::new(Term::new(new.starts_at, new.ends_at), slots))
-            .map_err(|short| {
-                Error::new(Code::CapacityUnavailable, format!("the reservation cannot commit {slots} more slots over that term: {short}"))
-                    .with("total", short.total)
-                    .with("granted", short.granted)
-            })?;
+        grants_core::check_capacity(
+            total,
+            &existing,
+            Commitment::new(Term::new(new.starts_at, new.ends_at), slots),
+        )
+        .map_err(|short| {
+            Error::new(
+                Code::CapacityUnavailable,
+                format!("the reservation cannot commit {slots} more slots over that term: {short}"),
+            )
+            .with("total", short.total)
+            .with("granted", short.granted)
+        })?;
         let row: GrantRow = diesel::insert_into(grants::table)
             .values((
                 grants::grant_id.eq(&id),
@@ -207,15 +234,24 @@ pub async fn create(
             .returning(GrantRow::as_returning())
             .get_result(conn)
             .await?;
-        events.push(NewEvent::new(&row.tenant_id, "reservation-grant.created", row.event_data(None), now));
+        events.push(NewEvent::new(
+            &row.tenant_id,
+            "reservation-grant.created",
+            row.event_data(None),
+            now,
+        ));
         // A grant starting at or before now activates (and takes in) at once;
         // one starting later has nothing due (the rest was settled above).
         if new.starts_at <= now {
             timeline::settle(conn, &res, now, &mut events).await?;
         }
         events::publish(conn, now, events).await?;
-        tracing::info!(grant = %id, reservation = %new.reservation_id, tenant = %new.grant_tenant_id, slots, starts_at = new.starts_at, ends_at = new.ends_at, "grant created");
-        let row = load(conn, &id).await?.ok_or_else(|| Error::internal("grant vanished"))?;
+        tracing::info!(grant = %id, reservation = %new.reservation_id,
+            tenant = %new.grant_tenant_id, slots, starts_at = new.starts_at,
+                ends_at = new.ends_at, "grant created");
+        let row = load(conn, &id)
+            .await?
+            .ok_or_else(|| Error::internal("grant vanished"))?;
         Ok(Grant::at(row, now))
     })
     .await

@@ -553,25 +553,42 @@ pub async fn create(
         tenancy::lock_acting_tenant(conn, new.tenant_id).await?;
         let pool = pools::get(conn, new.pool_id, new.tenant_id, root).await?;
         if pool.flavor(new.flavor).is_none() {
-            return Err(Error::invalid("flavor", "unknown-flavor", format!("pool {} has no flavor {}", pool.pool_id, new.flavor)));
+            return Err(Error::invalid(
+                "flavor",
+                "unknown-flavor",
+                format!("pool {} has no flavor {}", pool.pool_id, new.flavor),
+            ));
         }
         if let Some(p) = new.project_id
-            && tenancy::tenant_project(conn, new.tenant_id, p).await?.is_none()
+            && tenancy::tenant_project(conn, new.tenant_id, p)
+                .await?
+                .is_none()
         {
-            return Err(Error::invalid("projectId", "project-not-tenant", format!("project {p} is not a project of {}", new.tenant_id)));
+            return Err(Error::invalid(
+                "projectId",
+                "project-not-tenant",
+                format!("project {p} is not a project of {}", new.tenant_id),
+            ));
         }
         let charges = charges_for(&pool, new.flavor)?;
         let rows = lock_quota_rows(conn, new.tenant_id, new.pool_id, &charges).await?;
         let charged = quotas_core::charge(&rows, &charges).map_err(|q| {
-            Error::new(Code::QuotaExceeded, format!("quota {} of pool {} exceeded", q.resource, new.pool_id))
-                .with("poolId", new.pool_id)
-                .with("resource", q.resource.as_str())
-                .with("max", q.max)
-                .with("used", q.used)
-                .with("requested", q.requested)
+            Error::new(
+                Code::QuotaExceeded,
+                format!("quota {} of pool {} exceeded", q.resource, new.pool_id),
+            )
+            .with("poolId", new.pool_id)
+            .with("resource", q.resource.as_str())
+            .with("max", q.max)
+            .with("used", q.used)
+            .with("requested", q.requested)
         })?;
         let mut events = Vec::new();
-        let request = PlacementRequest::new(new.tenant_id, new.project_id.map(str::to_owned), new.billing);
+        let request = PlacementRequest::new(
+            new.tenant_id,
+            new.project_id.map(str::to_owned),
+            new.billing,
+        );
         let target = decide(conn, new.pool_id, new.flavor, &request, now, &mut events).await?;
         write_quota_rows(conn, new.tenant_id, new.pool_id, &rows, &charged).await?;
         let row: InstanceRow = diesel::insert_into(instances::table)
@@ -593,7 +610,8 @@ pub async fn create(
             .await?;
         place_at(conn, &row, &target, "running", now).await?;
         events::publish(conn, now, events).await?;
-        tracing::info!(instance = %id, tenant = %new.tenant_id, placement = ?target, "instance created");
+        tracing::info!(instance = %id, tenant = %new.tenant_id, placement = ?target,
+            "instance created");
         get(conn, new.tenant_id, &id).await
     })
     .await
@@ -684,7 +702,8 @@ pub async fn stop(
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         match inst.state.as_str() {
-            "deleted" => return Err(Error::invalid_state("the instance is deleted").with("state", "deleted")),
+            "deleted" => return Err(Error::invalid_state("the instance is deleted").with(
+                "state", "deleted")),
             "stopped" => {
                 events::publish(conn, now, events).await?;
                 return Ok(Instance::from(inst));
@@ -692,7 +711,8 @@ pub async fn stop(
             _ => {}
         }
         let target = match (&inst.grant_id, &res) {
-            (Some(g), Some(r)) => Target::Grant { grant_id: g.clone(), account_id: r.account_id.clone(), reservation_id: r.reservation_id.clone() },
+            (Some(g), Some(r)) => Target::Grant { grant_id: g.clone(),
+                account_id: r.account_id.clone(), reservation_id: r.reservation_id.clone() },
             _ => Target::None,
         };
         place_at(conn, &inst, &target, "stopped", now).await?;
@@ -722,7 +742,8 @@ pub async fn start(
         }
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         match inst.state.as_str() {
-            "deleted" => return Err(Error::invalid_state("the instance is deleted").with("state", "deleted")),
+            "deleted" => return Err(Error::invalid_state("the instance is deleted").with(
+                "state", "deleted")),
             "running" => {
                 events::publish(conn, now, events).await?;
                 return Ok(Instance::from(inst));
@@ -736,7 +757,8 @@ pub async fn start(
                 // have moved it otherwise): only its own reservation decides.
                 request.held_grant = Some(g.clone());
                 let view = view(conn, r, now).await?;
-                let seat = grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
+                let seat = grants_core::place_on(&view, &request).map_err(|_| capacity_error(
+                    &view))?;
                 Target::from_seat(seat, r)
             }
             _ => decide(conn, &inst.pool_id, &inst.flavor, &request, now, &mut events).await?,

@@ -460,7 +460,9 @@ impl ForcedEnd {
 /// once.
 ///
 /// ```
-/// use grants_core::{settle, Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance, Transition};
+/// use grants_core::{
+///     settle, Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance, Transition,
+/// };
 ///
 /// let grant = TimelineGrant {
 ///     grant_id: "rgrant_1".into(),
@@ -534,7 +536,9 @@ pub fn force_end(
 /// serves it is full. Applying the answer and asking again yields nothing.
 ///
 /// ```
-/// use grants_core::{refill, Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance, Transition};
+/// use grants_core::{
+///     refill, Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance, Transition,
+/// };
 ///
 /// let grant = TimelineGrant {
 ///     grant_id: "rgrant_1".into(),
