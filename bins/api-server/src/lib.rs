@@ -142,20 +142,13 @@ async fn log_disallowed_accounts(
     conn: &mut storage::db::Conn,
     config: &Config,
 ) -> anyhow::Result<()> {
-    let refused = storage::accounts::disallowed(conn, &config.root_tenant, &config.provider_policy)
-        .await
-        .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
-    for a in &refused {
-        tracing::warn!(
-            account = %a.account_id,
-            tenant = %a.tenant_id,
-            refusal = %a.refusal,
-            "provider account not allowed by the provider policy; its scans will fail"
-        );
-    }
+    let refused =
+        storage::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy)
+            .await
+            .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
     tracing::info!(
         policy = ?config.provider_policy,
-        disallowed_accounts = refused.len(),
+        disallowed_accounts = refused,
         "provider policy"
     );
     Ok(())

@@ -84,14 +84,29 @@ fn account_body(name: &str, endpoint: &str, credentials: &str) -> Value {
     })
 }
 
-async fn tenant_account(s: &Server, token: &str, name: &str, endpoint: &str, cred: &str) -> Value {
+async fn tenant_account(s: &Server, token: &str, name: &str, endpoint: &str, cred: &str) -> String {
+    let a = s
+        .call(
+            token,
+            "providerAccounts/create",
+            account_body(name, endpoint, cred),
+        )
+        .await
+        .ok();
+    a["account"]["accountId"]
+        .as_str()
+        .expect("accountId")
+        .to_owned()
+}
+
+/// `providerAccounts.scan` of an `acme` account with `token`.
+async fn scan_as(s: &Server, token: &str, account: &str) -> common::Answer {
     s.call(
         token,
-        "providerAccounts/create",
-        account_body(name, endpoint, cred),
+        "providerAccounts/scan",
+        json!({ "tenantId": "acme", "accountId": account }),
     )
     .await
-    .body
 }
 
 /// Inserts an account as it may have been stored before the policy existed,
@@ -210,13 +225,7 @@ async fn no_credential_reference_sends_the_servers_environment_or_files_to_a_ten
         legacy_account(&s, id, "acme", config.clone()).await;
     }
     for (id, _) in &by_api {
-        let a = s
-            .call(
-                &t,
-                "providerAccounts/scan",
-                json!({ "tenantId": "acme", "accountId": id }),
-            )
-            .await;
+        let a = scan_as(&s, &t, id).await;
         assert_eq!(
             a.err(503, "UNAVAILABLE"),
             &json!({ "reason": "provider-error" }),
@@ -259,18 +268,8 @@ async fn no_credential_reference_sends_the_servers_environment_or_files_to_a_ten
 
     // A tenant account with `none` does reach the listed endpoint, with no
     // Authorization header at all.
-    let ok = tenant_account(&s, &t, "plain", &endpoint, "none").await;
-    let id = ok["account"]["accountId"]
-        .as_str()
-        .expect("accountId")
-        .to_owned();
-    s.call(
-        &t,
-        "providerAccounts/scan",
-        json!({ "tenantId": "acme", "accountId": id }),
-    )
-    .await
-    .ok();
+    let id = tenant_account(&s, &t, "plain", &endpoint, "none").await;
+    scan_as(&s, &t, &id).await.ok();
     let (status, err) = once_with(
         &s,
         &["vps.reservations"],
@@ -397,18 +396,8 @@ async fn a_tenant_endpoint_inside_the_platform_is_refused_at_create_or_at_connec
     // Listed by name, but the name resolves inside: refused at connect, as a
     // provider error that says nothing of the address.
     let endpoint = format!("http://{name}:{port}");
-    let a = tenant_account(&s, &t, "dns", &endpoint, "none").await;
-    let id = a["account"]["accountId"]
-        .as_str()
-        .expect("accountId")
-        .to_owned();
-    let scan = s
-        .call(
-            &t,
-            "providerAccounts/scan",
-            json!({ "tenantId": "acme", "accountId": id }),
-        )
-        .await;
+    let id = tenant_account(&s, &t, "dns", &endpoint, "none").await;
+    let scan = scan_as(&s, &t, &id).await;
     assert_eq!(
         scan.err(503, "UNAVAILABLE"),
         &json!({ "reason": "provider-error" })
@@ -453,18 +442,8 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
     })
     .await;
     let t = s.tenant("acme").await;
-    let a = tenant_account(&s, &t, "listed", &endpoint, "none").await;
-    let id = a["account"]["accountId"]
-        .as_str()
-        .expect("accountId")
-        .to_owned();
-    let scan = s
-        .call(
-            &t,
-            "providerAccounts/scan",
-            json!({ "tenantId": "acme", "accountId": id }),
-        )
-        .await;
+    let id = tenant_account(&s, &t, "listed", &endpoint, "none").await;
+    let scan = scan_as(&s, &t, &id).await;
     // Listed by IP: the call is made (the operator allowed that address).
     assert!(!listener.requests().is_empty());
     assert_eq!(
@@ -488,7 +467,7 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
     })
     .await;
     let t2 = s2.tenant("acme").await;
-    let a = tenant_account(
+    let id = tenant_account(
         &s2,
         &t2,
         "closed",
@@ -496,17 +475,7 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
         "none",
     )
     .await;
-    let id = a["account"]["accountId"]
-        .as_str()
-        .expect("accountId")
-        .to_owned();
-    let scan = s2
-        .call(
-            &t2,
-            "providerAccounts/scan",
-            json!({ "tenantId": "acme", "accountId": id }),
-        )
-        .await;
+    let scan = scan_as(&s2, &t2, &id).await;
     assert_eq!(
         scan.err(503, "UNAVAILABLE"),
         &json!({ "reason": "provider-error" })
@@ -534,14 +503,7 @@ async fn a_tenant_cannot_bind_its_own_reservation_into_a_platform_pool() {
         .as_str()
         .expect("accountId")
         .to_owned();
-    let found = s
-        .call(
-            &t,
-            "providerAccounts/scan",
-            json!({ "tenantId": "acme", "accountId": acct }),
-        )
-        .await
-        .ok();
+    let found = scan_as(&s, &t, &acct).await.ok();
     let res = found["items"][0]["reservationId"]
         .as_str()
         .expect("reservation")

@@ -901,19 +901,23 @@ async fn half_closed_exchange(url: &str, request: &[u8]) -> (u16, String) {
     (status, text)
 }
 
+/// A raw `projects.create` request as root with `body`.
+fn create_project(body: &str) -> String {
+    format!(
+        "POST /api/compute/projects/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        ROOT_TOKEN,
+        body.len()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_that_half_closes_after_its_request_still_gets_the_answer() {
     let s = Server::start().await;
     // A large request body (just under 1 MiB), answered with an error.
     let filler = "x".repeat(1000 * 1000);
     let body = format!(r#"{{"tenantId":"root","name":"n","padding":"{filler}"}}"#);
-    let request = format!(
-        "POST /api/compute/projects/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        ROOT_TOKEN,
-        body.len()
-    );
-    let (status, text) = half_closed_exchange(&s.url, request.as_bytes()).await;
+    let (status, text) = half_closed_exchange(&s.url, create_project(&body).as_bytes()).await;
     assert_eq!(status, 400, "{}", &text[..text.len().min(300)]);
     let answer = response_body(&text);
     assert_eq!(answer["error"]["code"], "INVALID_INPUT", "{answer}");
@@ -937,13 +941,7 @@ async fn a_client_that_half_closes_after_its_request_still_gets_the_answer() {
 
     // A successful method call, half-closed too, with its answer.
     let body = r#"{"tenantId":"root","name":"half-closed"}"#;
-    let request = format!(
-        "POST /api/compute/projects/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        ROOT_TOKEN,
-        body.len()
-    );
-    let (status, text) = half_closed_exchange(&s.url, request.as_bytes()).await;
+    let (status, text) = half_closed_exchange(&s.url, create_project(body).as_bytes()).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(response_body(&text)["project"]["name"], "half-closed");
 }

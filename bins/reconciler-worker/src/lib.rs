@@ -107,18 +107,9 @@ pub async fn run(
     let pool: DbPool = storage::db::pool(&config.database_url, 4)?;
     {
         let mut conn = pool.get().await.context("connecting to the database")?;
-        let refused =
-            storage::accounts::disallowed(&mut conn, &config.root_tenant, &config.provider_policy)
-                .await
-                .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
-        for a in &refused {
-            tracing::warn!(
-                account = %a.account_id,
-                tenant = %a.tenant_id,
-                refusal = %a.refusal,
-                "provider account not allowed by the provider policy; its scans will fail"
-            );
-        }
+        storage::accounts::warn_disallowed(&mut conn, &config.root_tenant, &config.provider_policy)
+            .await
+            .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
     }
     let passes = select(passes::all(), &config.only)?;
     let names: Vec<&str> = passes.iter().map(|p| p.name()).collect();

@@ -143,3 +143,22 @@ pub async fn disallowed(
         })
         .collect())
 }
+
+/// Logs, at start-up, every account [`disallowed`] finds, and returns how
+/// many there are: they stay stored but unusable until fixed.
+pub async fn warn_disallowed(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    policy: &providers::policy::ProviderPolicy,
+) -> Result<usize> {
+    let refused = disallowed(conn, root, policy).await?;
+    for a in &refused {
+        tracing::warn!(
+            account = %a.account_id,
+            tenant = %a.tenant_id,
+            refusal = %a.refusal,
+            "provider account not allowed by the provider policy; its scans will fail"
+        );
+    }
+    Ok(refused.len())
+}

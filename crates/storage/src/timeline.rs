@@ -211,15 +211,7 @@ pub async fn settle(
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
-    let grants = open_grants(conn, res).await?;
-    if grants.is_empty() {
-        return Ok(0);
-    }
-    let instances = seated_instances(conn, res).await?;
-    let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
-    let due = grants_core::settle(&timeline, &instances, now);
-    write(conn, res, &grants, &due, events).await?;
-    Ok(due.len())
+    run(conn, res, events, |g, i| grants_core::settle(g, i, now)).await
 }
 
 /// Settles up to `at`, then refills the grants that an instance just left
@@ -232,13 +224,24 @@ pub async fn refill(
     at: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
+    run(conn, res, events, |g, i| grants_core::refill(g, i, at)).await
+}
+
+/// Reads the locked reservation's open grants and seated instances, asks
+/// the engine (`decide`) what happens, and writes the answer.
+async fn run(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    events: &mut Vec<NewEvent>,
+    decide: impl FnOnce(&[TimelineGrant], &[TimelineInstance]) -> Vec<Transition>,
+) -> Result<usize> {
     let grants = open_grants(conn, res).await?;
     if grants.is_empty() {
         return Ok(0);
     }
     let instances = seated_instances(conn, res).await?;
     let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
-    let due = grants_core::refill(&timeline, &instances, at);
+    let due = decide(&timeline, &instances);
     write(conn, res, &grants, &due, events).await?;
     Ok(due.len())
 }
