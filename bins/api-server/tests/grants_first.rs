@@ -345,3 +345,62 @@ async fn concurrent_creates_over_two_reservations_never_deadlock_or_over_fill() 
         assert_eq!(count(&|v| v["grantId"] == g.as_str()), slots, "{g}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_placement_looks_past_the_first_ordinary_slot_only_for_the_tenants_grants() {
+    use diesel::sql_types::Text;
+    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 2).await;
+    let t = p.tenant_token.clone();
+    let res_b = second_reservation(&s, &p, 2).await;
+    let globex = s.tenant("globex").await;
+    s.root(
+        "pools/offer",
+        json!({ "poolId": p.pool, "offerTenantId": "globex",
+                "quotas": { "instances": 4, "vcpus": 40, "memoryGib": 100 } }),
+    )
+    .await
+    .ok();
+    let g = grant_on(&s, &p.account, &res_b, "acme", 1, T0, T0 + HOUR).await;
+    // Another transaction holds res-b's row.
+    let mut holder = AsyncPgConnection::establish(s.db.url()).await.expect("db");
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    diesel::sql_query(
+        "SELECT 1 FROM reservations WHERE account_id = $1 AND reservation_id = $2 FOR UPDATE",
+    )
+    .bind::<Text, _>(&p.account)
+    .bind::<Text, _>(&res_b)
+    .execute(&mut holder)
+    .await
+    .expect("lock");
+    // globex has no grant there: res-a's ordinary slot decides, at once.
+    let x = tokio::time::timeout(
+        Duration::from_secs(10),
+        instance(&s, &globex, "globex", &p.pool),
+    )
+    .await
+    .expect("placed without waiting for res-b");
+    assert_eq!(x["placement"]["reservationId"], p.reservation.as_str());
+    // acme's grant is on res-b: its placement must look there, and waits.
+    // (The same idempotency key below: the abandoned request may still
+    // complete once the lock is gone.)
+    let body = json!({ "tenantId": "acme", "poolId": p.pool, "flavor": gce::FLAVOR,
+                       "idempotencyKey": "acme-wait" });
+    let waiting = tokio::time::timeout(
+        Duration::from_millis(1500),
+        s.call(&t, "instances/create", body.clone()),
+    )
+    .await;
+    assert!(waiting.is_err(), "acme's placement did not wait for res-b");
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .expect("rollback");
+    let y = s.call(&t, "instances/create", body).await.ok();
+    assert_eq!(y["instance"]["placement"]["grantId"], g.as_str());
+}

@@ -2,8 +2,11 @@
 //! placement segments billing reads (contract 3.7, 4, 5.1).
 //!
 //! Lock order, shared by every operation so none can deadlock another: the
-//! tenant's quota rows of the pool (by resource), then reservation rows (in
-//! reservation id order), then instance rows.
+//! tenant's row, then its quota rows of the pool (by resource), then
+//! reservation rows (in reservation id, then account id order), then
+//! instance rows.
+
+use std::collections::HashSet;
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
@@ -440,22 +443,42 @@ async fn decide(
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<Target> {
-    // Every candidate is locked and settled first, in (reservation id,
-    // account id) order, the documented lock order, so two placements never
-    // deadlock; then one pure decision sees them all (grants first across
-    // all candidates, contract 4).
+    // Candidates are locked and settled in (reservation id, account id)
+    // order, the documented lock order, so two placements never deadlock;
+    // then one pure decision sees them (grants first across all candidates,
+    // contract 4). Only a prefix is needed: once an ordinary slot is found,
+    // a later candidate matters only if the tenant has a live grant there,
+    // so the walk stops at the first ordinary slot past the last such
+    // reservation, and a pool's placements without grants do not all queue
+    // on every reservation of the pool.
+    let candidates = candidates(conn, pool_id, flavor).await?;
+    let hinted = granted_candidates(conn, &candidates, request, now).await?;
     let mut rows = Vec::new();
     let mut views = Vec::new();
-    for (account_id, reservation_id) in candidates(conn, pool_id, flavor).await? {
-        let Some(res) = timeline::lock_reservation(conn, &account_id, &reservation_id).await?
-        else {
+    let mut ordinary_found = false;
+    for (k, (account_id, reservation_id)) in candidates.iter().enumerate() {
+        if ordinary_found && !hinted[k..].iter().any(|h| *h) {
+            break;
+        }
+        let Some(res) = timeline::lock_reservation(conn, account_id, reservation_id).await? else {
             continue;
         };
         if res.status != "ready" || res.pool_id.as_deref() != Some(pool_id) {
             continue;
         }
         timeline::settle(conn, &res, now, events).await?;
-        views.push(view(conn, &res, now).await?);
+        let view = view(conn, &res, now).await?;
+        match grants_core::place_on(&view, request) {
+            // The first grant seat in id order is the decision.
+            Ok(Seat::Grant(_)) => {
+                views.push(view);
+                rows.push(res);
+                break;
+            }
+            Ok(Seat::Ordinary) => ordinary_found = true,
+            Err(_) => {}
+        }
+        views.push(view);
         rows.push(res);
     }
     match grants_core::place_in_order(&views, request) {
@@ -463,6 +486,33 @@ async fn decide(
         Ok(Some((index, seat))) => Ok(Target::from_seat(seat, &rows[index])),
         Err(_) => Err(capacity_error(&views[0])),
     }
+}
+
+/// For each candidate, whether the tenant may have a live grant on it now
+/// (scheduled or active, `startsAt <= now < endsAt`), read without locks: a
+/// hint of which reservations a placement must look at beyond the first
+/// ordinary slot. A grant committed after this read is ordered after the
+/// placement, as if it had been created a moment later.
+async fn granted_candidates(
+    conn: &mut AsyncPgConnection,
+    candidates: &[(String, String)],
+    request: &PlacementRequest,
+    now: i64,
+) -> Result<Vec<bool>> {
+    if request.billing != Billing::Standard || candidates.is_empty() {
+        return Ok(vec![false; candidates.len()]);
+    }
+    let granted: HashSet<(String, String)> = grants::table
+        .filter(grants::tenant_id.eq(&request.tenant_id))
+        .filter(grants::settled_state.eq_any(["scheduled", "active"]))
+        .filter(grants::starts_at.le(now))
+        .filter(grants::ends_at.gt(now))
+        .select((grants::account_id, grants::reservation_id))
+        .load::<(String, String)>(conn)
+        .await?
+        .into_iter()
+        .collect();
+    Ok(candidates.iter().map(|c| granted.contains(c)).collect())
 }
 
 /// Locks the tenant's quota rows of the pool for `charges` (by resource).
