@@ -102,7 +102,8 @@ async fn once_workers_racing_do_not_list_an_account_twice_at_the_same_time() {
     s.set_clock(T0).await;
     let fake = Gce::start().await;
     fake.put("res-a", 2, 0, "READY").await;
-    fake.delay(1500).await;
+    // Long enough that the three processes start within one listing.
+    fake.delay(4000).await;
     let account = gce::account(&s, &fake).await;
     let (a, b, c) = tokio::join!(
         once_logged(&s, &[SCAN]),
@@ -237,4 +238,56 @@ async fn one_accounts_grants_never_crowd_another_accounts_out_of_a_metering_batc
     // account's grant of (almost) one hour, rounded to 1.000000.
     assert_eq!(slot.len(), 1001);
     assert_eq!(total(&slot), 1000 * 16_667 + 1_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_left_by_a_dead_replica_is_taken_over_once_its_lease_expires() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let fake = Gce::start().await;
+    fake.put("res-a", 2, 0, "READY").await;
+    let account = gce::account(&s, &fake).await;
+    // The worker binary is built (or found up to date) before the clock of
+    // the lease starts.
+    worker::binary();
+    // A replica claims the account with an 8 s lease and dies before
+    // answering (nothing releases the claim).
+    let mut conn = AsyncPgConnection::establish(s.db.url()).await.expect("db");
+    let rules = storage::reservations::ClaimRules {
+        lease_ms: 8000,
+        ..storage::reservations::ClaimRules::pass(0)
+    };
+    storage::reservations::claim_scan(&mut conn, "root", &account, rules)
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let claimed = std::time::Instant::now();
+    let lease = [
+        ("BC_SCAN_LEASE_MS", "8000"),
+        ("RUST_LOG", "info"),
+        ("NO_COLOR", "1"),
+    ];
+    // While the lease lives, other replicas leave the account alone.
+    let (status, err) = once_with(&s, &[SCAN], &lease).await;
+    assert!(status.success(), "{err}");
+    let c = pass_counts(&err, SCAN).unwrap_or_else(|| panic!("no pass line in {err}"));
+    assert_eq!(
+        (c["accountsScanned"], c["accountsClaimedElsewhere"]),
+        (0, 1),
+        "{err}"
+    );
+    assert_eq!(fake.listings().await, 0);
+    // Once it has expired, the next pass takes the account over.
+    assert!(
+        claimed.elapsed() < Duration::from_secs(8),
+        "the first pass came too late"
+    );
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(claimed.elapsed())).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, err) = once_with(&s, &[SCAN], &lease).await;
+    assert!(status.success(), "{err}");
+    let c = pass_counts(&err, SCAN).unwrap_or_else(|| panic!("no pass line in {err}"));
+    assert_eq!(c["accountsScanned"], 1, "{err}");
+    assert_eq!(fake.listings().await, 1);
+    assert_eq!(reservations(&s, &account).await.len(), 1);
 }

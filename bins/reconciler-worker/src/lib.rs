@@ -38,6 +38,10 @@ pub struct Config {
     pub only: Vec<String>,
     /// What provider accounts may reach (contract 3.5), as the api-server.
     pub provider_policy: Arc<ProviderPolicy>,
+    /// `BC_SCAN_LEASE_MS` (default 300000): how long a scan's claim keeps
+    /// other replicas off its account; a replica that dies mid-listing
+    /// delays that account's next scan by at most this.
+    pub scan_lease: Duration,
 }
 
 impl Config {
@@ -80,6 +84,14 @@ impl Config {
             once,
             only,
             provider_policy: Arc::new(ProviderPolicy::from_env().context("the provider policy")?),
+            scan_lease: Duration::from_millis(
+                var("BC_SCAN_LEASE_MS")
+                    .map(|v| v.parse::<u64>())
+                    .transpose()
+                    .context("BC_SCAN_LEASE_MS must be a number of milliseconds")?
+                    .filter(|ms| *ms > 0)
+                    .unwrap_or(300_000),
+            ),
         })
     }
 }
@@ -134,7 +146,10 @@ pub async fn run(
         pool,
         clock: config.clock,
         root_tenant: config.root_tenant.clone(),
-        scan_rules: storage::reservations::ClaimRules::pass(spacing),
+        scan_rules: storage::reservations::ClaimRules {
+            lease_ms: i64::try_from(config.scan_lease.as_millis()).unwrap_or(i64::MAX),
+            ..storage::reservations::ClaimRules::pass(spacing)
+        },
         providers: storage::reservations::policy_factory(
             &config.root_tenant,
             config.provider_policy.clone(),
