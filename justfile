@@ -18,8 +18,10 @@ test:
     cargo test --workspace --all-targets --locked
     cargo test --workspace --doc --locked
 
-# Formatting, clippy with warnings as errors, and the pure crates' dependency rule.
+# Formatting (and no line rustfmt would skip), clippy with warnings as errors,
+# and the pure crates' dependency rule.
 lint:
+    scripts/check-width.sh
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
     scripts/check-pure.sh
