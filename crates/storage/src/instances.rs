@@ -711,16 +711,21 @@ async fn lock_instance(
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<(InstanceRow, Option<ReservationRow>)> {
-    loop {
+    for attempt in 0.. {
         let current = match load(conn, instance_id).await? {
             Some(r) if r.tenant_id == tenant => r,
             _ => return Err(Error::not_found("instance", instance_id)),
         };
         let res = match (&current.account_id, &current.reservation_id) {
             (Some(a), Some(r)) => {
-                let res = timeline::lock_reservation(conn, a, r)
-                    .await?
-                    .ok_or_else(|| Error::internal("instance on unknown reservation"))?;
+                let Some(res) = timeline::lock_reservation(conn, a, r).await? else {
+                    // The account was deleted while we waited for the lock:
+                    // the same commit moved the instance off the reservation.
+                    if attempt < 3 {
+                        continue;
+                    }
+                    return Err(Error::internal("instance on unknown reservation"));
+                };
                 timeline::settle(conn, &res, now, events).await?;
                 Some(res)
             }
@@ -739,6 +744,9 @@ async fn lock_instance(
         }
         // It moved between the read and the lock (only ever off a reservation): retry.
     }
+    Err(Error::internal(
+        "the instance kept moving while being locked",
+    ))
 }
 
 /// `instances.stop`: a grant instance keeps its slot; others release theirs.

@@ -446,12 +446,18 @@ pub async fn scan_failed(conn: &mut AsyncPgConnection, claim: &ScanClaim, now: i
     let ticket = claim.ticket;
     conn.transaction::<_, Error, _>(async move |conn| {
         release_lease(conn, account_id, ticket).await?;
-        let failures: Option<i32> = diesel::update(provider_accounts::table.find(account_id))
-            .set(provider_accounts::scan_failures.eq(provider_accounts::scan_failures + 1))
-            .returning(provider_accounts::scan_failures)
-            .get_result(conn)
-            .await
-            .optional()?;
+        // A scan claimed later that already succeeded has the last word: an
+        // older failure puts nothing into backoff.
+        let failures: Option<i32> = diesel::update(
+            provider_accounts::table
+                .find(account_id)
+                .filter(provider_accounts::scan_applied_seq.lt(ticket)),
+        )
+        .set(provider_accounts::scan_failures.eq(provider_accounts::scan_failures + 1))
+        .returning(provider_accounts::scan_failures)
+        .get_result(conn)
+        .await
+        .optional()?;
         let Some(failures) = failures else {
             return Ok(0);
         };
@@ -532,9 +538,10 @@ pub async fn scan(
 ) -> Result<(ScanOutcome, Vec<Reservation>)> {
     let claim = {
         let mut conn = pool.get().await?;
+        // An explicit claim is refused only when the account is gone.
         claim_scan(&mut conn, tenant, account_id, ClaimRules::EXPLICIT)
             .await?
-            .ok_or_else(|| Error::internal("an explicit scan claim was refused"))?
+            .ok_or_else(|| Error::not_found("provider account", account_id))?
     };
     let outcome = run_scan(pool, clock, root, &claim, factory).await?;
     let mut conn = pool.get().await?;
