@@ -348,8 +348,7 @@ async fn concurrent_creates_over_two_reservations_never_deadlock_or_over_fill() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_placement_looks_past_the_first_ordinary_slot_only_for_the_tenants_grants() {
-    use diesel::sql_types::Text;
-    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+    use diesel_async::RunQueryDsl;
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 2).await;
@@ -365,19 +364,7 @@ async fn a_placement_looks_past_the_first_ordinary_slot_only_for_the_tenants_gra
     .ok();
     let g = grant_on(&s, &p.account, &res_b, "acme", 1, T0, T0 + HOUR).await;
     // Another transaction holds res-b's row.
-    let mut holder = AsyncPgConnection::establish(s.db.url()).await.expect("db");
-    diesel::sql_query("BEGIN")
-        .execute(&mut holder)
-        .await
-        .expect("begin");
-    diesel::sql_query(
-        "SELECT 1 FROM reservations WHERE account_id = $1 AND reservation_id = $2 FOR UPDATE",
-    )
-    .bind::<Text, _>(&p.account)
-    .bind::<Text, _>(&res_b)
-    .execute(&mut holder)
-    .await
-    .expect("lock");
+    let mut holder = hold_reservation(&s, &p.account, &res_b).await;
     // globex has no grant there: res-a's ordinary slot decides, at once.
     let x = tokio::time::timeout(
         Duration::from_secs(10),

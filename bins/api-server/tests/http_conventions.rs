@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{Options, ROOT_TOKEN, Server};
-use helpers::{ROOT, response_body, tcp_request};
+use helpers::{ROOT, response_body, status_code, tcp_request};
 use serde_json::{Value, json};
 use storage::test_db::TestDatabase;
 
@@ -893,12 +893,7 @@ async fn half_closed_exchange(url: &str, request: &[u8]) -> (u16, String) {
         .expect("answer within 20 s")
         .expect("read");
     let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, text)
+    (status_code(&text), text)
 }
 
 /// A raw `projects.create` request as root with `body`.

@@ -12,7 +12,6 @@ mod worker;
 use std::time::Duration;
 
 use common::Server;
-use diesel::sql_types::Text;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use gce::{Gce, PROJECT, ZONE};
 use meter_support::*;
@@ -211,19 +210,7 @@ async fn one_accounts_grants_never_crowd_another_accounts_out_of_a_metering_batc
     // Another transaction holds the busy account's reservation row (a
     // replica settling it): metering skips it and must still meter the quiet
     // account's grant in this same pass.
-    let mut holder = AsyncPgConnection::establish(s.db.url()).await.expect("db");
-    diesel::sql_query("BEGIN")
-        .execute(&mut holder)
-        .await
-        .expect("begin");
-    diesel::sql_query(
-        "SELECT 1 FROM reservations WHERE account_id = $1 AND reservation_id = $2 FOR UPDATE",
-    )
-    .bind::<Text, _>(&busy)
-    .bind::<Text, _>(&reservation)
-    .execute(&mut holder)
-    .await
-    .expect("lock");
+    let mut holder = hold_reservation(&s, &busy, &reservation).await;
     once_logged(&s, &["vps.grants"]).await;
     let quiet_view = get_grant(&s, &quiet_grant).await;
     assert_eq!(quiet_view["meteredThrough"], T0 + HOUR, "{quiet_view}");
@@ -253,10 +240,7 @@ async fn a_claim_left_by_a_dead_replica_is_taken_over_once_its_lease_expires() {
     // A replica claims the account with an 8 s lease and dies before
     // answering (nothing releases the claim).
     let mut conn = AsyncPgConnection::establish(s.db.url()).await.expect("db");
-    let rules = storage::reservations::ClaimRules {
-        lease_ms: 8000,
-        ..storage::reservations::ClaimRules::pass(0)
-    };
+    let rules = storage::reservations::ClaimRules::pass(0, 8000);
     storage::reservations::claim_scan(&mut conn, "root", &account, rules)
         .await
         .expect("claim")

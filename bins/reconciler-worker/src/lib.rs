@@ -90,7 +90,7 @@ impl Config {
                     .transpose()
                     .context("BC_SCAN_LEASE_MS must be a number of milliseconds")?
                     .filter(|ms| *ms > 0)
-                    .unwrap_or(300_000),
+                    .unwrap_or(storage::reservations::DEFAULT_SCAN_LEASE_MS.unsigned_abs()),
             ),
         })
     }
@@ -146,10 +146,10 @@ pub async fn run(
         pool,
         clock: config.clock,
         root_tenant: config.root_tenant.clone(),
-        scan_rules: storage::reservations::ClaimRules {
-            lease_ms: i64::try_from(config.scan_lease.as_millis()).unwrap_or(i64::MAX),
-            ..storage::reservations::ClaimRules::pass(spacing)
-        },
+        scan_rules: storage::reservations::ClaimRules::pass(
+            spacing,
+            i64::try_from(config.scan_lease.as_millis()).unwrap_or(i64::MAX),
+        ),
         providers: storage::reservations::policy_factory(
             &config.root_tenant,
             config.provider_policy.clone(),

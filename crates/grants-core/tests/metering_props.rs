@@ -31,9 +31,11 @@ fn meter_in_steps(slots: u32, starts_at: i64, ends_at: i64, nows: &[i64]) -> Vec
 }
 
 prop_compose! {
-    fn grant_term()(starts_at in 0i64..(10 * HOUR_MS), len in 0i64..(10 * HOUR_MS),
-        slots in 1u32..100_001)
-        -> (u32, i64, i64) {
+    fn grant_term()(
+        starts_at in 0i64..(10 * HOUR_MS),
+        len in 0i64..(10 * HOUR_MS),
+        slots in 1u32..100_001,
+    ) -> (u32, i64, i64) {
         (slots, starts_at, starts_at + len)
     }
 }
@@ -53,8 +55,9 @@ proptest! {
     }
 
     #[test]
-    fn a_grants_records_add_up_to_its_exact_total_rounded_once((slots, starts_at,
-        ends_at) in grant_term()) {
+    fn a_grants_records_add_up_to_its_exact_total_rounded_once(
+        (slots, starts_at, ends_at) in grant_term(),
+    ) {
         let records = grant_slot_records(slots, starts_at, ends_at, starts_at, ends_at + HOUR_MS);
         let exact = i128::from(slots) * i128::from(ends_at - starts_at);
         prop_assert_eq!(sum(&records), rounded_once(exact));

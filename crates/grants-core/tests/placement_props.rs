@@ -81,8 +81,11 @@ impl Reservation {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..TENANTS.len(), 0..PROJECTS.len(), prop_oneof![4 => Just(Billing::Standard),
-            1 => Just(Billing::None)])
+        4 => (
+            0..TENANTS.len(),
+            0..PROJECTS.len(),
+            prop_oneof![4 => Just(Billing::Standard), 1 => Just(Billing::None)],
+        )
             .prop_map(|(tenant, project, billing)| Op::Place { tenant, project, billing }),
         1 => any::<usize>().prop_map(Op::Stop),
         1 => any::<usize>().prop_map(Op::Start),
@@ -171,8 +174,13 @@ proptest! {
                     let decision = place_on(&view, &request);
                     check_decision(&view, &request, &decision)?;
                     if let Ok(seat) = decision {
-                        reservation.instances.push(Instance { tenant, project, billing,
-                            seat: Some(seat), running: true });
+                        reservation.instances.push(Instance {
+                            tenant,
+                            project,
+                            billing,
+                            seat: Some(seat),
+                            running: true,
+                        });
                     }
                 }
                 Op::Stop(i) if n > 0 => {
@@ -186,8 +194,8 @@ proptest! {
                     let instance = reservation.instances[i % n].clone();
                     if !instance.running {
                         let view = reservation.view();
-                        let mut request = reservation.request(instance.tenant,
-                            instance.project, instance.billing);
+                        let (tenant, project) = (instance.tenant, instance.project);
+                        let mut request = reservation.request(tenant, project, instance.billing);
                         request.held_grant = match &instance.seat {
                             Some(Seat::Grant(id)) => Some(id.clone()),
                             _ => None,
@@ -240,8 +248,11 @@ proptest! {
                 ..r.view()
             })
             .collect();
-        let request = PlacementRequest::new(TENANTS[tenant], PROJECTS[project].map(Into::into),
-            Billing::Standard);
+        let request = PlacementRequest::new(
+            TENANTS[tenant],
+            PROJECTS[project].map(Into::into),
+            Billing::Standard,
+        );
         let mut ordered = views.clone();
         ordered.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
         let first_accepting = ordered.iter().find(|v| place_on(v, &request).is_ok());

@@ -383,8 +383,11 @@ proptest! {
     }
 
     #[test]
-    fn settling_in_steps_equals_settling_at_once((start, t0) in snapshot(), d1 in 0i64..80,
-        d2 in 0i64..80) {
+    fn settling_in_steps_equals_settling_at_once(
+        (start, t0) in snapshot(),
+        d1 in 0i64..80,
+        d2 in 0i64..80,
+    ) {
         let (t1, t2) = (t0 + d1.min(d2), t0 + d1.max(d2));
         let at_once = settle(&start.grants, &start.instances, t2);
         let mut state = start.clone();
@@ -473,8 +476,8 @@ proptest! {
                     && i.created_at <= at
                     && serves(grant, i)
             });
-            prop_assert!(!(waiting && after.free(grant) > 0), "{} left a slot idle",
-                grant.grant_id);
+            let idle = waiting && after.free(grant) > 0;
+            prop_assert!(!idle, "{} left a slot idle", grant.grant_id);
         }
         // Idempotent.
         prop_assert!(refill(&after.grants, &after.instances, at).is_empty());

@@ -246,9 +246,15 @@ pub async fn create(
             timeline::settle(conn, &res, now, &mut events).await?;
         }
         events::publish(conn, now, events).await?;
-        tracing::info!(grant = %id, reservation = %new.reservation_id,
-            tenant = %new.grant_tenant_id, slots, starts_at = new.starts_at,
-                ends_at = new.ends_at, "grant created");
+        tracing::info!(
+            grant = %id,
+            reservation = %new.reservation_id,
+            tenant = %new.grant_tenant_id,
+            slots,
+            starts_at = new.starts_at,
+            ends_at = new.ends_at,
+            "grant created"
+        );
         let row = load(conn, &id)
             .await?
             .ok_or_else(|| Error::internal("grant vanished"))?;

@@ -468,18 +468,15 @@ async fn decide(
         }
         timeline::settle(conn, &res, now, events).await?;
         let view = view(conn, &res, now).await?;
-        match grants_core::place_on(&view, request) {
+        let seat = grants_core::place_on(&view, request);
+        views.push(view);
+        rows.push(res);
+        match seat {
             // The first grant seat in id order is the decision.
-            Ok(Seat::Grant(_)) => {
-                views.push(view);
-                rows.push(res);
-                break;
-            }
+            Ok(Seat::Grant(_)) => break,
             Ok(Seat::Ordinary) => ordinary_found = true,
             Err(_) => {}
         }
-        views.push(view);
-        rows.push(res);
     }
     match grants_core::place_in_order(&views, request) {
         Ok(None) => Ok(Target::OnDemand),
@@ -660,8 +657,12 @@ pub async fn create(
             .await?;
         place_at(conn, &row, &target, "running", now).await?;
         events::publish(conn, now, events).await?;
-        tracing::info!(instance = %id, tenant = %new.tenant_id, placement = ?target,
-            "instance created");
+        tracing::info!(
+            instance = %id,
+            tenant = %new.tenant_id,
+            placement = ?target,
+            "instance created"
+        );
         get(conn, new.tenant_id, &id).await
     })
     .await
@@ -749,6 +750,11 @@ async fn lock_instance(
     ))
 }
 
+/// `INVALID_STATE` for stop and start of a deleted instance.
+fn deleted_instance() -> Error {
+    Error::invalid_state("the instance is deleted").with("state", "deleted")
+}
+
 /// `instances.stop`: a grant instance keeps its slot; others release theirs.
 pub async fn stop(
     conn: &mut AsyncPgConnection,
@@ -760,8 +766,7 @@ pub async fn stop(
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         match inst.state.as_str() {
-            "deleted" => return Err(Error::invalid_state("the instance is deleted").with(
-                "state", "deleted")),
+            "deleted" => return Err(deleted_instance()),
             "stopped" => {
                 events::publish(conn, now, events).await?;
                 return Ok(Instance::from(inst));
@@ -769,8 +774,11 @@ pub async fn stop(
             _ => {}
         }
         let target = match (&inst.grant_id, &res) {
-            (Some(g), Some(r)) => Target::Grant { grant_id: g.clone(),
-                account_id: r.account_id.clone(), reservation_id: r.reservation_id.clone() },
+            (Some(g), Some(r)) => Target::Grant {
+                grant_id: g.clone(),
+                account_id: r.account_id.clone(),
+                reservation_id: r.reservation_id.clone(),
+            },
             _ => Target::None,
         };
         place_at(conn, &inst, &target, "stopped", now).await?;
@@ -793,15 +801,16 @@ pub async fn start(
         // Lock order: an instance off any reservation may be placed on any
         // candidate of its pool, so those are locked before its row (as
         // `decide` will lock them), never after it.
-        if let Some(peek) = load(conn, instance_id).await?.filter(|r| r.tenant_id == tenant)
+        if let Some(peek) = load(conn, instance_id)
+            .await?
+            .filter(|r| r.tenant_id == tenant)
             && peek.reservation_id.is_none()
         {
             lock_candidates(conn, &peek.pool_id, &peek.flavor).await?;
         }
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         match inst.state.as_str() {
-            "deleted" => return Err(Error::invalid_state("the instance is deleted").with(
-                "state", "deleted")),
+            "deleted" => return Err(deleted_instance()),
             "running" => {
                 events::publish(conn, now, events).await?;
                 return Ok(Instance::from(inst));
@@ -815,11 +824,21 @@ pub async fn start(
                 // have moved it otherwise): only its own reservation decides.
                 request.held_grant = Some(g.clone());
                 let view = view(conn, r, now).await?;
-                let seat = grants_core::place_on(&view, &request).map_err(|_| capacity_error(
-                    &view))?;
+                let seat =
+                    grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
                 Target::from_seat(seat, r)
             }
-            _ => decide(conn, &inst.pool_id, &inst.flavor, &request, now, &mut events).await?,
+            _ => {
+                decide(
+                    conn,
+                    &inst.pool_id,
+                    &inst.flavor,
+                    &request,
+                    now,
+                    &mut events,
+                )
+                .await?
+            }
         };
         place_at(conn, &inst, &target, "running", now).await?;
         events::publish(conn, now, events).await?;

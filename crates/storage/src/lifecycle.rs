@@ -61,7 +61,7 @@ pub async fn delete_tenant(
             }
         }
         let deleted = instances::delete_all_of_tenant(conn, tenant_id, now).await?;
-        let (tenant, _) = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
+        let tenant = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
         events::publish(conn, now, batch).await?;
         tracing::info!(tenant = %tenant_id, instances = deleted, "tenant deleted");
         Ok(tenant)

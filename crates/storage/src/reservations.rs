@@ -306,9 +306,9 @@ async fn capacity_short(
     Ok(true)
 }
 
-/// Builds the provider adapter of an account. Given by the binary (the
-/// api-server and the worker build it with the same policy), so storage never
-/// builds an HTTP client itself.
+/// Builds the provider adapter of an account. Passed in by the binaries (both
+/// use [`policy_factory`]), so the scan functions here only see the
+/// `ReservationProvider` trait.
 pub type ProviderFactory = dyn Fn(&Account) -> BuiltProvider + Send + Sync;
 
 /// What a [`ProviderFactory`] returns for an account.
@@ -369,10 +369,11 @@ impl ClaimRules {
     };
 
     /// A pass of the `vps.reservations` reconciler: skips an account another
-    /// scan holds, or that was claimed less than `min_spacing_ms` ago.
-    pub const fn pass(min_spacing_ms: i64) -> ClaimRules {
+    /// scan holds, or that was claimed less than `min_spacing_ms` ago, and
+    /// holds its own claims for `lease_ms`.
+    pub const fn pass(min_spacing_ms: i64, lease_ms: i64) -> ClaimRules {
         ClaimRules {
-            lease_ms: DEFAULT_SCAN_LEASE_MS,
+            lease_ms,
             min_spacing_ms,
             override_lease: false,
         }
@@ -472,11 +473,11 @@ pub async fn scan_failed(conn: &mut AsyncPgConnection, claim: &ScanClaim, now: i
 
 /// The answer to a provider failure (contract 3.5): `UNAVAILABLE` with
 /// `details { reason: "provider-error", status? }` and nothing else. The
-/// provider's body and transport error text are logged here, never returned:
+/// provider's body and transport error text go to the log ([`run_scan`]),
+/// never to the caller:
 /// a tenant's endpoint must not learn anything about the platform's network
 /// from it.
-pub fn provider_failure(account_id: &str, error: &ProviderError) -> Error {
-    tracing::warn!(account = %account_id, error = %error, "provider call failed; nothing changed");
+pub fn provider_failure(error: &ProviderError) -> Error {
     let mut e = Error::new(
         Code::Unavailable,
         "the provider call failed; nothing changed (the server log has the cause)",
@@ -517,10 +518,11 @@ pub async fn run_scan(
             let failures = scan_failed(&mut conn, claim, now).await?;
             tracing::warn!(
                 account = %claim.account.account_id,
+                error = %e,
                 failures,
-                "scan failed; will retry with backoff"
+                "scan failed: the provider call failed; nothing changed, will retry with backoff"
             );
-            Err(provider_failure(&claim.account.account_id, &e))
+            Err(provider_failure(&e))
         }
     }
 }

@@ -274,26 +274,13 @@ pub async fn lock_tenant_for_delete(
         .optional()?)
 }
 
-/// `tenants.delete` (the tenancy part: state and keys). Returns the tenant and
-/// whether this call deleted it.
+/// `tenants.delete` (the tenancy part: state and keys), for a tenant whose
+/// row the caller holds with [`lock_tenant_for_delete`] and found active.
 pub async fn mark_tenant_deleted(
     conn: &mut AsyncPgConnection,
     tenant_id: &str,
     now: i64,
-) -> Result<(Tenant, bool)> {
-    let current: Option<Tenant> = tenants::table
-        .find(tenant_id)
-        .select(Tenant::as_select())
-        .for_update()
-        .first(conn)
-        .await
-        .optional()?;
-    let Some(current) = current else {
-        return Err(Error::not_found("tenant", tenant_id));
-    };
-    if current.state == "deleted" {
-        return Ok((current, false));
-    }
+) -> Result<Tenant> {
     diesel::update(
         api_keys::table
             .filter(api_keys::tenant_id.eq(tenant_id))
@@ -302,12 +289,11 @@ pub async fn mark_tenant_deleted(
     .set(api_keys::revoked_at.eq(now))
     .execute(conn)
     .await?;
-    let tenant = diesel::update(tenants::table.find(tenant_id))
+    Ok(diesel::update(tenants::table.find(tenant_id))
         .set((tenants::state.eq("deleted"), tenants::deleted_at.eq(now)))
         .returning(Tenant::as_returning())
         .get_result(conn)
-        .await?;
-    Ok((tenant, true))
+        .await?)
 }
 
 /// `tenants.list`: every tenant, newest first.

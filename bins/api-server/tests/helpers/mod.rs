@@ -178,12 +178,15 @@ pub async fn tcp_request(url: &str, head: &str, body: &[&[u8]], pause: Duration)
     let mut buf = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut buf)).await;
     let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text
-        .split(' ')
+    (status_code(&text), text)
+}
+
+/// The status code of a raw HTTP response text (0 if there is none).
+pub fn status_code(text: &str) -> u16 {
+    text.split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, text)
+        .unwrap_or(0)
 }
 
 /// The body of a raw HTTP response text.

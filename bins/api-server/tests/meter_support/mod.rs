@@ -1005,3 +1005,23 @@ impl Rng {
         usize::try_from(self.next() % len as u64).expect("fits")
     }
 }
+
+/// Holds a reservation's row lock in a transaction of its own, as another
+/// replica or request settling it would, until the returned connection runs
+/// `ROLLBACK` (or is dropped).
+pub async fn hold_reservation(s: &Server, account: &str, reservation: &str) -> AsyncPgConnection {
+    let mut holder = AsyncPgConnection::establish(s.db.url()).await.expect("db");
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    diesel::sql_query(
+        "SELECT 1 FROM reservations WHERE account_id = $1 AND reservation_id = $2 FOR UPDATE",
+    )
+    .bind::<Text, _>(account)
+    .bind::<Text, _>(reservation)
+    .execute(&mut holder)
+    .await
+    .expect("lock");
+    holder
+}
