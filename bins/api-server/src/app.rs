@@ -1,9 +1,10 @@
 //! Shared state of the server and helpers handlers use.
 
-use serde::de::DeserializeOwned;
+use crate::error::ApiError;
+use iam_check::{Decision, RootOption};
 use serde_json::Value;
+use storage::Clock;
 use storage::db::{Conn, DbPool};
-use storage::{Clock, Error};
 
 use crate::metrics::Metrics;
 use crate::registry::{Call, Registry};
@@ -24,13 +25,13 @@ pub struct App {
     pub provider_policy: std::sync::Arc<providers::policy::ProviderPolicy>,
     /// Builds the provider adapter of an account, under the server's
     /// provider policy (contract 3.5).
-    pub providers: std::sync::Arc<storage::reservations::ProviderFactory>,
+    pub providers: std::sync::Arc<providers::ProviderFactory>,
 }
 
 impl App {
     /// A pooled connection (`UNAVAILABLE` when the database is unreachable).
-    pub async fn conn(&self) -> Result<Conn, Error> {
-        Ok(self.pool.get().await?)
+    pub async fn conn(&self) -> Result<Conn, ApiError> {
+        Ok(self.pool.get().await.map_err(storage::StorageError::from)?)
     }
 }
 
@@ -48,18 +49,17 @@ impl Call {
         &self.app.root_tenant
     }
 
-    /// Whether the acting tenant is the root tenant.
-    pub fn in_root(&self) -> bool {
-        self.tenant() == self.app.root_tenant
-    }
-
-    /// The validated input as a typed struct.
-    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Error> {
-        serde_json::from_value(self.input.clone()).map_err(Error::internal)
+    /// Allows an input option reserved to the root tenant, or answers
+    /// `ACCESS_DENIED` (decided by `iam-check`).
+    pub fn allow(&self, option: RootOption) -> Result<(), ApiError> {
+        match iam_check::decide_option(self.tenant(), self.root(), option) {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => Err(ApiError::access_denied(reason.to_string())),
+        }
     }
 
     /// A connection and the current instant.
-    pub async fn conn_now(&self) -> Result<(Conn, i64), Error> {
+    pub async fn conn_now(&self) -> Result<(Conn, i64), ApiError> {
         let mut conn = self.app.conn().await?;
         let now = self.app.clock.now(&mut conn).await?;
         Ok((conn, now))

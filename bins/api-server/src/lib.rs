@@ -1,11 +1,13 @@
 //! The API server: hyper front, method registry, handlers.
 
 pub mod app;
+pub mod error;
 pub mod handlers;
 pub mod metrics;
 pub mod registry;
 pub mod schema;
 pub mod server;
+pub mod views;
 
 use std::sync::Arc;
 
@@ -107,7 +109,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         registry: registry::Registry::new(),
         metrics: metrics::Metrics::default(),
         provider_policy: config.provider_policy.clone(),
-        providers: storage::reservations::policy_factory(
+        providers: providers::policy_factory(
             &config.root_tenant,
             config.provider_policy.clone(),
             Default::default(),

@@ -8,12 +8,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use iam_check::{Permission, ScopeKind, TenantRule};
+use schemars::generate::{Contract, SchemaSettings};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::Serialize;
 use serde_json::{Value, json};
-use storage::Error;
 use storage::tenancy::Authenticated;
 
 use crate::app::App;
-use crate::schema::{Field, object_schema};
+use crate::error::{ApiError, Code};
+use crate::schema::{Field, Input, object_schema, parse_input, req, tenant_id};
 
 /// Whether a method changes state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,24 +53,59 @@ pub struct Call {
 #[derive(Debug, Clone)]
 pub struct Reply(pub String);
 
-impl From<Value> for Reply {
-    fn from(v: Value) -> Reply {
-        Reply(v.to_string())
+/// What a handler returns.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + Send>>;
+/// A method's handler, on the raw validated call.
+pub type Handler = Arc<dyn Fn(Call) -> HandlerFuture + Send + Sync>;
+
+/// A method's input and output types, as the registry keeps them: the input
+/// fields (validation and request schema), the response schema, and the
+/// handler that receives the typed input and returns the typed output.
+pub struct Endpoint {
+    /// Input fields, `tenantId` first.
+    pub fields: Vec<Field>,
+    /// The success response's schema.
+    pub output: fn(&mut SchemaGenerator) -> Schema,
+    /// Parses a body as the input type (the registry tests run it on every
+    /// example).
+    pub parse: fn(&Value) -> Result<(), ApiError>,
+    /// The handler.
+    pub handler: Handler,
+}
+
+fn output_schema<O: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<O>()
+}
+
+fn parse_only<I: Input>(body: &Value) -> Result<(), ApiError> {
+    parse_input::<I>(body).map(drop)
+}
+
+/// The [`Endpoint`] of `async fn(Call, I) -> Result<O, ApiError>`.
+pub fn endpoint<I, O, F, Fut>(f: F) -> Endpoint
+where
+    I: Input,
+    O: Serialize + JsonSchema,
+    F: Fn(Call, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, ApiError>> + Send + 'static,
+{
+    let mut fields = vec![req("tenantId", tenant_id())];
+    fields.extend(I::fields());
+    Endpoint {
+        fields,
+        output: output_schema::<O>,
+        parse: parse_only::<I>,
+        handler: Arc::new(move |call: Call| -> HandlerFuture {
+            match parse_input::<I>(&call.input) {
+                Ok(input) => {
+                    let answer = f(call, input);
+                    Box::pin(async move { Ok(Reply(serde_json::to_string(&answer.await?)?)) })
+                }
+                Err(e) => Box::pin(async move { Err(e) }),
+            }
+        }),
     }
 }
-
-/// What a handler returns.
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Reply, Error>> + Send>>;
-/// A method's handler.
-pub type Handler = fn(Call) -> HandlerFuture;
-
-/// Wraps an `async fn(Call) -> Result<Value | Reply, Error>` as a [`Handler`].
-macro_rules! handler {
-    ($f:path) => {
-        |call| Box::pin(async move { $f(call).await.map($crate::registry::Reply::from) })
-    };
-}
-pub(crate) use handler;
 
 /// A registered method.
 pub struct Method {
@@ -89,13 +127,51 @@ pub struct Method {
     pub status: &'static str,
     /// One line on what it does.
     pub summary: &'static str,
-    /// Input fields (including `tenantId`).
-    pub fields: Vec<Field>,
-    /// The handler.
-    pub handler: Handler,
+    /// Input and output types and the handler.
+    pub endpoint: Endpoint,
+    /// The codes the method can answer beyond those every method can
+    /// (`INVALID_INPUT`, `UNAUTHENTICATED`, `ACCESS_DENIED`,
+    /// `PAYLOAD_TOO_LARGE`, `INTERNAL`, `UNAVAILABLE`).
+    pub errors: &'static [Code],
+    /// An example request body.
+    pub example: Value,
 }
 
+/// The codes every method can answer: bad input, authentication, the
+/// decision, the body limit, a bug, an unreachable database.
+pub const COMMON_ERRORS: [Code; 6] = [
+    Code::InvalidInput,
+    Code::Unauthenticated,
+    Code::AccessDenied,
+    Code::PayloadTooLarge,
+    Code::Internal,
+    Code::Unavailable,
+];
+
 impl Method {
+    /// The method's input fields, `tenantId` first.
+    pub fn fields(&self) -> &[Field] {
+        &self.endpoint.fields
+    }
+
+    /// The same method answering also `errors`.
+    pub fn errors(self, errors: &'static [Code]) -> Method {
+        Method { errors, ..self }
+    }
+
+    /// The same method with an example request.
+    pub fn example(self, example: Value) -> Method {
+        Method { example, ..self }
+    }
+
+    /// Every code the method can answer, in status order.
+    pub fn codes(&self) -> Vec<Code> {
+        let mut codes: Vec<Code> = COMMON_ERRORS.iter().chain(self.errors).copied().collect();
+        codes.sort();
+        codes.dedup();
+        codes
+    }
+
     /// `module.method`.
     pub fn name(&self) -> String {
         format!("{}.{}", self.module, self.method)
@@ -167,41 +243,31 @@ impl Registry {
         json!({ "items": self.methods.iter().map(Method::describe).collect::<Vec<_>>() })
     }
 
-    /// The OpenAPI 3.1 document.
+    /// The OpenAPI 3.1 document: every method with its typed request and
+    /// response, the codes it can answer, an example; the unauthenticated
+    /// GET endpoints; the shared schemas.
     pub fn openapi(&self) -> Value {
+        let settings = SchemaSettings::draft2020_12().with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+            s.contract = Contract::Serialize;
+        });
+        let mut generator = settings.into_generator();
         let mut paths = serde_json::Map::new();
         for m in &self.methods {
-            let mut errors = serde_json::Map::new();
-            for (status, text) in [
-                ("400", "INVALID_INPUT"),
-                ("401", "UNAUTHENTICATED"),
-                ("403", "ACCESS_DENIED"),
-                ("404", "NOT_FOUND"),
-                ("409", "CONFLICT, INVALID_STATE or CAPACITY_UNAVAILABLE"),
-                ("413", "PAYLOAD_TOO_LARGE"),
-                ("429", "QUOTA_EXCEEDED"),
-                ("500", "INTERNAL"),
-                ("503", "UNAVAILABLE"),
-            ] {
-                errors.insert(
-                    status.to_owned(),
-                    json!({
-                        "description": text,
-                        "content": {
-                            "application/json": {
-                                "schema": { "$ref": "#/components/schemas/Error" }
-                            }
-                        },
-                    }),
-                );
-            }
-            errors.insert(
+            let mut responses = serde_json::Map::new();
+            responses.insert(
                 "200".to_owned(),
                 json!({
                     "description": "success",
-                    "content": { "application/json": { "schema": { "type": "object" } } },
+                    "content": { "application/json": {
+                        "schema": (m.endpoint.output)(&mut generator),
+                    } },
                 }),
             );
+            for (status, codes) in by_status(&m.codes()) {
+                responses.insert(status.to_string(), error_response(&codes));
+            }
             paths.insert(
                 m.path(),
                 json!({ "post": {
@@ -217,39 +283,171 @@ impl Registry {
                     "x-status": m.status,
                     "requestBody": {
                         "required": true,
-                        "content": {
-                            "application/json": { "schema": object_schema(&m.fields) }
-                        },
+                        "content": { "application/json": {
+                            "schema": object_schema(m.fields()),
+                            "example": m.example,
+                        } },
                     },
-                    "responses": errors,
+                    "responses": responses,
                 } }),
             );
         }
+        for (path, id, summary, response) in unauthenticated() {
+            paths.insert(
+                path.to_owned(),
+                json!({ "get": {
+                    "operationId": id,
+                    "summary": summary,
+                    "tags": ["system"],
+                    "security": [],
+                    "responses": response,
+                } }),
+            );
+        }
+        let mut schemas = generator.take_definitions(true);
+        schemas.insert("Error".to_owned(), error_schema());
         json!({
             "openapi": "3.1.0",
             "info": {
                 "title": "Compute control plane: reservation grants and quotas",
                 "version": env!("CARGO_PKG_VERSION"),
+                "description": "Every method is a POST of a JSON object to \
+                    /api/compute/{module}/{method}, authenticated with an API key as a bearer \
+                    token. Instants are epoch milliseconds (UTC) as 64-bit integers.",
             },
+            "servers": [
+                { "url": "http://127.0.0.1:8080", "description": "`just run` on this machine" },
+                { "url": "/", "description": "the server that serves this document" },
+            ],
             "paths": paths,
             "components": {
                 "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
-                "schemas": { "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": { "error": {
-                        "type": "object",
-                        "required": ["code", "message", "details"],
-                        "properties": {
-                            "code": { "type": "string" },
-                            "message": { "type": "string" },
-                            "details": { "type": "object" },
-                        },
-                    } },
-                } },
+                "schemas": schemas,
             },
         })
     }
+}
+
+/// Groups codes by their HTTP status, in status order.
+fn by_status(codes: &[Code]) -> Vec<(u16, Vec<Code>)> {
+    let mut out: Vec<(u16, Vec<Code>)> = Vec::new();
+    for &c in codes {
+        match out.iter_mut().find(|(s, _)| *s == c.http_status()) {
+            Some((_, list)) => list.push(c),
+            None => out.push((c.http_status(), vec![c])),
+        }
+    }
+    out.sort_by_key(|(s, _)| *s);
+    out
+}
+
+fn error_response(codes: &[Code]) -> Value {
+    let names: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
+    json!({
+        "description": names.join(" or "),
+        "content": { "application/json": { "schema": {
+            "allOf": [{ "$ref": "#/components/schemas/Error" }],
+            "properties": { "error": { "properties": { "code": { "enum": names } } } },
+        } } },
+    })
+}
+
+fn error_schema() -> Value {
+    let all: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+    json!({
+        "type": "object",
+        "description": "The error envelope (contract 1.2).",
+        "required": ["error"],
+        "properties": { "error": {
+            "type": "object",
+            "required": ["code", "message", "details"],
+            "properties": {
+                "code": { "type": "string", "enum": all },
+                "message": { "type": "string" },
+                "details": {
+                    "type": "object",
+                    "description": "For INVALID_INPUT: field and reason (missing, type, \
+                        length, pattern, range, enum, unknown, ...), and the constraint.",
+                },
+            },
+        } },
+    })
+}
+
+/// The GET endpoints that need no key.
+fn unauthenticated() -> Vec<(&'static str, &'static str, &'static str, Value)> {
+    let status = |values: &[&str]| {
+        json!({
+            "type": "object",
+            "required": ["status"],
+            "properties": { "status": { "type": "string", "enum": values } },
+        })
+    };
+    let ok = |schema: Value| {
+        json!({ "200": {
+            "description": "success",
+            "content": { "application/json": { "schema": schema } },
+        } })
+    };
+    let mut readyz = ok(status(&["ready"]));
+    readyz["503"] = json!({
+        "description": "the database is unreachable",
+        "content": { "application/json": { "schema": status(&["not ready"]) } },
+    });
+    vec![
+        (
+            "/healthz",
+            "healthz",
+            "Liveness: the process serves.",
+            ok(status(&["ok"])),
+        ),
+        (
+            "/readyz",
+            "readyz",
+            "Readiness: the database answers.",
+            readyz,
+        ),
+        (
+            "/metrics",
+            "metrics",
+            "Prometheus metrics (text exposition format).",
+            json!({ "200": {
+                "description": "success",
+                "content": { "text/plain": { "schema": { "type": "string" } } },
+            } }),
+        ),
+        (
+            "/api/openapi.json",
+            "openapi",
+            "This document.",
+            ok(json!({ "type": "object" })),
+        ),
+        (
+            "/api/compute/methods",
+            "methods",
+            "Every method with its permission, scope, phase and status.",
+            ok(json!({
+                "type": "object",
+                "required": ["items"],
+                "properties": { "items": { "type": "array", "items": {
+                    "type": "object",
+                    "required": ["name", "module", "method", "serviceModule", "kind",
+                        "permission", "scope", "phase", "status"],
+                    "properties": {
+                        "name": { "type": "string" },
+                        "module": { "type": "string" },
+                        "method": { "type": "string" },
+                        "serviceModule": { "type": "string" },
+                        "kind": { "type": "string", "enum": ["read", "mutation"] },
+                        "permission": { "type": "string" },
+                        "scope": { "type": "string" },
+                        "phase": { "type": "string" },
+                        "status": { "type": "string" },
+                    },
+                } } },
+            })),
+        ),
+    ]
 }
 
 impl Default for Registry {
@@ -271,7 +469,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), before, "duplicate method names");
         for m in r.methods() {
-            let first = m.fields.first().expect("fields");
+            let first = m.fields().first().expect("fields");
             assert_eq!(
                 (first.name, first.required),
                 ("tenantId", true),
@@ -280,11 +478,67 @@ mod tests {
             );
             if m.scope() == ScopeKind::ProviderAccount {
                 assert!(
-                    m.fields.iter().any(|f| f.name == "accountId" && f.required),
+                    m.fields()
+                        .iter()
+                        .any(|f| f.name == "accountId" && f.required),
                     "{} needs accountId",
                     m.name()
                 );
             }
+        }
+    }
+
+    #[test]
+    fn every_example_is_valid_input_of_its_method() {
+        for m in Registry::new().methods() {
+            let name = m.name();
+            crate::schema::validate_object(&m.example, m.fields(), "")
+                .unwrap_or_else(|e| panic!("{name}: example rejected: {e} {:?}", e.details));
+            (m.endpoint.parse)(&m.example)
+                .unwrap_or_else(|e| panic!("{name}: example does not parse: {e}"));
+        }
+    }
+
+    #[test]
+    fn every_success_response_is_typed_and_every_error_documented() {
+        let doc = Registry::new().openapi();
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        for m in Registry::new().methods() {
+            let op = &doc["paths"][m.path()]["post"];
+            let ok = &op["responses"]["200"]["content"]["application/json"]["schema"];
+            let target = ok["$ref"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{}: untyped", m.name()));
+            let name = target.trim_start_matches("#/components/schemas/");
+            let schema = &schemas[name];
+            assert_eq!(schema["type"], "object", "{}", m.name());
+            assert!(
+                schema["properties"]
+                    .as_object()
+                    .is_some_and(|p| !p.is_empty())
+            );
+            for code in m.codes() {
+                let status = code.http_status().to_string();
+                let schema = &op["responses"][&status]["content"]["application/json"]["schema"];
+                let listed = &schema["properties"]["error"]["properties"]["code"]["enum"];
+                assert!(
+                    listed
+                        .as_array()
+                        .is_some_and(|l| l.contains(&json!(code.as_str()))),
+                    "{}: {} not documented under {status}",
+                    m.name(),
+                    code.as_str()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn epoch_milliseconds_are_documented_as_int64() {
+        let doc = Registry::new().openapi();
+        let grant = &doc["components"]["schemas"]["Grant"]["properties"];
+        for field in ["startsAt", "endsAt", "createdAt", "meteredThrough"] {
+            assert_eq!(grant[field]["format"], "int64", "{field}");
         }
     }
 

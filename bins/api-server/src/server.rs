@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::error::{ApiError, Code};
 use bytes::Bytes;
 use http::{HeaderValue, Method as HttpMethod, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
@@ -17,7 +18,6 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use iam_check::{AccessRequest, Decision};
 use serde_json::Value;
-use storage::{Code, Error};
 use tokio::net::TcpListener;
 use tracing::{Instrument, info, info_span, warn};
 
@@ -148,7 +148,7 @@ fn raw_json_response(status: StatusCode, body: String) -> Resp {
 }
 
 /// The JSON envelope of an error, with the code kept for metrics.
-pub fn error_response(e: &Error) -> Resp {
+pub fn error_response(e: &ApiError) -> Resp {
     let status =
         StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = json_response(status, &e.to_json());
@@ -161,7 +161,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFiel
     let is_get = req.method() == HttpMethod::GET;
     let fixed = |label: &str, resp: Resp| (label.to_owned(), resp, LogFields::default());
     let not_allowed = |label: &str, allowed: &'static str| {
-        let mut r = error_response(&Error::new(
+        let mut r = error_response(&ApiError::new(
             Code::MethodNotAllowed,
             format!("use {allowed} on {label}"),
         ));
@@ -217,7 +217,10 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFiel
             Some(m) => not_allowed(&m.name(), "POST"),
             None => fixed(
                 "unknown",
-                error_response(&Error::new(Code::NotFound, format!("no such path: {path}"))),
+                error_response(&ApiError::new(
+                    Code::NotFound,
+                    format!("no such path: {path}"),
+                )),
             ),
         },
     }
@@ -231,7 +234,7 @@ const DRAIN_TIME: Duration = Duration::from_secs(2);
 
 /// Reads a request body of at most [`MAX_BODY`] bytes; `None` when it is
 /// larger (declared or sent).
-async fn read_body(mut body: Incoming, declared: Option<u64>) -> Result<Option<Bytes>, Error> {
+async fn read_body(mut body: Incoming, declared: Option<u64>) -> Result<Option<Bytes>, ApiError> {
     let mut over = declared.is_some_and(|n| n > MAX_BODY as u64);
     if declared.is_some_and(|n| n > DRAIN_LIMIT) {
         return Ok(None);
@@ -255,7 +258,7 @@ async fn read_body(mut body: Incoming, declared: Option<u64>) -> Result<Option<B
             None => break,
             Some(Err(_)) if over => break,
             Some(Err(_)) => {
-                return Err(Error::invalid(
+                return Err(ApiError::invalid(
                     "",
                     "body",
                     "the request body could not be read",
@@ -296,9 +299,10 @@ async fn call(
     m: &Method,
     req: Request<Incoming>,
     log: &mut LogFields,
-) -> Result<Reply, Error> {
+) -> Result<Reply, ApiError> {
     let too_large = || {
-        Error::new(Code::PayloadTooLarge, "the request body is over 1 MiB").with("limit", MAX_BODY)
+        ApiError::new(Code::PayloadTooLarge, "the request body is over 1 MiB")
+            .with("limit", MAX_BODY)
     };
     let declared = req
         .headers()
@@ -311,7 +315,7 @@ async fn call(
         .ok_or_else(too_large)?;
 
     let secret = secret.ok_or_else(|| {
-        Error::new(
+        ApiError::new(
             Code::Unauthenticated,
             "missing credentials: send Authorization: Bearer <api key>",
         )
@@ -320,17 +324,17 @@ async fn call(
         let mut conn = app.conn().await?;
         storage::tenancy::authenticate(&mut conn, &secret).await?
     }
-    .ok_or_else(|| Error::new(Code::Unauthenticated, "unknown or revoked API key"))?;
+    .ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown or revoked API key"))?;
     log.key_id = Some(caller.key_id.clone());
 
     let input: Value = serde_json::from_slice(&body).map_err(|e| {
-        Error::new(
+        ApiError::new(
             Code::InvalidInput,
             format!("the body is not valid JSON: {e}"),
         )
         .with("reason", "json")
     })?;
-    validate_object(&input, &m.fields, "")?;
+    validate_object(&input, m.fields(), "")?;
     let tenant = input
         .get("tenantId")
         .and_then(Value::as_str)
@@ -351,13 +355,13 @@ async fn call(
     );
     if let Decision::Deny(reason) = decision {
         warn!(method = %m.name(), key = %caller.key_id, %reason, "access denied");
-        return Err(Error::access_denied(format!(
+        return Err(ApiError::access_denied(format!(
             "{} is not allowed to call {}",
             caller.key_id,
             m.name()
         )));
     }
-    (m.handler)(Call {
+    (m.endpoint.handler)(Call {
         app: app.clone(),
         caller,
         input,

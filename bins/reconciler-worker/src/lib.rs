@@ -150,7 +150,7 @@ pub async fn run(
             spacing,
             i64::try_from(config.scan_lease.as_millis()).unwrap_or(i64::MAX),
         ),
-        providers: storage::reservations::policy_factory(
+        providers: providers::policy_factory(
             &config.root_tenant,
             config.provider_policy.clone(),
             Default::default(),

@@ -18,7 +18,7 @@ pub struct PassContext {
     /// How scans claim accounts among replicas.
     pub scan_rules: storage::reservations::ClaimRules,
     /// Builds the provider adapter of an account, under the provider policy.
-    pub providers: std::sync::Arc<storage::reservations::ProviderFactory>,
+    pub providers: std::sync::Arc<providers::ProviderFactory>,
 }
 
 /// What a pass did, for its log line and metrics.

@@ -92,6 +92,28 @@ pub enum DenyReason {
     AccountScopeNotCovered,
     /// A provider-account permission was asked without naming the account.
     AccountNotNamed,
+    /// An input option reserved to the root tenant was used in another
+    /// tenant.
+    RootOption(RootOption),
+}
+
+/// Input options that reach beyond the acting tenant's own data or bill,
+/// and so are reserved to the root tenant whatever the permission says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RootOption {
+    /// `all: true` on a list method: every tenant's items.
+    AllTenants,
+    /// `billing: "none"` on `instances.create`: an instance nobody pays for.
+    Unbilled,
+}
+
+impl fmt::Display for RootOption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RootOption::AllTenants => "only the root tenant may list every tenant's items",
+            RootOption::Unbilled => "billing \"none\" is reserved to the root tenant",
+        })
+    }
 }
 
 impl fmt::Display for DenyReason {
@@ -116,6 +138,7 @@ impl fmt::Display for DenyReason {
             DenyReason::AccountNotNamed => {
                 f.write_str("a provider-account permission needs the account it acts on")
             }
+            DenyReason::RootOption(option) => option.fmt(f),
         }
     }
 }
@@ -245,5 +268,25 @@ fn scope_check(principal: &Principal, req: &AccessRequest<'_>) -> Result<(), Den
             (Some(asked), KeyScope::Account(own)) if asked == own => Ok(()),
             (Some(_), KeyScope::Account(_)) => Err(DenyReason::AccountScopeNotCovered),
         },
+    }
+}
+
+/// Decides an input option of an already allowed request: `option` is
+/// allowed only when the acting tenant `tenant_id` is the root tenant.
+///
+/// ```
+/// use iam_check::{decide_option, Decision, DenyReason, RootOption};
+///
+/// assert_eq!(decide_option("root", "root", RootOption::AllTenants), Decision::Allow);
+/// assert_eq!(
+///     decide_option("acme", "root", RootOption::Unbilled),
+///     Decision::Deny(DenyReason::RootOption(RootOption::Unbilled)),
+/// );
+/// ```
+pub fn decide_option(tenant_id: &str, root_tenant: &str, option: RootOption) -> Decision {
+    if tenant_id == root_tenant {
+        Decision::Allow
+    } else {
+        Decision::Deny(DenyReason::RootOption(option))
     }
 }

@@ -5,7 +5,10 @@ mod decision;
 mod permission;
 mod role;
 
-pub use decision::{AccessRequest, Decision, DenyReason, KeyScope, Principal, TenantRule, decide};
+pub use decision::{
+    AccessRequest, Decision, DenyReason, KeyScope, Principal, RootOption, TenantRule, decide,
+    decide_option,
+};
 pub use permission::{Permission, ScopeKind, UnknownName};
 pub use role::{Role, permits};
 

@@ -1,8 +1,8 @@
 //! Property tests of `decide` (contract section 2.4).
 
 use iam_check::{
-    AccessRequest, Decision, DenyReason, KeyScope, Permission, Principal, Role, ScopeKind,
-    TenantRule, decide, permits,
+    AccessRequest, Decision, DenyReason, KeyScope, Permission, Principal, Role, RootOption,
+    ScopeKind, TenantRule, decide, decide_option, permits,
 };
 use proptest::prelude::*;
 
@@ -207,6 +207,9 @@ fn step_of(d: Decision) -> Step {
         Decision::Deny(DenyReason::AccountScopeNotCovered | DenyReason::AccountNotNamed) => {
             Step::Scope
         }
+        Decision::Deny(DenyReason::RootOption(o)) => {
+            panic!("decide never answers an input option's denial, got {o:?}")
+        }
     }
 }
 
@@ -295,5 +298,24 @@ proptest! {
             model_role_has(role.as_str(), permission.as_str())
         );
         prop_assert_eq!(permission.scope().as_str(), model_scope(permission.as_str()));
+    }
+}
+
+proptest! {
+    /// An input option reserved to the root tenant is allowed exactly when
+    /// the acting tenant is the root tenant, and its denial names it.
+    #[test]
+    fn a_root_option_is_allowed_only_in_the_root_tenant(
+        tenant in "[a-z]{1,4}",
+        root in "[a-z]{1,4}",
+        all in any::<bool>(),
+    ) {
+        let option = if all { RootOption::AllTenants } else { RootOption::Unbilled };
+        let d = decide_option(&tenant, &root, option);
+        if tenant == root {
+            prop_assert_eq!(d, Decision::Allow);
+        } else {
+            prop_assert_eq!(d, Decision::Deny(DenyReason::RootOption(option)));
+        }
     }
 }

@@ -168,6 +168,45 @@ pub fn build(
     }
 }
 
+/// What an account's adapter is built from: whose account it is, its
+/// provider's name and its stored config.
+#[derive(Debug, Clone, Copy)]
+pub struct AccountSpec<'a> {
+    /// The owning tenant (decides the policy: root's or a tenant's).
+    pub tenant_id: &'a str,
+    /// The provider's name (`gce`).
+    pub provider: &'a str,
+    /// The config as stored.
+    pub config: &'a serde_json::Value,
+}
+
+/// Builds the adapter of an account. The binaries build one with
+/// [`policy_factory`] and pass it to the operations that call a provider,
+/// which so only ever see the [`ReservationProvider`] trait.
+pub type ProviderFactory =
+    dyn Fn(AccountSpec<'_>) -> Result<Box<dyn ReservationProvider>, ProviderError> + Send + Sync;
+
+/// The factory the binaries use: each account's adapter under `policy`, for
+/// an account of the root tenant `root` or of another (untrusted) tenant.
+/// Building reads no credential; the adapter checks the policy again at each
+/// listing.
+pub fn policy_factory(
+    root: &str,
+    policy: std::sync::Arc<ProviderPolicy>,
+    options: gce::GceProviderOptions,
+) -> std::sync::Arc<ProviderFactory> {
+    let root = root.to_owned();
+    std::sync::Arc::new(move |account: AccountSpec<'_>| {
+        let owner = AccountOwner::of(account.tenant_id, &root);
+        build(
+            account.provider,
+            account.config,
+            ProviderAccess::new(owner, policy.clone()),
+            options.clone(),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,19 +2,17 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Result, StorageError};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
 use crate::schema::provider_accounts as pa;
 use crate::tenancy;
 
 /// A provider account of a tenant.
-#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = pa)]
-#[serde(rename_all = "camelCase")]
 pub struct Account {
     /// `pacct_...`
     pub account_id: String,
@@ -51,7 +49,7 @@ pub async fn create(
     key: KeyedRequest<'_>,
     now: i64,
 ) -> Result<Account> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("pacct", now);
         match idempotency::claim(conn, key, &id, now).await? {
             Claim::Replay(existing) => get(conn, new.tenant_id, &existing).await,
@@ -88,7 +86,7 @@ pub async fn get(
         .first(conn)
         .await
         .optional()?
-        .ok_or_else(|| Error::not_found("provider account", account_id))
+        .ok_or_else(|| StorageError::not_found("provider account", account_id))
 }
 
 /// The tenant's accounts, newest first.

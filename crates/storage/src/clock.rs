@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use crate::error::{Error, Result};
+use crate::error::{Result, StorageError};
 use crate::schema::manual_clock;
 
 /// Where "now" comes from.
@@ -47,7 +47,7 @@ impl Clock {
     /// Moves the manual clock to `now`; time never moves backwards.
     pub async fn set(self, conn: &mut AsyncPgConnection, now: i64) -> Result<i64> {
         if self != Clock::Manual {
-            return Err(Error::invalid_state(
+            return Err(StorageError::invalid_state(
                 "the clock can only be set when the server runs with BC_CLOCK=manual",
             ));
         }
@@ -62,7 +62,7 @@ impl Clock {
             Some(v) => Ok(v),
             None => {
                 let current = self.now(conn).await?;
-                Err(Error::invalid(
+                Err(StorageError::invalid(
                     "now",
                     "range",
                     format!("time may not move backwards: the clock is at {current}"),

@@ -3,10 +3,9 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::schema::events;
 
@@ -37,23 +36,20 @@ impl NewEvent {
 }
 
 /// A published event as `events.list` returns it.
-#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = events)]
-#[serde(rename_all = "camelCase")]
 pub struct Event {
     /// `evt_...`
     pub event_id: String,
     /// The tenant whose log holds it.
     pub tenant_id: String,
     /// The event type.
-    #[serde(rename = "type")]
     pub event_type: String,
     /// The payload.
     pub data: Value,
     /// When the change happened.
     pub occurred_at: i64,
     /// Position in the tenant's log (not serialized; the cursor encodes it).
-    #[serde(skip)]
     pub seq: i64,
 }
 
@@ -83,7 +79,7 @@ pub async fn publish(
             .iter()
             .position(|e| e.tenant_id != tenant)
             .map_or(batch.len(), |p| start + p);
-        let count = i64::try_from(end - start).map_err(Error::internal)?;
+        let count = i64::try_from(end - start).map_err(StorageError::internal)?;
         let head: Head = diesel::sql_query(
             "INSERT INTO event_heads (tenant_id, last_seq) VALUES ($1, $2) \
              ON CONFLICT (tenant_id) \

@@ -4,10 +4,9 @@
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term};
-use serde::Serialize;
 
 use crate::accounts;
-use crate::error::{Code, Error, Result};
+use crate::error::{ErrorKind, Result, StorageError};
 use crate::events::{self, NewEvent};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
@@ -20,8 +19,7 @@ use crate::timeline::{self, GrantRow};
 pub const MAX_START_IN_PAST_MS: i64 = 5 * 60 * 1000;
 
 /// A grant as the API shows it: its state is the truth at the server's now.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct Grant {
     /// `rgrant_...`
     pub grant_id: String,
@@ -34,7 +32,6 @@ pub struct Grant {
     /// The grantee.
     pub tenant_id: String,
     /// The one project served.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub project_id: Option<String>,
     /// Committed slots.
     pub slots: i32,
@@ -45,12 +42,10 @@ pub struct Grant {
     /// `scheduled`, `active`, `ended` or `cancelled`, at now.
     pub state: &'static str,
     /// Why it ended or was cancelled.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Creation instant.
     pub created_at: i64,
     /// End or cancellation instant.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<i64>,
     /// Slot-hours written up to here.
     pub metered_through: i64,
@@ -124,12 +119,12 @@ pub async fn create(
     key: KeyedRequest<'_>,
     now: i64,
 ) -> Result<Grant> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("rgrant", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
             let row = load(conn, &existing)
                 .await?
-                .ok_or_else(|| Error::not_found("grant", &existing))?;
+                .ok_or_else(|| StorageError::not_found("grant", &existing))?;
             return Ok(Grant::at(row, now));
         }
         // Existence: the account is root's, the reservation is on it, the
@@ -141,10 +136,10 @@ pub async fn create(
         accounts::get(conn, root, new.account_id).await?;
         let res = timeline::lock_reservation(conn, new.account_id, new.reservation_id)
             .await?
-            .ok_or_else(|| Error::not_found("reservation", new.reservation_id))?;
+            .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
         // State of the reservation.
         if res.status != "ready" {
-            return Err(Error::invalid_state(format!(
+            return Err(StorageError::invalid_state(format!(
                 "the reservation is {}, not ready",
                 res.status
             ))
@@ -153,14 +148,14 @@ pub async fn create(
         }
         let Some(pool_id) = res.pool_id.clone() else {
             return Err(
-                Error::invalid_state("the reservation is not bound to a pool")
+                StorageError::invalid_state("the reservation is not bound to a pool")
                     .with("reservationId", res.reservation_id.as_str())
                     .with("reason", "unbound"),
             );
         };
         // The grantee may use the pool, and the project is the grantee's.
         if !pools::is_visible(conn, &pool_id, new.grant_tenant_id, root).await? {
-            return Err(Error::invalid(
+            return Err(StorageError::invalid(
                 "grantTenantId",
                 "pool-not-offered",
                 format!("pool {pool_id} is not offered to {}", new.grant_tenant_id),
@@ -172,7 +167,7 @@ pub async fn create(
                 .await?
                 .is_none()
         {
-            return Err(Error::invalid(
+            return Err(StorageError::invalid(
                 "projectId",
                 "project-not-grantee",
                 format!(
@@ -183,7 +178,7 @@ pub async fn create(
         }
         // The term.
         if new.starts_at < now - MAX_START_IN_PAST_MS {
-            return Err(Error::invalid(
+            return Err(StorageError::invalid(
                 "startsAt",
                 "past",
                 "startsAt may be at most 5 minutes in the past",
@@ -191,7 +186,7 @@ pub async fn create(
             .with("now", now));
         }
         if new.ends_at <= new.starts_at {
-            return Err(Error::invalid(
+            return Err(StorageError::invalid(
                 "endsAt",
                 "range",
                 "endsAt must be after startsAt",
@@ -202,15 +197,15 @@ pub async fn create(
         timeline::settle(conn, &res, now, &mut events).await?;
         let existing = commitments(conn, &res.account_id, &res.reservation_id).await?;
         let total = u64::try_from(res.total).unwrap_or(0);
-        let slots = u32::try_from(new.slots).map_err(Error::internal)?;
+        let slots = u32::try_from(new.slots).map_err(StorageError::internal)?;
         grants_core::check_capacity(
             total,
             &existing,
             Commitment::new(Term::new(new.starts_at, new.ends_at), slots),
         )
         .map_err(|short| {
-            Error::new(
-                Code::CapacityUnavailable,
+            StorageError::new(
+                ErrorKind::CapacityUnavailable,
                 format!("the reservation cannot commit {slots} more slots over that term: {short}"),
             )
             .with("total", short.total)
@@ -257,7 +252,7 @@ pub async fn create(
         );
         let row = load(conn, &id)
             .await?
-            .ok_or_else(|| Error::internal("grant vanished"))?;
+            .ok_or_else(|| StorageError::internal("grant vanished"))?;
         Ok(Grant::at(row, now))
     })
     .await
@@ -292,7 +287,7 @@ pub async fn get(
 ) -> Result<Grant> {
     match load(conn, grant_id).await? {
         Some(row) if row.tenant_id == tenant || tenant == root => Ok(Grant::at(row, now)),
-        _ => Err(Error::not_found("grant", grant_id)),
+        _ => Err(StorageError::not_found("grant", grant_id)),
     }
 }
 
@@ -325,15 +320,15 @@ pub async fn end(
     grant_id: &str,
     now: i64,
 ) -> Result<Grant> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, root, account_id).await?;
         let row = match load(conn, grant_id).await? {
             Some(row) if row.account_id == account_id => row,
-            _ => return Err(Error::not_found("grant", grant_id)),
+            _ => return Err(StorageError::not_found("grant", grant_id)),
         };
         let res = timeline::lock_reservation(conn, &row.account_id, &row.reservation_id)
             .await?
-            .ok_or_else(|| Error::internal("grant without reservation"))?;
+            .ok_or_else(|| StorageError::internal("grant without reservation"))?;
         let mut events = Vec::new();
         timeline::force_end(
             conn,
@@ -348,7 +343,7 @@ pub async fn end(
         events::publish(conn, now, events).await?;
         let row = load(conn, grant_id)
             .await?
-            .ok_or_else(|| Error::internal("grant vanished"))?;
+            .ok_or_else(|| StorageError::internal("grant vanished"))?;
         tracing::info!(grant = %grant_id, state = row.settled_state, "grant end requested");
         Ok(Grant::at(row, now))
     })

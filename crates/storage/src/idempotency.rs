@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use crate::error::{Code, Error, Result};
+use crate::error::{ErrorKind, Result, StorageError};
 use crate::schema::idempotency_keys as ik;
 
 /// What a creating mutation should do with its key.
@@ -63,8 +63,8 @@ pub async fn claim(
     if hash == req.request_hash {
         Ok(Claim::Replay(existing))
     } else {
-        Err(Error::new(
-            Code::Conflict,
+        Err(StorageError::new(
+            ErrorKind::Conflict,
             "the idempotency key was already used with a different request",
         )
         .with("idempotencyKey", req.key))

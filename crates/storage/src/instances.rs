@@ -14,9 +14,8 @@ use grants_core::{
     Billing, Destination, PlacementRequest, Power, ReservationView, Seat, TimelineInstance,
 };
 use quotas_core::{Charge, QuotaRow};
-use serde::Serialize;
 
-use crate::error::{Code, Error, Result};
+use crate::error::{ErrorKind, Result, StorageError};
 use crate::events::{self, NewEvent};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
@@ -93,29 +92,24 @@ impl InstanceRow {
 }
 
 /// Where an instance is placed.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct PlacementView {
     /// `grant`, `reservation`, `ondemand` or `none`.
     pub kind: String,
     /// The grant.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub grant_id: Option<String>,
     /// The reservation.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation_id: Option<String>,
 }
 
 /// An instance as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct Instance {
     /// `inst_...`
     pub instance_id: String,
     /// Owner.
     pub tenant_id: String,
     /// Project.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub project_id: Option<String>,
     /// Pool.
     pub pool_id: String,
@@ -321,7 +315,7 @@ pub async fn apply_move(
 ) -> Result<()> {
     let inst = load(conn, instance_id)
         .await?
-        .ok_or_else(|| Error::internal(format!("move of unknown instance {instance_id}")))?;
+        .ok_or_else(|| StorageError::internal(format!("move of unknown instance {instance_id}")))?;
     let target = Target::from_destination(to, res);
     place_at(conn, &inst, &target, &inst.state.clone(), at).await
 }
@@ -389,9 +383,9 @@ async fn view(
     })
 }
 
-fn capacity_error(view: &ReservationView) -> Error {
-    Error::new(
-        Code::CapacityUnavailable,
+fn capacity_error(view: &ReservationView) -> StorageError {
+    StorageError::new(
+        ErrorKind::CapacityUnavailable,
         format!(
             "reservation {} has no slot for the instance",
             view.reservation_id
@@ -560,7 +554,7 @@ async fn write_quota_rows(
 fn charges_for(pool: &Pool, flavor: &str) -> Result<Vec<Charge>> {
     let f = pool
         .flavor(flavor)
-        .ok_or_else(|| Error::internal("flavor vanished"))?;
+        .ok_or_else(|| StorageError::internal("flavor vanished"))?;
     Ok(quotas_core::instance_charges(f.vcpus, f.memory_gib, f.gpus))
 }
 
@@ -589,7 +583,7 @@ pub async fn create(
     key: KeyedRequest<'_>,
     now: i64,
 ) -> Result<Instance> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("inst", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
             return get(conn, new.tenant_id, &existing).await;
@@ -600,7 +594,7 @@ pub async fn create(
         tenancy::lock_acting_tenant(conn, new.tenant_id).await?;
         let pool = pools::get(conn, new.pool_id, new.tenant_id, root).await?;
         if pool.flavor(new.flavor).is_none() {
-            return Err(Error::invalid(
+            return Err(StorageError::invalid(
                 "flavor",
                 "unknown-flavor",
                 format!("pool {} has no flavor {}", pool.pool_id, new.flavor),
@@ -611,7 +605,7 @@ pub async fn create(
                 .await?
                 .is_none()
         {
-            return Err(Error::invalid(
+            return Err(StorageError::invalid(
                 "projectId",
                 "project-not-tenant",
                 format!("project {p} is not a project of {}", new.tenant_id),
@@ -620,8 +614,8 @@ pub async fn create(
         let charges = charges_for(&pool, new.flavor)?;
         let rows = lock_quota_rows(conn, new.tenant_id, new.pool_id, &charges).await?;
         let charged = quotas_core::charge(&rows, &charges).map_err(|q| {
-            Error::new(
-                Code::QuotaExceeded,
+            StorageError::new(
+                ErrorKind::QuotaExceeded,
                 format!("quota {} of pool {} exceeded", q.resource, new.pool_id),
             )
             .with("poolId", new.pool_id)
@@ -676,7 +670,7 @@ pub async fn get(
 ) -> Result<Instance> {
     match load(conn, instance_id).await? {
         Some(r) if r.tenant_id == tenant => Ok(Instance::from(r)),
-        _ => Err(Error::not_found("instance", instance_id)),
+        _ => Err(StorageError::not_found("instance", instance_id)),
     }
 }
 
@@ -715,7 +709,7 @@ async fn lock_instance(
     for attempt in 0.. {
         let current = match load(conn, instance_id).await? {
             Some(r) if r.tenant_id == tenant => r,
-            _ => return Err(Error::not_found("instance", instance_id)),
+            _ => return Err(StorageError::not_found("instance", instance_id)),
         };
         let res = match (&current.account_id, &current.reservation_id) {
             (Some(a), Some(r)) => {
@@ -725,7 +719,7 @@ async fn lock_instance(
                     if attempt < 3 {
                         continue;
                     }
-                    return Err(Error::internal("instance on unknown reservation"));
+                    return Err(StorageError::internal("instance on unknown reservation"));
                 };
                 timeline::settle(conn, &res, now, events).await?;
                 Some(res)
@@ -745,14 +739,14 @@ async fn lock_instance(
         }
         // It moved between the read and the lock (only ever off a reservation): retry.
     }
-    Err(Error::internal(
+    Err(StorageError::internal(
         "the instance kept moving while being locked",
     ))
 }
 
 /// `INVALID_STATE` for stop and start of a deleted instance.
-fn deleted_instance() -> Error {
-    Error::invalid_state("the instance is deleted").with("state", "deleted")
+fn deleted_instance() -> StorageError {
+    StorageError::invalid_state("the instance is deleted").with("state", "deleted")
 }
 
 /// `instances.stop`: a grant instance keeps its slot; others release theirs.
@@ -762,7 +756,7 @@ pub async fn stop(
     instance_id: &str,
     now: i64,
 ) -> Result<Instance> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         match inst.state.as_str() {
@@ -796,7 +790,7 @@ pub async fn start(
     instance_id: &str,
     now: i64,
 ) -> Result<Instance> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut events = Vec::new();
         // Lock order: an instance off any reservation may be placed on any
         // candidate of its pool, so those are locked before its row (as
@@ -868,13 +862,13 @@ pub async fn delete(
     instance_id: &str,
     now: i64,
 ) -> Result<Instance> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         // Quota rows come first in the lock order.
         let Some(peek) = load(conn, instance_id)
             .await?
             .filter(|r| r.tenant_id == tenant)
         else {
-            return Err(Error::not_found("instance", instance_id));
+            return Err(StorageError::not_found("instance", instance_id));
         };
         let pool = pool_of(conn, &peek.pool_id).await?;
         lock_quota_rows(

@@ -27,4 +27,4 @@ pub use clock::Clock;
 
 /// The most items a list method returns in one answer (contract 1.6).
 pub const LIST_LIMIT: i64 = 1000;
-pub use error::{Code, Error, Result};
+pub use error::{ErrorKind, Result, StorageError};

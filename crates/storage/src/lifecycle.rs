@@ -4,7 +4,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::ForcedEnd;
 
-use crate::error::{Error, Result};
+use crate::error::{Result, StorageError};
 use crate::events;
 use crate::instances;
 use crate::schema::quotas;
@@ -22,20 +22,20 @@ pub async fn delete_tenant(
     now: i64,
 ) -> Result<Tenant> {
     if tenant_id == root {
-        return Err(Error::invalid(
+        return Err(StorageError::invalid(
             "targetTenantId",
             "root-tenant",
             "the root tenant cannot be deleted",
         ));
     }
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         // The tenant row first, `FOR UPDATE`: every write naming the tenant
         // takes it `FOR SHARE` before writing, so from here on nothing new
         // can be created for the tenant, and whatever committed before is
         // visible to the statements below.
         let current = tenancy::lock_tenant_for_delete(conn, tenant_id)
             .await?
-            .ok_or_else(|| Error::not_found("tenant", tenant_id))?;
+            .ok_or_else(|| StorageError::not_found("tenant", tenant_id))?;
         if current.state == "deleted" {
             return Ok(current);
         }

@@ -14,11 +14,10 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Jsonb, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{HOUR_MS, Record, Segment};
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::db::DbPool;
-use crate::error::{Error, Result};
+use crate::error::{Result, StorageError};
 use crate::events;
 use crate::ids;
 use crate::instances::InstanceRow;
@@ -70,7 +69,7 @@ async fn write_records(
         #[diesel(sql_type = BigInt)]
         last_seq: i64,
     }
-    let n = i64::try_from(records.len()).map_err(Error::internal)?;
+    let n = i64::try_from(records.len()).map_err(StorageError::internal)?;
     let head: Head = diesel::sql_query(
         "UPDATE usage_head SET last_seq = last_seq + $1 WHERE id = 1 RETURNING last_seq",
     )
@@ -161,7 +160,7 @@ pub async fn settle_all(pool: &DbPool, now: i64) -> Result<u64> {
     let mut applied = 0u64;
     for (account_id, reservation_id) in due {
         applied += conn
-            .transaction::<_, Error, _>(async |conn| {
+            .transaction::<_, StorageError, _>(async |conn| {
                 let Some(res) =
                     timeline::try_lock_reservation(conn, &account_id, &reservation_id).await?
                 else {
@@ -207,7 +206,7 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
     let mut totals = (0u64, 0u64);
     loop {
         let (grants_done, written) = conn
-            .transaction::<_, Error, _>(async |conn| {
+            .transaction::<_, StorageError, _>(async |conn| {
                 // Claim reservations first: settlement and `end` hold a
                 // reservation's lock while they change its grants' terms, so
                 // a grant is never metered while its end is being decided.
@@ -489,7 +488,7 @@ pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
         // piecemeal and no transaction grows without bound.
         loop {
             let (n, w) = conn
-                .transaction::<_, Error, _>(async |conn| {
+                .transaction::<_, StorageError, _>(async |conn| {
                     let Some(res) =
                         timeline::try_lock_reservation(conn, &account_id, &reservation_id).await?
                     else {
@@ -523,7 +522,7 @@ pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
     // Everything else: on-demand, stopped without a slot, deleted.
     loop {
         let (n, w) = conn
-            .transaction::<_, Error, _>(async |conn| {
+            .transaction::<_, StorageError, _>(async |conn| {
                 let batch: Vec<InstanceRow> = instances::table
                     .filter(instances::reservation_id.is_null())
                     .filter(instances::usage_metered_through.lt(cutoff))
@@ -553,15 +552,13 @@ pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
 }
 
 /// A usage record as `usage.list` shows it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct UsageRecord {
     /// `use_...`
     pub usage_id: String,
     /// The billed tenant.
     pub tenant_id: String,
     /// Project.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub project_id: Option<String>,
     /// Meter name.
     pub meter: String,
@@ -574,17 +571,14 @@ pub struct UsageRecord {
     /// Hour bucket end.
     pub period_end: i64,
     /// Grant.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub grant_id: Option<String>,
     /// Instance.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub instance_id: Option<String>,
     /// Tags.
     pub tags: Value,
     /// When it was written.
     pub recorded_at: i64,
     /// Position in the log.
-    #[serde(skip)]
     pub seq: i64,
 }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::accounts;
-use crate::error::{Error, Result};
+use crate::error::{Result, StorageError};
 use crate::events::{self, NewEvent};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
@@ -42,8 +42,7 @@ struct PoolRow {
 }
 
 /// A pool as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct Pool {
     /// `pool_...`
     pub pool_id: String,
@@ -71,8 +70,7 @@ impl Pool {
 }
 
 /// A quota row as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quota {
     /// The pool.
     pub pool_id: String,
@@ -178,11 +176,11 @@ pub async fn get(
     root: &str,
 ) -> Result<Pool> {
     if !is_visible(conn, pool_id, tenant, root).await? {
-        return Err(Error::not_found("pool", pool_id));
+        return Err(StorageError::not_found("pool", pool_id));
     }
     let row = pool_row(conn, pool_id)
         .await?
-        .ok_or_else(|| Error::not_found("pool", pool_id))?;
+        .ok_or_else(|| StorageError::not_found("pool", pool_id))?;
     let offered = offered_to(conn, pool_id).await?;
     let offered = if tenant == root {
         offered
@@ -196,7 +194,7 @@ pub async fn get(
 pub async fn get_any(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Pool> {
     let row = pool_row(conn, pool_id)
         .await?
-        .ok_or_else(|| Error::not_found("pool", pool_id))?;
+        .ok_or_else(|| StorageError::not_found("pool", pool_id))?;
     to_pool(row, Vec::new())
 }
 
@@ -316,7 +314,7 @@ pub async fn create(
     key: KeyedRequest<'_>,
     now: i64,
 ) -> Result<Pool> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("pool", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
             return get(conn, &existing, root, root).await;
@@ -354,11 +352,11 @@ pub async fn offer(
     quota_max: &BTreeMap<String, i64>,
     now: i64,
 ) -> Result<Pool> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         tenancy::lock_named_tenant(conn, tenant).await?;
         pool_row(conn, pool_id)
             .await?
-            .ok_or_else(|| Error::not_found("pool", pool_id))?;
+            .ok_or_else(|| StorageError::not_found("pool", pool_id))?;
         diesel::insert_into(pool_offers::table)
             .values((
                 pool_offers::pool_id.eq(pool_id),
@@ -390,11 +388,11 @@ pub async fn set_quota(
     requested: i64,
     now: i64,
 ) -> Result<Quota> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         tenancy::lock_named_tenant(conn, target).await?;
         pool_row(conn, pool_id)
             .await?
-            .ok_or_else(|| Error::not_found("pool", pool_id))?;
+            .ok_or_else(|| StorageError::not_found("pool", pool_id))?;
         let (quota, _) = set_quota_row(conn, target, pool_id, resource, requested).await?;
         events::publish(
             conn,
@@ -436,7 +434,7 @@ pub async fn get_quotas(
         && rows.is_empty()
         && !is_visible(conn, pool_id, tenant, root).await?
     {
-        return Err(Error::not_found("pool", pool_id));
+        return Err(StorageError::not_found("pool", pool_id));
     }
     Ok(rows
         .into_iter()

@@ -6,24 +6,20 @@ use std::collections::HashSet;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, Destination, ForcedEnd, GrantState, Term};
-use providers::gce::GceProviderOptions;
-use providers::policy::{AccountOwner, ProviderAccess, ProviderPolicy};
-use providers::{ProviderError, ProviderReservation, ReservationProvider};
-use serde::Serialize;
+use providers::{AccountSpec, ProviderError, ProviderFactory, ProviderReservation};
 use serde_json::json;
 
 use crate::accounts::{self, Account};
 use crate::clock::Clock;
 use crate::db::DbPool;
-use crate::error::{Code, Error, Result};
+use crate::error::{ErrorKind, Result, StorageError};
 use crate::events::{self, NewEvent};
 use crate::instances;
 use crate::schema::{api_keys, grants, idempotency_keys, pools, provider_accounts, reservations};
 use crate::timeline::{self, GrantRow, ReservationRow};
 
 /// A reservation as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct Reservation {
     /// The provider account.
     pub account_id: String,
@@ -42,12 +38,10 @@ pub struct Reservation {
     /// `ready`, `not-ready` or `gone`.
     pub status: String,
     /// The pool it is bound to.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pool_id: Option<String>,
     /// Last scan instant.
     pub last_scanned_at: i64,
     /// When a scan found it gone.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub gone_at: Option<i64>,
 }
 
@@ -133,7 +127,7 @@ pub async fn apply_scan(
     let root = root.to_owned();
     let account_id = claim.account.account_id.as_str();
     let ticket = claim.ticket;
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut outcome = ScanOutcome::default();
         let applied: Option<i64> = provider_accounts::table
             .find(account_id)
@@ -143,7 +137,7 @@ pub async fn apply_scan(
             .await
             .optional()?;
         let Some(applied) = applied else {
-            return Err(Error::not_found("provider account", account_id));
+            return Err(StorageError::not_found("provider account", account_id));
         };
         if applied >= ticket {
             tracing::info!(
@@ -306,34 +300,6 @@ async fn capacity_short(
     Ok(true)
 }
 
-/// Builds the provider adapter of an account. Passed in by the binaries (both
-/// use [`policy_factory`]), so the scan functions here only see the
-/// `ReservationProvider` trait.
-pub type ProviderFactory = dyn Fn(&Account) -> BuiltProvider + Send + Sync;
-
-/// What a [`ProviderFactory`] returns for an account.
-type BuiltProvider = std::result::Result<Box<dyn ReservationProvider>, ProviderError>;
-
-/// The factory the binaries use: the account's adapter under `policy`, for
-/// an account of the root tenant or of another (untrusted) tenant. Building
-/// reads no credential; the adapter checks the policy again at each listing.
-pub fn policy_factory(
-    root: &str,
-    policy: std::sync::Arc<ProviderPolicy>,
-    options: GceProviderOptions,
-) -> std::sync::Arc<ProviderFactory> {
-    let root = root.to_owned();
-    std::sync::Arc::new(move |account: &Account| {
-        let owner = AccountOwner::of(&account.tenant_id, &root);
-        providers::build(
-            &account.provider,
-            &account.config,
-            ProviderAccess::new(owner, policy.clone()),
-            options.clone(),
-        )
-    })
-}
-
 /// A claimed scan of one account: the account as it was when claimed, and
 /// the ticket that orders this scan among the account's scans.
 #[derive(Debug, Clone)]
@@ -445,7 +411,7 @@ async fn release_lease(conn: &mut AsyncPgConnection, account_id: &str, ticket: i
 pub async fn scan_failed(conn: &mut AsyncPgConnection, claim: &ScanClaim, now: i64) -> Result<i32> {
     let account_id = claim.account.account_id.as_str();
     let ticket = claim.ticket;
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         release_lease(conn, account_id, ticket).await?;
         // A scan claimed later that already succeeded has the last word: an
         // older failure puts nothing into backoff.
@@ -477,9 +443,9 @@ pub async fn scan_failed(conn: &mut AsyncPgConnection, claim: &ScanClaim, now: i
 /// never to the caller:
 /// a tenant's endpoint must not learn anything about the platform's network
 /// from it.
-pub fn provider_failure(error: &ProviderError) -> Error {
-    let mut e = Error::new(
-        Code::Unavailable,
+pub fn provider_failure(error: &ProviderError) -> StorageError {
+    let mut e = StorageError::new(
+        ErrorKind::ProviderFailure,
         "the provider call failed; nothing changed (the server log has the cause)",
     )
     .with("reason", "provider-error");
@@ -487,12 +453,6 @@ pub fn provider_failure(error: &ProviderError) -> Error {
         e = e.with("status", status);
     }
     e
-}
-
-/// Whether `e` is [`provider_failure`]'s answer.
-pub fn is_provider_failure(e: &Error) -> bool {
-    e.code == Code::Unavailable
-        && e.details.get("reason").and_then(|r| r.as_str()) == Some("provider-error")
 }
 
 /// Runs a claimed scan: builds the provider, lists (outside any
@@ -506,7 +466,12 @@ pub async fn run_scan(
     claim: &ScanClaim,
     factory: &ProviderFactory,
 ) -> Result<ScanOutcome> {
-    let listed = match factory(&claim.account) {
+    let account = AccountSpec {
+        tenant_id: &claim.account.tenant_id,
+        provider: &claim.account.provider,
+        config: &claim.account.config,
+    };
+    let listed = match factory(account) {
         Ok(provider) => provider.list_reservations().await,
         Err(e) => Err(e),
     };
@@ -543,7 +508,7 @@ pub async fn scan(
         // An explicit claim is refused only when the account is gone.
         claim_scan(&mut conn, tenant, account_id, ClaimRules::EXPLICIT)
             .await?
-            .ok_or_else(|| Error::not_found("provider account", account_id))?
+            .ok_or_else(|| StorageError::not_found("provider account", account_id))?
     };
     let outcome = run_scan(pool, clock, root, &claim, factory).await?;
     let mut conn = pool.get().await?;
@@ -564,11 +529,11 @@ pub async fn bind(
     reservation_id: &str,
     pool_id: &str,
 ) -> Result<Reservation> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, root, account_id).await?;
         let res = timeline::lock_reservation(conn, account_id, reservation_id)
             .await?
-            .ok_or_else(|| Error::not_found("reservation", reservation_id))?;
+            .ok_or_else(|| StorageError::not_found("reservation", reservation_id))?;
         let pool: Option<(String, serde_json::Value)> = pools::table
             .find(pool_id)
             .select((pools::region, pools::flavors))
@@ -576,22 +541,24 @@ pub async fn bind(
             .await
             .optional()?;
         let Some((region, flavors)) = pool else {
-            return Err(Error::not_found("pool", pool_id));
+            return Err(StorageError::not_found("pool", pool_id));
         };
         if res.status == "gone" {
-            return Err(Error::invalid_state("the reservation is gone").with("status", "gone"));
+            return Err(
+                StorageError::invalid_state("the reservation is gone").with("status", "gone")
+            );
         }
         if let Some(bound) = &res.pool_id {
             if bound == pool_id {
                 return Ok(Reservation::from(res));
             }
-            return Err(Error::invalid_state(format!(
+            return Err(StorageError::invalid_state(format!(
                 "the reservation is bound to pool {bound}; unbind it first"
             ))
             .with("poolId", bound.as_str()));
         }
         if region != res.region {
-            return Err(Error::invalid(
+            return Err(StorageError::invalid(
                 "poolId",
                 "region-mismatch",
                 format!("the pool is in {region}, the reservation in {}", res.region),
@@ -602,7 +569,7 @@ pub async fn bind(
                 .any(|f| f.get("name").and_then(|n| n.as_str()) == Some(res.flavor.as_str()))
         });
         if !has_flavor {
-            return Err(Error::invalid(
+            return Err(StorageError::invalid(
                 "poolId",
                 "flavor-mismatch",
                 format!("the pool has no flavor {}", res.flavor),
@@ -648,14 +615,14 @@ pub async fn unbind(
     reservation_id: &str,
     now: i64,
 ) -> Result<Reservation> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, tenant, account_id).await?;
         let res = timeline::lock_reservation(conn, account_id, reservation_id)
             .await?
-            .ok_or_else(|| Error::not_found("reservation", reservation_id))?;
+            .ok_or_else(|| StorageError::not_found("reservation", reservation_id))?;
         let live = live_grant_ids(conn, account_id, Some(reservation_id), now).await?;
         if !live.is_empty() {
-            return Err(Error::invalid_state(
+            return Err(StorageError::invalid_state(
                 "grants on the reservation are scheduled or active; end them first",
             )
             .with("grantIds", live));
@@ -688,7 +655,7 @@ pub async fn delete_account(
     account_id: &str,
     now: i64,
 ) -> Result<()> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, tenant, account_id).await?;
         diesel::sql_query("SELECT 1 FROM provider_accounts WHERE account_id = $1 FOR UPDATE")
             .bind::<diesel::sql_types::Text, _>(account_id)
@@ -697,7 +664,7 @@ pub async fn delete_account(
         let locked = rows_of_account(conn, account_id, true).await?;
         let live = live_grant_ids(conn, account_id, None, now).await?;
         if !live.is_empty() {
-            return Err(Error::invalid_state(
+            return Err(StorageError::invalid_state(
                 "grants of the account are scheduled or active; end them first",
             )
             .with("grantIds", live));
@@ -711,7 +678,7 @@ pub async fn delete_account(
             .load(conn)
             .await?;
         if !unmetered.is_empty() {
-            return Err(Error::invalid_state(
+            return Err(StorageError::invalid_state(
                 "ended grants still have slot-hours to meter; retry after the reconciler's next \
                  pass past the hour they ended in",
             )
@@ -831,7 +798,7 @@ pub async fn scan_all(
             match claim_scan(&mut conn, &tenant_id, &account_id, rules).await {
                 Ok(claim) => claim,
                 // Deleted between the listing and its claim.
-                Err(e) if e.code == Code::NotFound => continue,
+                Err(e) if e.kind == ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             }
         };
@@ -848,9 +815,9 @@ pub async fn scan_all(
                 pass.outcome.grants_closed += o.grants_closed;
                 pass.outcome.capacity_short += o.capacity_short;
             }
-            Err(e) if is_provider_failure(&e) => pass.failed += 1,
+            Err(e) if e.kind == ErrorKind::ProviderFailure => pass.failed += 1,
             // The account was deleted between its claim and the answer.
-            Err(e) if e.code == Code::NotFound => {}
+            Err(e) if e.kind == ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
     }

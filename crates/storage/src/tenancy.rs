@@ -3,18 +3,16 @@
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use iam_check::{KeyScope, Principal, Role};
-use serde::Serialize;
 use subtle::ConstantTimeEq;
 
 use crate::accounts;
-use crate::error::{Code, Error, Result};
+use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
 use crate::schema::{api_keys, projects, tenants};
 
 /// A tenant.
-#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = tenants)]
-#[serde(rename_all = "camelCase")]
 pub struct Tenant {
     /// The tenant's chosen name.
     pub tenant_id: String,
@@ -25,14 +23,12 @@ pub struct Tenant {
     /// Creation instant.
     pub created_at: i64,
     /// Deletion instant.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<i64>,
 }
 
 /// A project of a tenant.
-#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = projects)]
-#[serde(rename_all = "camelCase")]
 pub struct Project {
     /// `prj_...`
     pub project_id: String,
@@ -45,9 +41,8 @@ pub struct Project {
 }
 
 /// An API key (never its secret).
-#[derive(Debug, Clone, Serialize, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = api_keys)]
-#[serde(rename_all = "camelCase")]
 pub struct ApiKey {
     /// `key_...`
     pub key_id: String,
@@ -58,20 +53,17 @@ pub struct ApiKey {
     /// `admin`, `provider-admin`, `member` or `viewer`.
     pub role: String,
     /// The one provider account the key is limited to, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub account_id: Option<String>,
     /// Creation instant.
     pub created_at: i64,
     /// Revocation instant.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub revoked_at: Option<i64>,
 }
 
 /// A key with its secret, shown once.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct IssuedKey {
     /// The key.
-    #[serde(rename = "apiKey")]
     pub api_key: ApiKey,
     /// The secret (`bck_...`); stored only as a hash.
     pub secret: String,
@@ -115,7 +107,7 @@ pub async fn authenticate(
         return Ok(None);
     }
     let role = Role::parse(&role)
-        .ok_or_else(|| Error::internal(format!("key {key_id} has unknown role")))?;
+        .ok_or_else(|| StorageError::internal(format!("key {key_id} has unknown role")))?;
     let scope = match account_id {
         Some(a) => KeyScope::Account(a),
         None => KeyScope::Tenant,
@@ -200,7 +192,7 @@ pub async fn lock_named_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) ->
     if lock_tenant_shared(conn, tenant_id).await? {
         Ok(())
     } else {
-        Err(Error::not_found("tenant", tenant_id))
+        Err(StorageError::not_found("tenant", tenant_id))
     }
 }
 
@@ -211,8 +203,8 @@ pub async fn lock_acting_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -
     if lock_tenant_shared(conn, tenant_id).await? {
         Ok(())
     } else {
-        Err(Error::new(
-            Code::Unauthenticated,
+        Err(StorageError::new(
+            ErrorKind::Unauthenticated,
             "the tenant has been deleted",
         ))
     }
@@ -222,7 +214,7 @@ pub async fn lock_acting_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -
 pub async fn active_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Tenant> {
     match get_tenant(conn, tenant_id).await? {
         Some(t) if t.state == "active" => Ok(t),
-        _ => Err(Error::not_found("tenant", tenant_id)),
+        _ => Err(StorageError::not_found("tenant", tenant_id)),
     }
 }
 
@@ -235,7 +227,7 @@ pub async fn create_tenant(
 ) -> Result<(Tenant, IssuedKey)> {
     let name = name.to_owned();
     let display = display_name.unwrap_or(&name).to_owned();
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         let inserted = diesel::insert_into(tenants::table)
             .values((
                 tenants::tenant_id.eq(&name),
@@ -247,8 +239,8 @@ pub async fn create_tenant(
             .execute(conn)
             .await?;
         if inserted == 0 {
-            return Err(Error::new(
-                Code::Conflict,
+            return Err(StorageError::new(
+                ErrorKind::Conflict,
                 format!("tenant name {name} is taken (names are never reused)"),
             )
             .with("tenantId", name.as_str()));
@@ -313,7 +305,7 @@ pub async fn create_project(
     name: &str,
     now: i64,
 ) -> Result<Project> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         lock_acting_tenant(conn, tenant_id).await?;
         Ok(diesel::insert_into(projects::table)
             .values((
@@ -389,7 +381,7 @@ pub async fn create_key(
     account_id: Option<&str>,
     now: i64,
 ) -> Result<IssuedKey> {
-    conn.transaction::<_, Error, _>(async move |conn| {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
         lock_acting_tenant(conn, tenant_id).await?;
         if let Some(account) = account_id {
             accounts::get(conn, tenant_id, account).await?;
@@ -438,5 +430,5 @@ pub async fn revoke_key(
         .first(conn)
         .await
         .optional()?
-        .ok_or_else(|| Error::not_found("API key", key_id))
+        .ok_or_else(|| StorageError::not_found("API key", key_id))
 }

@@ -12,7 +12,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use grants_core::{ForcedEnd, GrantState, TimelineGrant, TimelineInstance, Transition};
 use serde_json::{Value, json};
 
-use crate::error::{Error, Result};
+use crate::error::{Result, StorageError};
 use crate::events::NewEvent;
 use crate::instances;
 use crate::schema::{grants, reservations};
@@ -275,7 +275,7 @@ async fn write(
         by_id
             .get(id)
             .copied()
-            .ok_or_else(|| Error::internal(format!("transition names unknown grant {id}")))
+            .ok_or_else(|| StorageError::internal(format!("transition names unknown grant {id}")))
     };
     for t in due {
         match t {

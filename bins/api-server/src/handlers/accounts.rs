@@ -3,20 +3,25 @@
 use iam_check::{Permission, TenantRule};
 use providers::gce::GceConfig;
 use providers::policy::AccountOwner;
-use serde::Deserialize;
-use serde_json::Value;
-use storage::Error;
+use serde_json::{Map, Value, json};
 use storage::accounts::{self, NewAccount};
 use storage::idempotency::KeyedRequest;
 use storage::reservations;
 
-use super::{items, one};
-use crate::registry::{Call, Kind, Method, Reply, handler};
-use crate::schema::{Ty, idem_key, name, req, reservation_id, tenant_id, typeid};
+use super::examples::{ACCOUNT, KEY, POOL, RESERVATION};
+use crate::error::{ApiError, Code};
+use crate::registry::{Call, Kind, Method, endpoint};
+use crate::schema::{TenantOnly, Ty, idem_key, input, name, reservation_id, typeid};
+use crate::views::{self, AccountDeleted, AccountReply, Items, ReservationReply};
 
-/// The methods of this module.
-pub fn methods() -> Vec<Method> {
-    let m = |method, kind, permission, summary, fields: Vec<_>, handler| Method {
+fn method(
+    method: &'static str,
+    kind: Kind,
+    permission: Permission,
+    summary: &'static str,
+    endpoint: crate::registry::Endpoint,
+) -> Method {
+    Method {
         module: "providerAccounts",
         method,
         service_module: "vps",
@@ -26,59 +31,65 @@ pub fn methods() -> Vec<Method> {
         phase: "v1.0",
         status: "registered",
         summary,
-        fields,
-        handler,
-    };
+        endpoint,
+        errors: &[Code::NotFound],
+        example: json!({ "tenantId": "acme", "accountId": ACCOUNT }),
+    }
+}
+
+/// The methods of this module.
+pub fn methods() -> Vec<Method> {
     vec![
-        m(
+        method(
             "create",
             Kind::Mutation,
             Permission::IamManage,
             "Connects a provider account; config holds secret references, never secret values.",
-            vec![
-                req("tenantId", tenant_id()),
-                req("name", name()),
-                req("provider", Ty::Enum(&["gce"])),
-                req("config", Ty::AnyObject),
-                req("idempotencyKey", idem_key()),
-            ],
-            handler!(create),
-        ),
-        m(
+            endpoint(create),
+        )
+        .errors(&[Code::Conflict])
+        .example(json!({
+            "tenantId": "acme",
+            "name": "acme capacity",
+            "provider": "gce",
+            "config": {
+                "project": "acme-capacity",
+                "credentials": "env:GCE_TOKEN",
+            },
+            "idempotencyKey": KEY,
+        })),
+        method(
             "get",
             Kind::Read,
             Permission::ProvidersRead,
             "Returns a provider account of the tenant.",
-            vec![
-                req("tenantId", tenant_id()),
-                req("accountId", typeid("pacct")),
-            ],
-            handler!(get),
+            endpoint(get),
         ),
-        m(
+        method(
             "list",
             Kind::Read,
             Permission::ProvidersRead,
             "Lists the tenant's provider accounts, newest first.",
-            vec![req("tenantId", tenant_id())],
-            handler!(list),
-        ),
+            endpoint(list),
+        )
+        .errors(&[])
+        .example(json!({ "tenantId": "acme" })),
     ]
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Create {
-    name: String,
-    provider: String,
-    config: Value,
-    idempotency_key: String,
+input! {
+    /// `providerAccounts.create`.
+    struct Create {
+        req name: String = ("name", name()),
+        req provider: String = ("provider", Ty::Enum(&["gce"])),
+        req config: Map<String, Value> = ("config", Ty::AnyObject),
+        req idempotency_key: String = ("idempotencyKey", idem_key()),
+    }
 }
 
-async fn create(call: Call) -> Result<Reply, Error> {
-    let input: Create = call.parse()?;
-    let config = GceConfig::from_json(&input.config).map_err(|e| {
-        Error::invalid(
+async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
+    let config = GceConfig::from_json(&Value::Object(input.config)).map_err(|e| {
+        ApiError::invalid(
             &e.field,
             e.reason.as_str(),
             format!("invalid provider config: {e}"),
@@ -91,7 +102,7 @@ async fn create(call: Call) -> Result<Reply, Error> {
         .provider_policy
         .check(&config, owner)
         .map_err(|e| {
-            Error::invalid(
+            ApiError::invalid(
                 &e.field,
                 e.reason.as_str(),
                 format!("provider config not allowed: {e}"),
@@ -112,123 +123,104 @@ async fn create(call: Call) -> Result<Reply, Error> {
         config: &config,
     };
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "account",
-        &accounts::create(&mut conn, new, key, now).await?,
-    )
+    Ok(accounts::create(&mut conn, new, key, now).await?.into())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AccountRef {
-    account_id: String,
+input! {
+    /// A method on one provider account.
+    struct AccountRef {
+        req account_id: String = ("accountId", typeid("pacct")),
+    }
 }
 
-async fn get(call: Call) -> Result<Reply, Error> {
-    let input: AccountRef = call.parse()?;
+async fn get(call: Call, input: AccountRef) -> Result<AccountReply, ApiError> {
     let mut conn = call.app.conn().await?;
-    one(
-        "account",
-        &accounts::get(&mut conn, call.tenant(), &input.account_id).await?,
-    )
+    Ok(accounts::get(&mut conn, call.tenant(), &input.account_id)
+        .await?
+        .into())
 }
 
-async fn list(call: Call) -> Result<Reply, Error> {
+async fn list(call: Call, _: TenantOnly) -> Result<Items<views::Account>, ApiError> {
     let mut conn = call.app.conn().await?;
-    items(&accounts::list(&mut conn, call.tenant()).await?)
+    Ok(Items::of(accounts::list(&mut conn, call.tenant()).await?))
 }
 
 /// The methods that act on an account's reservations and lifecycle.
 pub fn reservation_methods() -> Vec<Method> {
-    let m = |method, kind, permission, summary, fields: Vec<_>, handler| Method {
-        module: "providerAccounts",
-        method,
-        service_module: "vps",
-        kind,
-        permission,
-        tenant_rule: TenantRule::Acting,
-        phase: "v1.0",
-        status: "registered",
-        summary,
-        fields,
-        handler,
-    };
-    let account = || {
-        vec![
-            req("tenantId", tenant_id()),
-            req("accountId", typeid("pacct")),
-        ]
-    };
-    let with = |mut base: Vec<crate::schema::Field>, extra: Vec<crate::schema::Field>| {
-        base.extend(extra);
-        base
-    };
+    let on_reservation = json!({
+        "tenantId": "root",
+        "accountId": ACCOUNT,
+        "reservationId": RESERVATION,
+    });
     vec![
-        m(
+        method(
             "listReservations",
             Kind::Read,
             Permission::ProvidersRead,
             "Lists the reservations the account's scans have seen.",
-            account(),
-            handler!(list_reservations),
+            endpoint(list_reservations),
         ),
-        m(
+        method(
             "scan",
             Kind::Mutation,
             Permission::ProvidersManage,
             "Scans the account's reservations at the provider now (the vps.reservations pass for \
              one account).",
-            account(),
-            handler!(scan),
-        ),
+            endpoint(scan),
+        )
+        .errors(&[Code::NotFound, Code::InvalidState]),
         Method {
             // The reservations that serve pools are the platform's: only the
             // root tenant binds, and so only reservations of its accounts.
             tenant_rule: TenantRule::RootOnly,
-            ..m(
+            ..method(
                 "bindReservation",
                 Kind::Mutation,
                 Permission::ProvidersManage,
                 "Binds a reservation of a root account to a pool of the same region offering its \
                  flavor (root only).",
-                with(
-                    account(),
-                    vec![
-                        req("reservationId", reservation_id()),
-                        req("poolId", typeid("pool")),
-                    ],
-                ),
-                handler!(bind),
+                endpoint(bind),
             )
-        },
-        m(
+        }
+        .errors(&[Code::NotFound, Code::Conflict, Code::InvalidState])
+        .example(json!({
+            "tenantId": "root",
+            "accountId": ACCOUNT,
+            "reservationId": RESERVATION,
+            "poolId": POOL,
+        })),
+        method(
             "unbindReservation",
             Kind::Mutation,
             Permission::ProvidersManage,
             "Unbinds a reservation from its pool; refused while grants on it are scheduled or \
              active.",
-            with(account(), vec![req("reservationId", reservation_id())]),
-            handler!(unbind),
-        ),
-        m(
+            endpoint(unbind),
+        )
+        .errors(&[Code::NotFound, Code::InvalidState])
+        .example(on_reservation),
+        method(
             "delete",
             Kind::Mutation,
             Permission::ProvidersManage,
             "Deletes the account once its grants are over and fully metered.",
-            account(),
-            handler!(delete),
-        ),
+            endpoint(delete),
+        )
+        .errors(&[Code::NotFound, Code::InvalidState]),
     ]
 }
 
-async fn list_reservations(call: Call) -> Result<Reply, Error> {
-    let input: AccountRef = call.parse()?;
+async fn list_reservations(
+    call: Call,
+    input: AccountRef,
+) -> Result<Items<views::Reservation>, ApiError> {
     let mut conn = call.app.conn().await?;
-    items(&reservations::list(&mut conn, call.tenant(), &input.account_id).await?)
+    Ok(Items::of(
+        reservations::list(&mut conn, call.tenant(), &input.account_id).await?,
+    ))
 }
 
-async fn scan(call: Call) -> Result<Reply, Error> {
-    let input: AccountRef = call.parse()?;
+async fn scan(call: Call, input: AccountRef) -> Result<Items<views::Reservation>, ApiError> {
     let (outcome, found) = reservations::scan(
         &call.app.pool,
         call.app.clock,
@@ -239,53 +231,57 @@ async fn scan(call: Call) -> Result<Reply, Error> {
     )
     .await?;
     tracing::info!(account = %input.account_id, ?outcome, "scan applied");
-    items(&found)
+    Ok(Items::of(found))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Bind {
-    account_id: String,
-    reservation_id: String,
-    pool_id: Option<String>,
+input! {
+    /// `providerAccounts.bindReservation`.
+    struct Bind {
+        req account_id: String = ("accountId", typeid("pacct")),
+        req reservation_id: String = ("reservationId", reservation_id()),
+        req pool_id: String = ("poolId", typeid("pool")),
+    }
 }
 
-async fn bind(call: Call) -> Result<Reply, Error> {
-    let input: Bind = call.parse()?;
+async fn bind(call: Call, input: Bind) -> Result<ReservationReply, ApiError> {
     let mut conn = call.app.conn().await?;
-    let pool_id = input.pool_id.unwrap_or_default();
-    one(
-        "reservation",
-        &reservations::bind(
-            &mut conn,
-            call.root(),
-            &input.account_id,
-            &input.reservation_id,
-            &pool_id,
-        )
-        .await?,
+    let bound = reservations::bind(
+        &mut conn,
+        call.root(),
+        &input.account_id,
+        &input.reservation_id,
+        &input.pool_id,
     )
+    .await?;
+    Ok(bound.into())
 }
 
-async fn unbind(call: Call) -> Result<Reply, Error> {
-    let input: Bind = call.parse()?;
+input! {
+    /// `providerAccounts.unbindReservation`.
+    struct Unbind {
+        req account_id: String = ("accountId", typeid("pacct")),
+        req reservation_id: String = ("reservationId", reservation_id()),
+    }
+}
+
+async fn unbind(call: Call, input: Unbind) -> Result<ReservationReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "reservation",
-        &reservations::unbind(
-            &mut conn,
-            call.tenant(),
-            &input.account_id,
-            &input.reservation_id,
-            now,
-        )
-        .await?,
+    let unbound = reservations::unbind(
+        &mut conn,
+        call.tenant(),
+        &input.account_id,
+        &input.reservation_id,
+        now,
     )
+    .await?;
+    Ok(unbound.into())
 }
 
-async fn delete(call: Call) -> Result<Value, Error> {
-    let input: AccountRef = call.parse()?;
+async fn delete(call: Call, input: AccountRef) -> Result<AccountDeleted, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
     reservations::delete_account(&mut conn, call.tenant(), &input.account_id, now).await?;
-    Ok(serde_json::json!({ "accountId": input.account_id, "deleted": true }))
+    Ok(AccountDeleted {
+        account_id: input.account_id,
+        deleted: true,
+    })
 }

@@ -3,14 +3,15 @@
 use std::collections::BTreeMap;
 
 use iam_check::{Permission, TenantRule};
-use serde::Deserialize;
-use storage::Error;
+use serde_json::json;
 use storage::idempotency::KeyedRequest;
 use storage::pools::{self, Flavor, NewPool};
 
-use super::{items, one};
-use crate::registry::{Call, Kind, Method, Reply, handler};
-use crate::schema::{Ty, idem_key, int, name, opt, pat, req, resource, tenant_id, typeid};
+use super::examples::{ACCOUNT, KEY, POOL};
+use crate::error::{ApiError, Code};
+use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
+use crate::schema::{TenantOnly, Ty, idem_key, input, int, name, pat, resource, typeid};
+use crate::views::{self, Items, PoolReply, QuotaReply};
 
 fn quota_map() -> Ty {
     Ty::Map {
@@ -22,145 +23,149 @@ fn quota_map() -> Ty {
 
 fn flavor() -> Ty {
     Ty::Obj(vec![
-        req("name", pat(64, "^[a-z0-9][a-z0-9-]{0,63}$")),
-        req("vcpus", int(1, 4096)),
-        req("memoryGib", int(0, 1_048_576)),
-        req("gpus", int(0, 64)),
+        crate::schema::req("name", pat(64, "^[a-z0-9][a-z0-9-]{0,63}$")),
+        crate::schema::req("vcpus", int(1, 4096)),
+        crate::schema::req("memoryGib", int(0, 1_048_576)),
+        crate::schema::req("gpus", int(0, 64)),
     ])
+}
+
+fn method(
+    module: &'static str,
+    method: &'static str,
+    kind: Kind,
+    permission: Permission,
+    phase: &'static str,
+    summary: &'static str,
+    endpoint: Endpoint,
+) -> Method {
+    Method {
+        module,
+        method,
+        service_module: "capacity",
+        kind,
+        permission,
+        tenant_rule: TenantRule::Acting,
+        phase,
+        status: "registered",
+        summary,
+        endpoint,
+        errors: &[Code::NotFound],
+        example: json!({ "tenantId": "acme", "poolId": POOL }),
+    }
 }
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
-    let m =
-        |module, method, kind, permission, tenant_rule, phase, summary, fields: Vec<_>, handler| {
-            Method {
-                module,
-                method,
-                service_module: "capacity",
-                kind,
-                permission,
-                tenant_rule,
-                phase,
-                status: "registered",
-                summary,
-                fields,
-                handler,
-            }
-        };
     vec![
-        m(
+        method(
             "pools",
             "create",
             Kind::Mutation,
             Permission::PoolsManage,
-            TenantRule::Acting,
             "v0.1",
             "Creates a pool on a root provider account, with the root tenant's quota rows.",
-            vec![
-                req("tenantId", tenant_id()),
-                req("name", name()),
-                req("region", pat(63, "^[a-z][a-z0-9-]{1,62}$")),
-                req("provider", Ty::Enum(&["gce"])),
-                req("accountId", typeid("pacct")),
-                req(
-                    "flavors",
-                    Ty::Arr {
-                        item: Box::new(flavor()),
-                        min_items: 1,
-                        max_items: 100,
-                    },
-                ),
-                opt("quotas", quota_map()),
-                req("idempotencyKey", idem_key()),
-            ],
-            handler!(create_pool),
-        ),
-        m(
+            endpoint(create_pool),
+        )
+        .errors(&[Code::NotFound, Code::Conflict])
+        .example(json!({
+            "tenantId": "root",
+            "name": "us-central1 general",
+            "region": "us-central1",
+            "provider": "gce",
+            "accountId": ACCOUNT,
+            "flavors": [{ "name": "n2-standard-4", "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
+            "quotas": { "instances": 100, "vcpus": 400 },
+            "idempotencyKey": KEY,
+        })),
+        method(
             "pools",
             "offer",
             Kind::Mutation,
             Permission::PoolsManage,
-            TenantRule::Acting,
             "v0.1",
             "Offers a pool to a tenant and creates or updates its quota rows.",
-            vec![
-                req("tenantId", tenant_id()),
-                req("poolId", typeid("pool")),
-                req("offerTenantId", tenant_id()),
-                req("quotas", quota_map()),
-            ],
-            handler!(offer_pool),
-        ),
-        m(
+            endpoint(offer_pool),
+        )
+        .errors(&[Code::NotFound, Code::InvalidState])
+        .example(json!({
+            "tenantId": "root",
+            "poolId": POOL,
+            "offerTenantId": "acme",
+            "quotas": { "instances": 10, "vcpus": 40 },
+        })),
+        method(
             "pools",
             "get",
             Kind::Read,
             Permission::QuotasRead,
-            TenantRule::Acting,
             "v0.1",
             "Returns a pool visible to the tenant.",
-            vec![req("tenantId", tenant_id()), req("poolId", typeid("pool"))],
-            handler!(get_pool),
+            endpoint(get_pool),
         ),
-        m(
+        method(
             "pools",
             "list",
             Kind::Read,
             Permission::QuotasRead,
-            TenantRule::Acting,
             "v0.1",
             "Lists the pools visible to the tenant, newest first.",
-            vec![req("tenantId", tenant_id())],
-            handler!(list_pools),
-        ),
-        m(
+            endpoint(list_pools),
+        )
+        .errors(&[])
+        .example(json!({ "tenantId": "acme" })),
+        method(
             "quotas",
             "get",
             Kind::Read,
             Permission::QuotasRead,
-            TenantRule::Acting,
             "v0.1",
             "Returns the tenant's quota rows, ordered by pool then resource.",
-            vec![req("tenantId", tenant_id()), opt("poolId", typeid("pool"))],
-            handler!(get_quotas),
+            endpoint(get_quotas),
         ),
-        m(
-            "quotas",
-            "set",
-            Kind::Mutation,
-            Permission::QuotasManage,
-            TenantRule::RootCaller,
-            "v0.2",
-            "Sets a tenant's maximum for one resource in one pool (raised to used if below).",
-            vec![
-                req("tenantId", tenant_id()),
-                req("poolId", typeid("pool")),
-                req("resource", resource()),
-                req("max", int(0, i64::MAX)),
-            ],
-            handler!(set_quota),
-        ),
+        Method {
+            tenant_rule: TenantRule::RootCaller,
+            ..method(
+                "quotas",
+                "set",
+                Kind::Mutation,
+                Permission::QuotasManage,
+                "v0.2",
+                "Sets a tenant's maximum for one resource in one pool (raised to used if below).",
+                endpoint(set_quota),
+            )
+        }
+        .errors(&[Code::NotFound, Code::InvalidState])
+        .example(json!({
+            "tenantId": "acme",
+            "poolId": POOL,
+            "resource": "vcpus",
+            "max": 64,
+        })),
     ]
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CreatePool {
-    name: String,
-    region: String,
-    provider: String,
-    account_id: String,
-    flavors: Vec<Flavor>,
-    #[serde(default)]
-    quotas: BTreeMap<String, i64>,
-    idempotency_key: String,
+input! {
+    /// `pools.create`.
+    struct CreatePool {
+        req name: String = ("name", name()),
+        req region: String = ("region", pat(63, "^[a-z][a-z0-9-]{1,62}$")),
+        req provider: String = ("provider", Ty::Enum(&["gce"])),
+        req account_id: String = ("accountId", typeid("pacct")),
+        req flavors: Vec<Flavor> = ("flavors", Ty::Arr {
+            item: Box::new(flavor()),
+            min_items: 1,
+            max_items: 100,
+        }),
+        opt quotas: BTreeMap<String, i64> = ("quotas", quota_map()),
+        req idempotency_key: String = ("idempotencyKey", idem_key()),
+    }
 }
 
-async fn create_pool(call: Call) -> Result<Reply, Error> {
-    let input: CreatePool = call.parse()?;
+async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiError> {
     for (i, f) in input.flavors.iter().enumerate() {
         if input.flavors[..i].iter().any(|g| g.name == f.name) {
-            return Err(Error::invalid(
+            return Err(ApiError::invalid(
                 &format!("flavors[{i}].name"),
                 "duplicate",
                 format!("flavor {} is listed twice", f.name),
@@ -174,31 +179,31 @@ async fn create_pool(call: Call) -> Result<Reply, Error> {
         key: &input.idempotency_key,
         request_hash: &hash,
     };
+    let quotas = input.quotas.unwrap_or_default();
     let new = NewPool {
         name: &input.name,
         region: &input.region,
         provider: &input.provider,
         account_id: &input.account_id,
         flavors: &input.flavors,
-        quotas: &input.quotas,
+        quotas: &quotas,
     };
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "pool",
-        &pools::create(&mut conn, call.root(), new, key, now).await?,
-    )
+    Ok(pools::create(&mut conn, call.root(), new, key, now)
+        .await?
+        .into())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OfferPool {
-    pool_id: String,
-    offer_tenant_id: String,
-    quotas: BTreeMap<String, i64>,
+input! {
+    /// `pools.offer`.
+    struct OfferPool {
+        req pool_id: String = ("poolId", typeid("pool")),
+        req offer_tenant_id: String = ("offerTenantId", crate::schema::tenant_id()),
+        req quotas: BTreeMap<String, i64> = ("quotas", quota_map()),
+    }
 }
 
-async fn offer_pool(call: Call) -> Result<Reply, Error> {
-    let input: OfferPool = call.parse()?;
+async fn offer_pool(call: Call, input: OfferPool) -> Result<PoolReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
     let pool = pools::offer(
         &mut conn,
@@ -209,59 +214,66 @@ async fn offer_pool(call: Call) -> Result<Reply, Error> {
         now,
     )
     .await?;
-    one("pool", &pool)
+    Ok(pool.into())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PoolRef {
-    pool_id: Option<String>,
+input! {
+    /// `pools.get`.
+    struct PoolRef {
+        req pool_id: String = ("poolId", typeid("pool")),
+    }
 }
 
-async fn get_pool(call: Call) -> Result<Reply, Error> {
-    let input: PoolRef = call.parse()?;
+async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
     let mut conn = call.app.conn().await?;
-    let pool_id = input.pool_id.unwrap_or_default();
-    one(
-        "pool",
-        &pools::get(&mut conn, &pool_id, call.tenant(), call.root()).await?,
+    Ok(
+        pools::get(&mut conn, &input.pool_id, call.tenant(), call.root())
+            .await?
+            .into(),
     )
 }
 
-async fn list_pools(call: Call) -> Result<Reply, Error> {
+async fn list_pools(call: Call, _: TenantOnly) -> Result<Items<views::Pool>, ApiError> {
     let mut conn = call.app.conn().await?;
-    items(&pools::list(&mut conn, call.tenant(), call.root()).await?)
+    Ok(Items::of(
+        pools::list(&mut conn, call.tenant(), call.root()).await?,
+    ))
 }
 
-async fn get_quotas(call: Call) -> Result<Reply, Error> {
-    let input: PoolRef = call.parse()?;
+input! {
+    /// `quotas.get`.
+    struct GetQuotas {
+        opt pool_id: String = ("poolId", typeid("pool")),
+    }
+}
+
+async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<views::Quota>, ApiError> {
     let mut conn = call.app.conn().await?;
-    items(
-        &pools::get_quotas(
-            &mut conn,
-            call.tenant(),
-            call.root(),
-            input.pool_id.as_deref(),
-        )
-        .await?,
+    let rows = pools::get_quotas(
+        &mut conn,
+        call.tenant(),
+        call.root(),
+        input.pool_id.as_deref(),
     )
+    .await?;
+    Ok(Items::of(rows))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SetQuota {
-    tenant_id: String,
-    pool_id: String,
-    resource: String,
-    max: i64,
+input! {
+    /// `quotas.set`: `tenantId` names the target tenant.
+    struct SetQuota {
+        req pool_id: String = ("poolId", typeid("pool")),
+        req resource: String = ("resource", resource()),
+        req max: i64 = ("max", int(0, i64::MAX)),
+    }
 }
 
-async fn set_quota(call: Call) -> Result<Reply, Error> {
-    let input: SetQuota = call.parse()?;
+async fn set_quota(call: Call, input: SetQuota) -> Result<QuotaReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
+    let target = call.tenant();
     let quota = pools::set_quota(
         &mut conn,
-        &input.tenant_id,
+        target,
         &input.pool_id,
         &input.resource,
         input.max,
@@ -269,12 +281,12 @@ async fn set_quota(call: Call) -> Result<Reply, Error> {
     )
     .await?;
     tracing::info!(
-        target_tenant = %input.tenant_id,
+        target_tenant = %target,
         pool = %input.pool_id,
         resource = %input.resource,
         requested = input.max,
         max = quota.max,
         "quota set"
     );
-    one("quota", &quota)
+    Ok(quota.into())
 }

@@ -1,109 +1,106 @@
 //! reservationGrants (the vps module).
 
-use iam_check::{Permission, TenantRule};
-use serde::Deserialize;
-use serde_json::Value;
-use storage::Error;
+use iam_check::{Permission, RootOption, TenantRule};
+use serde_json::{Value, json};
 use storage::grants::{self, NewGrant};
 use storage::idempotency::KeyedRequest;
 
-use super::{items, one};
-use crate::registry::{Call, Kind, Method, Reply, handler};
-use crate::schema::{
-    Ty, idem_key, instant, int, opt, opt_default, req, reservation_id, tenant_id, typeid,
-};
+use super::examples::{ACCOUNT, GRANT, KEY, PROJECT, RESERVATION, T0, T1};
+use crate::error::{ApiError, Code};
+use crate::registry::{Call, Kind, Method, endpoint};
+use crate::schema::{Ty, idem_key, input, instant, int, reservation_id, tenant_id, typeid};
+use crate::views::{self, GrantReply, Items};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
-    let m = |method, kind, permission, tenant_rule, summary, fields: Vec<_>, handler| Method {
+    let m = |method, kind, tenant_rule, summary, endpoint| Method {
         module: "reservationGrants",
         method,
         service_module: "vps",
         kind,
-        permission,
+        permission: if kind == Kind::Read {
+            Permission::QuotasRead
+        } else {
+            Permission::ProvidersManage
+        },
         tenant_rule,
         phase: "v1.0",
         status: "registered",
         summary,
-        fields,
-        handler,
+        endpoint,
+        errors: &[Code::NotFound],
+        example: json!({ "tenantId": "root" }),
     };
     vec![
         m(
             "create",
             Kind::Mutation,
-            Permission::ProvidersManage,
             TenantRule::RootOnly,
             "Commits slots of a reservation to a tenant (optionally one project) for \
              [startsAt, endsAt).",
-            vec![
-                req("tenantId", tenant_id()),
-                req("accountId", typeid("pacct")),
-                req("reservationId", reservation_id()),
-                req("grantTenantId", tenant_id()),
-                opt("projectId", typeid("prj")),
-                req("slots", int(1, 100_000)),
-                req("startsAt", instant()),
-                req("endsAt", instant()),
-                req("idempotencyKey", idem_key()),
-            ],
-            handler!(create),
-        ),
+            endpoint(create),
+        )
+        .errors(&[
+            Code::NotFound,
+            Code::Conflict,
+            Code::InvalidState,
+            Code::CapacityUnavailable,
+        ])
+        .example(json!({
+            "tenantId": "root",
+            "accountId": ACCOUNT,
+            "reservationId": RESERVATION,
+            "grantTenantId": "acme",
+            "projectId": PROJECT,
+            "slots": 2,
+            "startsAt": T0,
+            "endsAt": T1,
+            "idempotencyKey": KEY,
+        })),
         m(
             "get",
             Kind::Read,
-            Permission::QuotasRead,
             TenantRule::Acting,
             "Returns one grant of the tenant (root, in the root tenant, reads any).",
-            vec![
-                req("tenantId", tenant_id()),
-                req("grantId", typeid("rgrant")),
-            ],
-            handler!(get),
-        ),
+            endpoint(get),
+        )
+        .example(json!({ "tenantId": "acme", "grantId": GRANT })),
         m(
             "list",
             Kind::Read,
-            Permission::QuotasRead,
             TenantRule::Acting,
             "Lists the tenant's grants, newest first; with all, root lists every tenant's.",
-            vec![
-                req("tenantId", tenant_id()),
-                opt_default("all", Ty::Bool, Value::Bool(false)),
-            ],
-            handler!(list),
-        ),
+            endpoint(list),
+        )
+        .errors(&[])
+        .example(json!({ "tenantId": "acme" })),
         m(
             "end",
             Kind::Mutation,
-            Permission::ProvidersManage,
             TenantRule::RootOnly,
             "Ends a grant now (cancels it if it has not started).",
-            vec![
-                req("tenantId", tenant_id()),
-                req("accountId", typeid("pacct")),
-                req("grantId", typeid("rgrant")),
-            ],
-            handler!(end),
-        ),
+            endpoint(end),
+        )
+        .errors(&[Code::NotFound, Code::InvalidState])
+        .example(json!({ "tenantId": "root", "accountId": ACCOUNT, "grantId": GRANT })),
     ]
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Create {
-    account_id: String,
-    reservation_id: String,
-    grant_tenant_id: String,
-    project_id: Option<String>,
-    slots: i32,
-    starts_at: i64,
-    ends_at: i64,
-    idempotency_key: String,
+input! {
+    /// `reservationGrants.create`.
+    struct Create {
+        req account_id: String = ("accountId", typeid("pacct")),
+        req reservation_id: String = ("reservationId", reservation_id()),
+        req grant_tenant_id: String = ("grantTenantId", tenant_id()),
+        opt project_id: String = ("projectId", typeid("prj")),
+        req slots: i32 = ("slots", int(1, 100_000)),
+        req starts_at: i64 = ("startsAt", instant()),
+        req ends_at: i64 = ("endsAt", instant()),
+        req idempotency_key: String = ("idempotencyKey", idem_key()),
+    }
 }
 
-async fn create(call: Call) -> Result<Reply, Error> {
-    let input: Create = call.parse()?;
+async fn create(call: Call, input: Create) -> Result<GrantReply, ApiError> {
     let hash = call.request_hash();
     let key = KeyedRequest {
         tenant_id: call.tenant(),
@@ -121,51 +118,61 @@ async fn create(call: Call) -> Result<Reply, Error> {
         ends_at: input.ends_at,
     };
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "grant",
-        &grants::create(&mut conn, call.root(), new, key, now).await?,
-    )
+    Ok(grants::create(&mut conn, call.root(), new, key, now)
+        .await?
+        .into())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct GrantRef {
-    grant_id: String,
-    account_id: Option<String>,
+input! {
+    /// `reservationGrants.get`.
+    struct GrantRef {
+        req grant_id: String = ("grantId", typeid("rgrant")),
+    }
 }
 
-async fn get(call: Call) -> Result<Reply, Error> {
-    let input: GrantRef = call.parse()?;
+async fn get(call: Call, input: GrantRef) -> Result<GrantReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "grant",
-        &grants::get(&mut conn, call.tenant(), call.root(), &input.grant_id, now).await?,
+    Ok(
+        grants::get(&mut conn, call.tenant(), call.root(), &input.grant_id, now)
+            .await?
+            .into(),
     )
 }
 
-#[derive(Deserialize)]
-struct List {
-    all: Option<bool>,
+input! {
+    /// `reservationGrants.list`.
+    struct List {
+        def all: bool = ("all", Ty::Bool, Value::Bool(false)),
+    }
 }
 
-async fn list(call: Call) -> Result<Reply, Error> {
-    let input: List = call.parse()?;
-    let all = input.all.unwrap_or(false);
-    if all && !call.in_root() {
-        return Err(Error::access_denied(
-            "only the root tenant may list every tenant's grants",
-        ));
+async fn list(call: Call, input: List) -> Result<Items<views::Grant>, ApiError> {
+    if input.all {
+        call.allow(RootOption::AllTenants)?;
     }
     let (mut conn, now) = call.conn_now().await?;
-    items(&grants::list(&mut conn, call.tenant(), all, now).await?)
+    Ok(Items::of(
+        grants::list(&mut conn, call.tenant(), input.all, now).await?,
+    ))
 }
 
-async fn end(call: Call) -> Result<Reply, Error> {
-    let input: GrantRef = call.parse()?;
-    let account = input.account_id.unwrap_or_default();
+input! {
+    /// `reservationGrants.end`.
+    struct End {
+        req account_id: String = ("accountId", typeid("pacct")),
+        req grant_id: String = ("grantId", typeid("rgrant")),
+    }
+}
+
+async fn end(call: Call, input: End) -> Result<GrantReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "grant",
-        &grants::end(&mut conn, call.root(), &account, &input.grant_id, now).await?,
+    let grant = grants::end(
+        &mut conn,
+        call.root(),
+        &input.account_id,
+        &input.grant_id,
+        now,
     )
+    .await?;
+    Ok(grant.into())
 }

@@ -1,20 +1,19 @@
 //! instances (the vps module).
 
 use grants_core::Billing;
-use iam_check::{Permission, TenantRule};
-use serde::Deserialize;
-use serde_json::Value;
-use storage::Error;
+use iam_check::{Permission, RootOption, TenantRule};
+use serde_json::{Value, json};
 use storage::idempotency::KeyedRequest;
 use storage::instances::{self, NewInstance};
 
-use super::{items, one};
-use crate::registry::{Call, Kind, Method, Reply, handler};
-use crate::schema::{Ty, idem_key, name, opt, opt_default, pat, req, tenant_id, typeid};
+use super::examples::{INSTANCE, KEY, POOL, PROJECT};
+use crate::error::{ApiError, Code};
+use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
+use crate::schema::{Ty, idem_key, input, name, pat, typeid};
+use crate::views::{self, InstanceReply, Items};
 
-/// The methods of this module.
-pub fn methods() -> Vec<Method> {
-    let m = |method, kind, summary, fields: Vec<_>, handler| Method {
+fn method(method: &'static str, kind: Kind, summary: &'static str, endpoint: Endpoint) -> Method {
+    Method {
         module: "instances",
         method,
         service_module: "vps",
@@ -24,96 +23,106 @@ pub fn methods() -> Vec<Method> {
         phase: "v1.0",
         status: "registered",
         summary,
-        fields,
-        handler,
-    };
-    let one_instance = || {
-        vec![
-            req("tenantId", tenant_id()),
-            req("instanceId", typeid("inst")),
-        ]
-    };
+        endpoint,
+        errors: &[Code::NotFound],
+        example: json!({ "tenantId": "acme", "instanceId": INSTANCE }),
+    }
+}
+
+/// The methods of this module.
+pub fn methods() -> Vec<Method> {
+    let transition = &[
+        Code::NotFound,
+        Code::InvalidState,
+        Code::CapacityUnavailable,
+    ];
     vec![
-        m(
+        method(
             "create",
             Kind::Mutation,
             "Creates an instance: quota is charged, then it is placed (grant first, then an \
              ordinary slot, else on-demand).",
-            vec![
-                req("tenantId", tenant_id()),
-                req("poolId", typeid("pool")),
-                req("flavor", pat(64, "^[a-z0-9][a-z0-9-]{0,63}$")),
-                opt("projectId", typeid("prj")),
-                opt("name", name()),
-                opt_default(
-                    "billing",
-                    Ty::Enum(&["standard", "none"]),
-                    Value::from("standard"),
-                ),
-                req("idempotencyKey", idem_key()),
-            ],
-            handler!(create),
-        ),
-        m(
+            endpoint(create),
+        )
+        .errors(&[
+            Code::NotFound,
+            Code::Conflict,
+            Code::InvalidState,
+            Code::CapacityUnavailable,
+            Code::QuotaExceeded,
+        ])
+        .example(json!({
+            "tenantId": "acme",
+            "poolId": POOL,
+            "flavor": "n2-standard-4",
+            "projectId": PROJECT,
+            "name": "web-1",
+            "idempotencyKey": KEY,
+        })),
+        method(
             "stop",
             Kind::Mutation,
             "Stops an instance; in a grant it keeps its slot.",
-            one_instance(),
-            handler!(stop),
-        ),
-        m(
+            endpoint(stop),
+        )
+        .errors(transition),
+        method(
             "start",
             Kind::Mutation,
             "Starts an instance, back into its grant if still live.",
-            one_instance(),
-            handler!(start),
-        ),
-        m(
+            endpoint(start),
+        )
+        .errors(&[
+            Code::NotFound,
+            Code::InvalidState,
+            Code::CapacityUnavailable,
+            Code::QuotaExceeded,
+        ]),
+        method(
             "delete",
             Kind::Mutation,
             "Deletes an instance, releasing its slot and quota.",
-            one_instance(),
-            handler!(delete),
-        ),
-        m(
+            endpoint(delete),
+        )
+        .errors(transition),
+        method(
             "get",
             Kind::Read,
             "Returns an instance of the tenant.",
-            one_instance(),
-            handler!(get),
+            endpoint(get),
         ),
-        m(
+        method(
             "list",
             Kind::Read,
             "Lists the tenant's instances, newest first.",
-            vec![
-                req("tenantId", tenant_id()),
-                opt("projectId", typeid("prj")),
-            ],
-            handler!(list),
-        ),
+            endpoint(list),
+        )
+        .errors(&[])
+        .example(json!({ "tenantId": "acme", "projectId": PROJECT })),
     ]
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Create {
-    pool_id: String,
-    flavor: String,
-    project_id: Option<String>,
-    name: Option<String>,
-    billing: Option<String>,
-    idempotency_key: String,
+input! {
+    /// `instances.create`.
+    struct Create {
+        req pool_id: String = ("poolId", typeid("pool")),
+        req flavor: String = ("flavor", pat(64, "^[a-z0-9][a-z0-9-]{0,63}$")),
+        opt project_id: String = ("projectId", typeid("prj")),
+        opt name: String = ("name", name()),
+        def billing: String = (
+            "billing",
+            Ty::Enum(&["standard", "none"]),
+            Value::from("standard")
+        ),
+        req idempotency_key: String = ("idempotencyKey", idem_key()),
+    }
 }
 
-async fn create(call: Call) -> Result<Reply, Error> {
-    let input: Create = call.parse()?;
-    let billing = Billing::parse(input.billing.as_deref().unwrap_or("standard"))
-        .ok_or_else(|| Error::invalid("billing", "enum", "billing must be standard or none"))?;
-    if billing == Billing::None && !call.in_root() {
-        return Err(Error::access_denied(
-            "billing \"none\" is reserved to the root tenant",
-        ));
+async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
+    let billing = Billing::parse(&input.billing)
+        .ok_or_else(|| ApiError::invalid("billing", "enum", "billing must be standard or none"))?;
+    if billing == Billing::None {
+        call.allow(RootOption::Unbilled)?;
     }
     let hash = call.request_hash();
     let key = KeyedRequest {
@@ -131,63 +140,61 @@ async fn create(call: Call) -> Result<Reply, Error> {
         billing,
     };
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "instance",
-        &instances::create(&mut conn, call.root(), new, key, now).await?,
-    )
+    Ok(instances::create(&mut conn, call.root(), new, key, now)
+        .await?
+        .into())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct InstanceRef {
-    instance_id: Option<String>,
-    project_id: Option<String>,
-}
-
-impl InstanceRef {
-    fn id(&self) -> &str {
-        self.instance_id.as_deref().unwrap_or_default()
+input! {
+    /// A method on one instance.
+    struct InstanceRef {
+        req instance_id: String = ("instanceId", typeid("inst")),
     }
 }
 
-async fn stop(call: Call) -> Result<Reply, Error> {
-    let input: InstanceRef = call.parse()?;
+async fn stop(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "instance",
-        &instances::stop(&mut conn, call.tenant(), input.id(), now).await?,
+    Ok(
+        instances::stop(&mut conn, call.tenant(), &input.instance_id, now)
+            .await?
+            .into(),
     )
 }
 
-async fn start(call: Call) -> Result<Reply, Error> {
-    let input: InstanceRef = call.parse()?;
+async fn start(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "instance",
-        &instances::start(&mut conn, call.tenant(), input.id(), now).await?,
+    Ok(
+        instances::start(&mut conn, call.tenant(), &input.instance_id, now)
+            .await?
+            .into(),
     )
 }
 
-async fn delete(call: Call) -> Result<Reply, Error> {
-    let input: InstanceRef = call.parse()?;
+async fn delete(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "instance",
-        &instances::delete(&mut conn, call.tenant(), input.id(), now).await?,
+    Ok(
+        instances::delete(&mut conn, call.tenant(), &input.instance_id, now)
+            .await?
+            .into(),
     )
 }
 
-async fn get(call: Call) -> Result<Reply, Error> {
-    let input: InstanceRef = call.parse()?;
+async fn get(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> {
     let mut conn = call.app.conn().await?;
-    one(
-        "instance",
-        &instances::get(&mut conn, call.tenant(), input.id()).await?,
-    )
+    Ok(instances::get(&mut conn, call.tenant(), &input.instance_id)
+        .await?
+        .into())
 }
 
-async fn list(call: Call) -> Result<Reply, Error> {
-    let input: InstanceRef = call.parse()?;
+input! {
+    /// `instances.list`.
+    struct List {
+        opt project_id: String = ("projectId", typeid("prj")),
+    }
+}
+
+async fn list(call: Call, input: List) -> Result<Items<views::Instance>, ApiError> {
     let mut conn = call.app.conn().await?;
-    items(&instances::list(&mut conn, call.tenant(), input.project_id.as_deref()).await?)
+    let rows = instances::list(&mut conn, call.tenant(), input.project_id.as_deref()).await?;
+    Ok(Items::of(rows))
 }

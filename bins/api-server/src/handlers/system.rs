@@ -1,107 +1,132 @@
-//! events and clock.
+//! events, usage and clock.
 
-use iam_check::{Permission, TenantRule};
-use serde::Deserialize;
+use iam_check::{Permission, RootOption, TenantRule};
 use serde_json::{Value, json};
+use storage::events;
 use storage::metering::{self, UsageFilter};
-use storage::{Error, events};
 
-use crate::registry::{Call, Kind, Method, handler};
-use crate::schema::{Ty, instant, int, opt, opt_default, pat, req, tenant_id, typeid};
+use super::examples::{GRANT, T0, T1};
+use crate::error::{ApiError, Code};
+use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
+use crate::schema::{TenantOnly, Ty, input, instant, int, pat, typeid};
+use crate::views::{self, ClockReading, Page};
+
+#[expect(clippy::too_many_arguments, reason = "one line per registry column")]
+fn method(
+    module: &'static str,
+    service_module: &'static str,
+    kind: Kind,
+    permission: Permission,
+    phase: &'static str,
+    summary: &'static str,
+    endpoint: Endpoint,
+    example: Value,
+) -> Method {
+    Method {
+        module,
+        method: if kind == Kind::Read && module != "clock" {
+            "list"
+        } else if kind == Kind::Read {
+            "get"
+        } else {
+            "set"
+        },
+        service_module,
+        kind,
+        permission,
+        tenant_rule: TenantRule::Acting,
+        phase,
+        status: "registered",
+        summary,
+        endpoint,
+        errors: &[],
+        example,
+    }
+}
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
     vec![
-        Method {
-            module: "events",
-            method: "list",
-            service_module: "events",
-            kind: Kind::Read,
-            permission: Permission::EventsRead,
-            tenant_rule: TenantRule::Acting,
-            phase: "v0.1",
-            status: "registered",
-            summary: "Pages the tenant's events in commit order with an opaque cursor.",
-            fields: vec![
-                req("tenantId", tenant_id()),
-                opt("after", pat(64, "^c[0-9a-v]{1,40}$")),
-                opt_default("limit", int(1, 1000), json!(100)),
-                opt(
-                    "types",
-                    Ty::Arr {
-                        item: Box::new(pat(64, "^[a-z][a-z0-9.-]{0,63}$")),
-                        min_items: 1,
-                        max_items: 20,
-                    },
-                ),
-            ],
-            handler: handler!(list_events),
-        },
-        Method {
-            module: "usage",
-            method: "list",
-            service_module: "billing",
-            kind: Kind::Read,
-            permission: Permission::UsageRead,
-            tenant_rule: TenantRule::Acting,
-            phase: "v1.0",
-            status: "registered",
-            summary: "Pages the tenant's usage records in the order they were recorded (all \
-                      tenants' with all, root only).",
-            fields: vec![
-                req("tenantId", tenant_id()),
-                opt("from", instant()),
-                opt("to", instant()),
-                opt("meter", pat(64, "^[a-z][a-z0-9.-]{0,63}$")),
-                opt("grantId", typeid("rgrant")),
-                opt("instanceId", typeid("inst")),
-                opt("after", pat(64, "^c[0-9a-v]{1,40}$")),
-                opt_default("limit", int(1, 1000), json!(100)),
-                opt_default("all", Ty::Bool, json!(false)),
-            ],
-            handler: handler!(list_usage),
-        },
-        Method {
-            module: "clock",
-            method: "get",
-            service_module: "billing",
-            kind: Kind::Read,
-            permission: Permission::FleetAdmin,
-            tenant_rule: TenantRule::Acting,
-            phase: "v0.1",
-            status: "registered",
-            summary: "Returns the server's now and the clock mode.",
-            fields: vec![req("tenantId", tenant_id())],
-            handler: handler!(get_clock),
-        },
-        Method {
-            module: "clock",
-            method: "set",
-            service_module: "billing",
-            kind: Kind::Mutation,
-            permission: Permission::FleetAdmin,
-            tenant_rule: TenantRule::Acting,
-            phase: "v0.1",
-            status: "registered",
-            summary: "Moves the manual clock forward (BC_CLOCK=manual only).",
-            fields: vec![req("tenantId", tenant_id()), req("now", instant())],
-            handler: handler!(set_clock),
-        },
+        method(
+            "events",
+            "events",
+            Kind::Read,
+            Permission::EventsRead,
+            "v0.1",
+            "Pages the tenant's events in commit order with an opaque cursor.",
+            endpoint(list_events),
+            json!({ "tenantId": "acme", "limit": 100, "types": ["reservation-grant.created"] }),
+        ),
+        method(
+            "usage",
+            "billing",
+            Kind::Read,
+            Permission::UsageRead,
+            "v1.0",
+            "Pages the tenant's usage records in the order they were recorded (all \
+             tenants' with all, root only).",
+            endpoint(list_usage),
+            json!({
+                "tenantId": "acme",
+                "from": T0,
+                "to": T1,
+                "meter": "reservation.slot-hours",
+                "grantId": GRANT,
+                "limit": 100,
+            }),
+        ),
+        method(
+            "clock",
+            "billing",
+            Kind::Read,
+            Permission::FleetAdmin,
+            "v0.1",
+            "Returns the server's now and the clock mode.",
+            endpoint(get_clock),
+            json!({ "tenantId": "root" }),
+        ),
+        method(
+            "clock",
+            "billing",
+            Kind::Mutation,
+            Permission::FleetAdmin,
+            "v0.1",
+            "Moves the manual clock forward (BC_CLOCK=manual only).",
+            endpoint(set_clock),
+            json!({ "tenantId": "root", "now": T0 }),
+        )
+        .errors(&[Code::InvalidState]),
     ]
 }
 
-#[derive(Deserialize)]
-struct ListEvents {
-    after: Option<String>,
-    limit: Option<i64>,
-    types: Option<Vec<String>>,
+/// The opaque cursor of `events.list` and `usage.list`.
+fn cursor() -> Ty {
+    pat(64, "^c[0-9a-v]{1,40}$")
 }
 
-async fn list_events(call: Call) -> Result<Value, Error> {
-    let input: ListEvents = call.parse()?;
+/// Meter and event type names.
+fn dotted_name() -> Ty {
+    pat(64, "^[a-z][a-z0-9.-]{0,63}$")
+}
+
+input! {
+    /// `events.list`.
+    struct ListEvents {
+        opt after: String = ("after", cursor()),
+        def limit: i64 = ("limit", int(1, 1000), json!(100)),
+        opt types: Vec<String> = ("types", Ty::Arr {
+            item: Box::new(dotted_name()),
+            min_items: 1,
+            max_items: 20,
+        }),
+    }
+}
+
+async fn list_events(call: Call, input: ListEvents) -> Result<Page<views::Event>, ApiError> {
     let after = match &input.after {
-        Some(c) => events::decode_cursor(c)
-            .ok_or_else(|| Error::invalid("after", "pattern", "not a cursor from events.list"))?,
+        Some(c) => events::decode_cursor(c).ok_or_else(|| {
+            ApiError::invalid("after", "pattern", "not a cursor from events.list")
+        })?,
         None => 0,
     };
     let mut conn = call.app.conn().await?;
@@ -109,45 +134,42 @@ async fn list_events(call: Call) -> Result<Value, Error> {
         &mut conn,
         call.tenant(),
         after,
-        input.limit.unwrap_or(100),
+        input.limit,
         input.types.as_deref(),
     )
     .await?;
-    Ok(json!({
-        "items": page.items,
-        "nextCursor": events::encode_cursor(page.next_seq),
-        "hasMore": page.has_more,
-    }))
+    Ok(Page {
+        items: page.items.into_iter().map(Into::into).collect(),
+        next_cursor: events::encode_cursor(page.next_seq),
+        has_more: page.has_more,
+    })
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ListUsage {
-    from: Option<i64>,
-    to: Option<i64>,
-    meter: Option<String>,
-    grant_id: Option<String>,
-    instance_id: Option<String>,
-    after: Option<String>,
-    limit: Option<i64>,
-    all: Option<bool>,
+input! {
+    /// `usage.list`.
+    struct ListUsage {
+        opt from: i64 = ("from", instant()),
+        opt to: i64 = ("to", instant()),
+        opt meter: String = ("meter", dotted_name()),
+        opt grant_id: String = ("grantId", typeid("rgrant")),
+        opt instance_id: String = ("instanceId", typeid("inst")),
+        opt after: String = ("after", cursor()),
+        def limit: i64 = ("limit", int(1, 1000), json!(100)),
+        def all: bool = ("all", Ty::Bool, json!(false)),
+    }
 }
 
-async fn list_usage(call: Call) -> Result<Value, Error> {
-    let input: ListUsage = call.parse()?;
-    let all = input.all.unwrap_or(false);
-    if all && !call.in_root() {
-        return Err(Error::access_denied(
-            "only the root tenant may list every tenant's usage",
-        ));
+async fn list_usage(call: Call, input: ListUsage) -> Result<Page<views::UsageRecord>, ApiError> {
+    if input.all {
+        call.allow(RootOption::AllTenants)?;
     }
     let after = match &input.after {
         Some(c) => events::decode_cursor(c)
-            .ok_or_else(|| Error::invalid("after", "pattern", "not a cursor from usage.list"))?,
+            .ok_or_else(|| ApiError::invalid("after", "pattern", "not a cursor from usage.list"))?,
         None => 0,
     };
     let filter = UsageFilter {
-        tenant_id: (!all).then(|| call.tenant().to_owned()),
+        tenant_id: (!input.all).then(|| call.tenant().to_owned()),
         from: input.from,
         to: input.to,
         meter: input.meter,
@@ -155,26 +177,36 @@ async fn list_usage(call: Call) -> Result<Value, Error> {
         instance_id: input.instance_id,
     };
     let mut conn = call.app.conn().await?;
-    let (items, has_more) =
-        metering::list(&mut conn, &filter, after, input.limit.unwrap_or(100)).await?;
+    let (items, has_more) = metering::list(&mut conn, &filter, after, input.limit).await?;
     let next = items.last().map_or(after, |r| r.seq);
-    Ok(json!({ "items": items, "nextCursor": events::encode_cursor(next), "hasMore": has_more }))
+    Ok(Page {
+        items: items.into_iter().map(Into::into).collect(),
+        next_cursor: events::encode_cursor(next),
+        has_more,
+    })
 }
 
-async fn get_clock(call: Call) -> Result<Value, Error> {
+async fn get_clock(call: Call, _: TenantOnly) -> Result<ClockReading, ApiError> {
     let (_, now) = call.conn_now().await?;
-    Ok(json!({ "now": now, "mode": call.app.clock.as_str() }))
+    Ok(ClockReading {
+        now,
+        mode: call.app.clock.as_str(),
+    })
 }
 
-#[derive(Deserialize)]
-struct SetClock {
-    now: i64,
+input! {
+    /// `clock.set`.
+    struct SetClock {
+        req now: i64 = ("now", instant()),
+    }
 }
 
-async fn set_clock(call: Call) -> Result<Value, Error> {
-    let input: SetClock = call.parse()?;
+async fn set_clock(call: Call, input: SetClock) -> Result<ClockReading, ApiError> {
     let mut conn = call.app.conn().await?;
     let now = call.app.clock.set(&mut conn, input.now).await?;
     tracing::info!(now, "manual clock set");
-    Ok(json!({ "now": now, "mode": call.app.clock.as_str() }))
+    Ok(ClockReading {
+        now,
+        mode: call.app.clock.as_str(),
+    })
 }

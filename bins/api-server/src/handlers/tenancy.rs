@@ -1,196 +1,201 @@
 //! tenants, projects and apiKeys.
 
 use iam_check::{Permission, Role, TenantRule};
-use serde::Deserialize;
-use serde_json::{Value, json};
-use storage::{Error, tenancy};
+use serde_json::json;
+use storage::tenancy;
 
-use super::{items, one};
-use crate::registry::{Call, Kind, Method, Reply, handler};
-use crate::schema::{Ty, name, opt, req, tenant_id, typeid};
+use super::examples::{ACCOUNT, API_KEY};
+use crate::error::{ApiError, Code};
+use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
+use crate::schema::{TenantOnly, Ty, input, name, tenant_id, typeid};
+use crate::views::{self, ApiKeyReply, CreatedTenant, IssuedKey, Items, ProjectReply, TenantReply};
 
 const ROLES: &[&str] = &["admin", "provider-admin", "member", "viewer"];
 
+fn method(
+    module: &'static str,
+    method: &'static str,
+    kind: Kind,
+    permission: Permission,
+    summary: &'static str,
+    endpoint: Endpoint,
+) -> Method {
+    Method {
+        module,
+        method,
+        service_module: "iam",
+        kind,
+        permission,
+        tenant_rule: TenantRule::Acting,
+        phase: "v0.1",
+        status: "registered",
+        summary,
+        endpoint,
+        errors: &[],
+        example: json!({ "tenantId": "acme" }),
+    }
+}
+
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
-    let m = |module, method, service_module, kind, permission, summary, fields: Vec<_>, handler| {
-        Method {
-            module,
-            method,
-            service_module,
-            kind,
-            permission,
-            tenant_rule: TenantRule::Acting,
-            phase: "v0.1",
-            status: "registered",
-            summary,
-            fields,
-            handler,
-        }
-    };
     vec![
-        m(
+        method(
             "tenants",
             "create",
-            "iam",
             Kind::Mutation,
             Permission::TenantsManage,
             "Creates a tenant and returns its first admin key (secret shown once).",
-            vec![
-                req("tenantId", tenant_id()),
-                req("name", tenant_id()),
-                opt("displayName", name()),
-            ],
-            handler!(create_tenant),
-        ),
-        m(
+            endpoint(create_tenant),
+        )
+        .errors(&[Code::Conflict])
+        .example(json!({ "tenantId": "root", "name": "acme", "displayName": "Acme Corp" })),
+        method(
             "tenants",
             "delete",
-            "iam",
             Kind::Mutation,
             Permission::TenantsManage,
             "Deletes a tenant: its keys stop working.",
-            vec![
-                req("tenantId", tenant_id()),
-                req("targetTenantId", tenant_id()),
-            ],
-            handler!(delete_tenant),
-        ),
-        m(
+            endpoint(delete_tenant),
+        )
+        .errors(&[Code::NotFound, Code::InvalidState])
+        .example(json!({ "tenantId": "root", "targetTenantId": "acme" })),
+        method(
             "tenants",
             "list",
-            "iam",
             Kind::Read,
             Permission::TenantsManage,
             "Lists every tenant, newest first.",
-            vec![req("tenantId", tenant_id())],
-            handler!(list_tenants),
-        ),
-        m(
+            endpoint(list_tenants),
+        )
+        .example(json!({ "tenantId": "root" })),
+        method(
             "projects",
             "create",
-            "iam",
             Kind::Mutation,
             Permission::InstancesManage,
             "Creates a project of the tenant.",
-            vec![req("tenantId", tenant_id()), req("name", name())],
-            handler!(create_project),
-        ),
-        m(
+            endpoint(create_project),
+        )
+        .errors(&[Code::Conflict])
+        .example(json!({ "tenantId": "acme", "name": "web" })),
+        method(
             "projects",
             "list",
-            "iam",
             Kind::Read,
             Permission::InstancesManage,
             "Lists the tenant's projects, newest first.",
-            vec![req("tenantId", tenant_id())],
-            handler!(list_projects),
+            endpoint(list_projects),
         ),
-        m(
+        method(
             "apiKeys",
             "create",
-            "iam",
             Kind::Mutation,
             Permission::IamManage,
             "Creates an API key (secret shown once), optionally limited to one provider account.",
-            vec![
-                req("tenantId", tenant_id()),
-                req("name", name()),
-                req("role", Ty::Enum(ROLES)),
-                opt("accountId", typeid("pacct")),
-            ],
-            handler!(create_key),
-        ),
-        m(
+            endpoint(create_key),
+        )
+        .errors(&[Code::NotFound])
+        .example(json!({
+            "tenantId": "acme",
+            "name": "ci deploys",
+            "role": "provider-admin",
+            "accountId": ACCOUNT,
+        })),
+        method(
             "apiKeys",
             "list",
-            "iam",
             Kind::Read,
             Permission::IamManage,
             "Lists the tenant's API keys (never their secrets).",
-            vec![req("tenantId", tenant_id())],
-            handler!(list_keys),
+            endpoint(list_keys),
         ),
-        m(
+        method(
             "apiKeys",
             "revoke",
-            "iam",
             Kind::Mutation,
             Permission::IamManage,
             "Revokes an API key; it is refused from its next request.",
-            vec![req("tenantId", tenant_id()), req("keyId", typeid("key"))],
-            handler!(revoke_key),
-        ),
+            endpoint(revoke_key),
+        )
+        .errors(&[Code::NotFound])
+        .example(json!({ "tenantId": "acme", "keyId": API_KEY })),
     ]
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CreateTenant {
-    name: String,
-    display_name: Option<String>,
+input! {
+    /// `tenants.create`.
+    struct CreateTenant {
+        req name: String = ("name", tenant_id()),
+        opt display_name: String = ("displayName", name()),
+    }
 }
 
-async fn create_tenant(call: Call) -> Result<Value, Error> {
-    let input: CreateTenant = call.parse()?;
+async fn create_tenant(call: Call, input: CreateTenant) -> Result<CreatedTenant, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
     let (tenant, key) =
         tenancy::create_tenant(&mut conn, &input.name, input.display_name.as_deref(), now).await?;
     tracing::info!(tenant = %tenant.tenant_id, "tenant created");
-    Ok(json!({ "tenant": tenant, "adminKey": key }))
+    Ok(CreatedTenant {
+        tenant: tenant.into(),
+        admin_key: key.into(),
+    })
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DeleteTenant {
-    target_tenant_id: String,
+input! {
+    /// `tenants.delete`.
+    struct DeleteTenant {
+        req target_tenant_id: String = ("targetTenantId", tenant_id()),
+    }
 }
 
-async fn delete_tenant(call: Call) -> Result<Reply, Error> {
-    let input: DeleteTenant = call.parse()?;
+async fn delete_tenant(call: Call, input: DeleteTenant) -> Result<TenantReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
     let tenant =
         storage::lifecycle::delete_tenant(&mut conn, call.root(), &input.target_tenant_id, now)
             .await?;
-    one("tenant", &tenant)
+    Ok(tenant.into())
 }
 
-async fn list_tenants(call: Call) -> Result<Reply, Error> {
+async fn list_tenants(call: Call, _: TenantOnly) -> Result<Items<views::Tenant>, ApiError> {
     let mut conn = call.app.conn().await?;
-    items(&tenancy::list_tenants(&mut conn).await?)
+    Ok(Items::of(tenancy::list_tenants(&mut conn).await?))
 }
 
-#[derive(Deserialize)]
-struct Named {
-    name: String,
+input! {
+    /// `projects.create`.
+    struct CreateProject {
+        req name: String = ("name", name()),
+    }
 }
 
-async fn create_project(call: Call) -> Result<Reply, Error> {
-    let input: Named = call.parse()?;
+async fn create_project(call: Call, input: CreateProject) -> Result<ProjectReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "project",
-        &tenancy::create_project(&mut conn, call.tenant(), &input.name, now).await?,
+    Ok(
+        tenancy::create_project(&mut conn, call.tenant(), &input.name, now)
+            .await?
+            .into(),
     )
 }
 
-async fn list_projects(call: Call) -> Result<Reply, Error> {
+async fn list_projects(call: Call, _: TenantOnly) -> Result<Items<views::Project>, ApiError> {
     let mut conn = call.app.conn().await?;
-    items(&tenancy::list_projects(&mut conn, call.tenant()).await?)
+    Ok(Items::of(
+        tenancy::list_projects(&mut conn, call.tenant()).await?,
+    ))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CreateKey {
-    name: String,
-    role: String,
-    account_id: Option<String>,
+input! {
+    /// `apiKeys.create`.
+    struct CreateKey {
+        req name: String = ("name", name()),
+        req role: String = ("role", Ty::Enum(ROLES)),
+        opt account_id: String = ("accountId", typeid("pacct")),
+    }
 }
 
-async fn create_key(call: Call) -> Result<Value, Error> {
-    let input: CreateKey = call.parse()?;
-    let role =
-        Role::parse(&input.role).ok_or_else(|| Error::invalid("role", "enum", "unknown role"))?;
+async fn create_key(call: Call, input: CreateKey) -> Result<IssuedKey, ApiError> {
+    let role = Role::parse(&input.role)
+        .ok_or_else(|| ApiError::invalid("role", "enum", "unknown role"))?;
     let (mut conn, now) = call.conn_now().await?;
     let issued = tenancy::create_key(
         &mut conn,
@@ -201,25 +206,28 @@ async fn create_key(call: Call) -> Result<Value, Error> {
         now,
     )
     .await?;
-    Ok(serde_json::to_value(issued)?)
+    Ok(issued.into())
 }
 
-async fn list_keys(call: Call) -> Result<Reply, Error> {
+async fn list_keys(call: Call, _: TenantOnly) -> Result<Items<views::ApiKey>, ApiError> {
     let mut conn = call.app.conn().await?;
-    items(&tenancy::list_keys(&mut conn, call.tenant()).await?)
+    Ok(Items::of(
+        tenancy::list_keys(&mut conn, call.tenant()).await?,
+    ))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RevokeKey {
-    key_id: String,
+input! {
+    /// `apiKeys.revoke`.
+    struct RevokeKey {
+        req key_id: String = ("keyId", typeid("key")),
+    }
 }
 
-async fn revoke_key(call: Call) -> Result<Reply, Error> {
-    let input: RevokeKey = call.parse()?;
+async fn revoke_key(call: Call, input: RevokeKey) -> Result<ApiKeyReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    one(
-        "apiKey",
-        &tenancy::revoke_key(&mut conn, call.tenant(), &input.key_id, now).await?,
+    Ok(
+        tenancy::revoke_key(&mut conn, call.tenant(), &input.key_id, now)
+            .await?
+            .into(),
     )
 }

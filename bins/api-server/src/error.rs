@@ -1,0 +1,206 @@
+//! The API's one error type: the contract's stable codes (section 1.2), their
+//! HTTP statuses and the JSON envelope. Storage answers a typed
+//! [`StorageError`]; this is the only place that decides how it looks on the
+//! wire.
+
+use serde_json::{Map, Value, json};
+use storage::{ErrorKind, StorageError};
+
+/// Stable error codes of the API contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Code {
+    /// 400: the input is malformed or breaks a rule about its own shape.
+    InvalidInput,
+    /// 401: no key, or an unknown or revoked key.
+    Unauthenticated,
+    /// 403: the tenant pre-check or the permission says no.
+    AccessDenied,
+    /// 404: the object does not exist or is not visible to the caller.
+    NotFound,
+    /// 405: not a POST on a method path.
+    MethodNotAllowed,
+    /// 409: an idempotency key reused with a different request, or a name taken.
+    Conflict,
+    /// 409: the object's state forbids the operation.
+    InvalidState,
+    /// 409: no capacity for the request.
+    CapacityUnavailable,
+    /// 413: body over the limit.
+    PayloadTooLarge,
+    /// 429: an admission does not fit a quota.
+    QuotaExceeded,
+    /// 500: a bug.
+    Internal,
+    /// 503: a dependency (database, provider) is unreachable; safe to retry.
+    Unavailable,
+}
+
+impl Code {
+    /// Every code, in HTTP status order.
+    pub const ALL: [Code; 12] = [
+        Code::InvalidInput,
+        Code::Unauthenticated,
+        Code::AccessDenied,
+        Code::NotFound,
+        Code::MethodNotAllowed,
+        Code::Conflict,
+        Code::InvalidState,
+        Code::CapacityUnavailable,
+        Code::PayloadTooLarge,
+        Code::QuotaExceeded,
+        Code::Internal,
+        Code::Unavailable,
+    ];
+
+    /// The code as written in the error envelope.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidInput => "INVALID_INPUT",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+            Code::AccessDenied => "ACCESS_DENIED",
+            Code::NotFound => "NOT_FOUND",
+            Code::Conflict => "CONFLICT",
+            Code::InvalidState => "INVALID_STATE",
+            Code::CapacityUnavailable => "CAPACITY_UNAVAILABLE",
+            Code::QuotaExceeded => "QUOTA_EXCEEDED",
+            Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Code::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Code::Internal => "INTERNAL",
+            Code::Unavailable => "UNAVAILABLE",
+        }
+    }
+
+    /// The HTTP status the contract gives the code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Code::InvalidInput => 400,
+            Code::Unauthenticated => 401,
+            Code::AccessDenied => 403,
+            Code::NotFound => 404,
+            Code::Conflict | Code::InvalidState | Code::CapacityUnavailable => 409,
+            Code::QuotaExceeded => 429,
+            Code::PayloadTooLarge => 413,
+            Code::MethodNotAllowed => 405,
+            Code::Internal => 500,
+            Code::Unavailable => 503,
+        }
+    }
+}
+
+impl From<ErrorKind> for Code {
+    fn from(kind: ErrorKind) -> Code {
+        match kind {
+            ErrorKind::InvalidInput => Code::InvalidInput,
+            ErrorKind::Unauthenticated => Code::Unauthenticated,
+            ErrorKind::AccessDenied => Code::AccessDenied,
+            ErrorKind::NotFound => Code::NotFound,
+            ErrorKind::Conflict => Code::Conflict,
+            ErrorKind::InvalidState => Code::InvalidState,
+            ErrorKind::CapacityUnavailable => Code::CapacityUnavailable,
+            ErrorKind::QuotaExceeded => Code::QuotaExceeded,
+            // Contract 3.5: a provider failure is UNAVAILABLE with
+            // `details.reason = "provider-error"` (set by storage).
+            ErrorKind::ProviderFailure | ErrorKind::Unavailable => Code::Unavailable,
+            ErrorKind::Internal => Code::Internal,
+        }
+    }
+}
+
+/// An error as the API answers it: code, human message, details.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct ApiError {
+    /// The stable code.
+    pub code: Code,
+    /// Human text; never SQL, stack traces or secrets.
+    pub message: String,
+    /// Structured details (always an object in the envelope).
+    pub details: Map<String, Value>,
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> ApiError {
+        ApiError {
+            code: e.kind.into(),
+            message: e.message,
+            details: e.details,
+        }
+    }
+}
+
+impl From<serde_json::Error> for ApiError {
+    fn from(e: serde_json::Error) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl ApiError {
+    /// An error without details.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// Adds one detail.
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// `INVALID_INPUT` about one field, with `details { field, reason }`.
+    pub fn invalid(field: &str, reason: &str, message: impl Into<String>) -> Self {
+        ApiError::new(Code::InvalidInput, message)
+            .with("field", field)
+            .with("reason", reason)
+    }
+
+    /// `ACCESS_DENIED` with a message.
+    pub fn access_denied(message: impl Into<String>) -> Self {
+        ApiError::new(Code::AccessDenied, message)
+    }
+
+    /// `INTERNAL`; the cause is logged, not returned.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        ApiError::new(Code::Internal, "internal error")
+    }
+
+    /// The JSON envelope `{ "error": { code, message, details } }`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "error": {
+                "code": self.code.as_str(),
+                "message": self.message,
+                "details": self.details,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_provider_failure_is_unavailable_on_the_wire() {
+        let e = StorageError::new(ErrorKind::ProviderFailure, "x").with("reason", "provider-error");
+        let api = ApiError::from(e);
+        assert_eq!(api.code, Code::Unavailable);
+        assert_eq!(api.code.http_status(), 503);
+        assert_eq!(
+            api.to_json()["error"]["details"]["reason"],
+            "provider-error"
+        );
+    }
+
+    #[test]
+    fn every_code_has_a_distinct_name() {
+        let mut names: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Code::ALL.len());
+    }
+}
