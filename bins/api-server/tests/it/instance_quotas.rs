@@ -1,0 +1,275 @@
+//! Quota charges of instances (contract 3.4, seed-quotas.md): what
+//! `instances.create` charges, `QUOTA_EXCEEDED`, failed admissions charging
+//! nothing, stopped instances staying charged, delete releasing, and
+//! `quotas.set` below `used`.
+
+use serde_json::json;
+
+use crate::support::clock::{HOUR, MIN, T0};
+use crate::support::db::instances_in_db;
+use crate::support::fixtures::{
+    create_instance, create_instance_ok, create_pool, default_quotas, grant, id, in_grant,
+    instance_op_ok, list_instances, offer, placement, plain, platform, quotas, set_quota, used,
+};
+use crate::support::server::Server;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_charges_instances_vcpus_and_memory_of_the_flavor_and_no_zero_amount() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 10).await;
+    let t = &p.tenant_token;
+    // acme has no gpus row (a missing row grants 0): a zero amount is not
+    // charged, so the create succeeds and no gpus row appears.
+    create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    assert_eq!(
+        quotas(&s, t, "acme", &p.pool).await,
+        vec![
+            ("instances".to_owned(), 10, 1),
+            ("memoryGib".to_owned(), 1000, 16),
+            ("vcpus".to_owned(), 40, 4),
+        ]
+    );
+    create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    assert_eq!(
+        quotas(&s, t, "acme", &p.pool).await,
+        vec![
+            ("instances".to_owned(), 10, 2),
+            ("memoryGib".to_owned(), 1000, 32),
+            ("vcpus".to_owned(), 40, 8),
+        ]
+    );
+    // Nothing is charged in another pool.
+    let pool2 = create_pool(&s, &p.account).await;
+    offer(&s, &pool2, "acme", default_quotas()).await;
+    assert!(
+        quotas(&s, t, "acme", &pool2)
+            .await
+            .iter()
+            .all(|(_, _, u)| *u == 0),
+        "other pool untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gpu_flavor_charges_gpus_and_a_missing_gpus_row_is_quota_exceeded() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let t = &p.tenant_token;
+    let pool = s
+        .root(
+            "pools/create",
+            json!({
+                "name": "gpu pool",
+                "region": "us-central1",
+                "provider": "gce",
+                "accountId": p.account,
+                "flavors": [{ "name": "a2-highgpu-1g", "vcpus": 12, "memoryGib": 85, "gpus": 1 }],
+                "idempotencyKey": "gpu-pool",
+            }),
+        )
+        .await
+        .ok()["pool"]["poolId"]
+        .as_str()
+        .expect("poolId")
+        .to_owned();
+    offer(
+        &s,
+        &pool,
+        "acme",
+        json!({ "instances": 5, "vcpus": 100, "memoryGib": 1000 }),
+    )
+    .await;
+    let gpu = json!({ "flavor": "a2-highgpu-1g" });
+    let r = create_instance(&s, t, "acme", &pool, "g1", gpu.clone()).await;
+    assert_eq!(
+        r.err(429, "QUOTA_EXCEEDED"),
+        &json!({ "poolId": pool, "resource": "gpus", "max": 0, "used": 0, "requested": 1 })
+    );
+    assert!(
+        quotas(&s, t, "acme", &pool)
+            .await
+            .iter()
+            .all(|(_, _, u)| *u == 0)
+    );
+    set_quota(&s, "acme", &pool, "gpus", 1).await;
+    let i = create_instance_ok(&s, t, "acme", &pool, "g1", gpu.clone()).await;
+    assert_eq!(placement(&i), plain("ondemand"));
+    assert_eq!(
+        quotas(&s, t, "acme", &pool).await,
+        vec![
+            ("gpus".to_owned(), 1, 1),
+            ("instances".to_owned(), 5, 1),
+            ("memoryGib".to_owned(), 1000, 85),
+            ("vcpus".to_owned(), 100, 12),
+        ]
+    );
+    let r = create_instance(&s, t, "acme", &pool, "g2", gpu).await;
+    assert_eq!(
+        r.err(429, "QUOTA_EXCEEDED"),
+        &json!({ "poolId": pool, "resource": "gpus", "max": 1, "used": 1, "requested": 1 })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quota_exceeded_charges_nothing_creates_nothing_and_keeps_the_key_free() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 10).await;
+    let t = &p.tenant_token;
+    set_quota(&s, "acme", &p.pool, "vcpus", 8).await;
+    create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let before = quotas(&s, t, "acme", &p.pool).await;
+    let r = create_instance(&s, t, "acme", &p.pool, "c", json!({})).await;
+    assert_eq!(
+        r.err(429, "QUOTA_EXCEEDED"),
+        &json!({ "poolId": p.pool, "resource": "vcpus", "max": 8, "used": 8, "requested": 4 })
+    );
+    assert_eq!(quotas(&s, t, "acme", &p.pool).await, before);
+    assert_eq!(list_instances(&s, t, "acme", None).await.len(), 2);
+    assert_eq!(
+        instance_rows_of(&s, "acme").await,
+        2,
+        "no instance row was written"
+    );
+    // The failed request did not consume its key.
+    set_quota(&s, "acme", &p.pool, "vcpus", 12).await;
+    let c = create_instance_ok(&s, t, "acme", &p.pool, "c", json!({})).await;
+    assert_eq!(placement(&c), plain("reservation"));
+    assert_eq!(used(&s, t, "acme", &p.pool, "vcpus").await, Some(12));
+
+    // The instance count is a quota too.
+    set_quota(&s, "acme", &p.pool, "vcpus", 100).await;
+    set_quota(&s, "acme", &p.pool, "instances", 3).await;
+    let r = create_instance(&s, t, "acme", &p.pool, "d", json!({})).await;
+    assert_eq!(
+        r.err(429, "QUOTA_EXCEEDED"),
+        &json!({ "poolId": p.pool, "resource": "instances", "max": 3, "used": 3, "requested": 1 })
+    );
+}
+
+async fn instance_rows_of(s: &Server, tenant: &str) -> usize {
+    instances_in_db(s)
+        .await
+        .iter()
+        .filter(|i| i.tenant_id == tenant)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capacity_unavailable_charges_nothing() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 1).await;
+    let t = &p.tenant_token;
+    create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let before = quotas(&s, t, "acme", &p.pool).await;
+    for key in ["b", "c", "d"] {
+        create_instance(&s, t, "acme", &p.pool, key, json!({}))
+            .await
+            .err(409, "CAPACITY_UNAVAILABLE");
+    }
+    assert_eq!(quotas(&s, t, "acme", &p.pool).await, before);
+    assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(1));
+    assert_eq!(instance_rows_of(&s, "acme").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopped_instances_stay_charged_and_delete_releases_once() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let t = &p.tenant_token;
+    let g = grant(&s, &p, "acme", 1, T0, T0 + HOUR).await;
+    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await; // in the grant
+    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await; // ordinary
+    assert_eq!(placement(&a), in_grant(&g));
+    let charged = quotas(&s, t, "acme", &p.pool).await;
+    assert_eq!(used(&s, t, "acme", &p.pool, "vcpus").await, Some(8));
+
+    s.set_clock(T0 + MIN).await;
+    instance_op_ok(&s, t, "acme", "stop", &id(&a)).await;
+    instance_op_ok(&s, t, "acme", "stop", &id(&b)).await;
+    assert_eq!(
+        quotas(&s, t, "acme", &p.pool).await,
+        charged,
+        "stopped instances stay charged"
+    );
+    instance_op_ok(&s, t, "acme", "start", &id(&b)).await;
+    assert_eq!(
+        quotas(&s, t, "acme", &p.pool).await,
+        charged,
+        "start charges nothing more"
+    );
+
+    instance_op_ok(&s, t, "acme", "delete", &id(&a)).await;
+    assert_eq!(
+        quotas(&s, t, "acme", &p.pool).await,
+        vec![
+            ("instances".to_owned(), 10, 1),
+            ("memoryGib".to_owned(), 1000, 16),
+            ("vcpus".to_owned(), 40, 4),
+        ]
+    );
+    // Deleting again releases nothing more.
+    let again = instance_op_ok(&s, t, "acme", "delete", &id(&a)).await;
+    assert_eq!(again["state"], "deleted");
+    assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(1));
+    instance_op_ok(&s, t, "acme", "delete", &id(&b)).await;
+    assert!(
+        quotas(&s, t, "acme", &p.pool)
+            .await
+            .iter()
+            .all(|(_, _, u)| *u == 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quotas_set_below_used_is_raised_to_used() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 10).await;
+    let t = &p.tenant_token;
+    let mut ids = Vec::new();
+    for key in ["a", "b", "c"] {
+        ids.push(id(&create_instance_ok(
+            &s,
+            t,
+            "acme",
+            &p.pool,
+            key,
+            json!({}),
+        )
+        .await));
+    }
+    let q = set_quota(&s, "acme", &p.pool, "vcpus", 4).await;
+    assert_eq!(
+        (
+            q["max"].as_i64(),
+            q["used"].as_i64(),
+            q["available"].as_i64()
+        ),
+        (Some(12), Some(12), Some(0))
+    );
+    let r = create_instance(&s, t, "acme", &p.pool, "d", json!({})).await;
+    assert_eq!(
+        r.err(429, "QUOTA_EXCEEDED"),
+        &json!({ "poolId": p.pool, "resource": "vcpus", "max": 12, "used": 12, "requested": 4 })
+    );
+    // Releasing makes room under the raised max; the max itself stays.
+    instance_op_ok(&s, t, "acme", "delete", &ids[0]).await;
+    assert!(
+        quotas(&s, t, "acme", &p.pool)
+            .await
+            .contains(&("vcpus".to_owned(), 12, 8))
+    );
+    create_instance_ok(&s, t, "acme", &p.pool, "d", json!({})).await;
+    // Setting it again once released shrinks it to what was asked.
+    for i in &ids[1..] {
+        instance_op_ok(&s, t, "acme", "delete", i).await;
+    }
+    let q = set_quota(&s, "acme", &p.pool, "vcpus", 4).await;
+    assert_eq!((q["max"].as_i64(), q["used"].as_i64()), (Some(4), Some(4)));
+}

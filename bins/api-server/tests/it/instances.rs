@@ -1,0 +1,245 @@
+//! instances over HTTP: placement into grants and ordinary slots, take-in
+//! and hand-over at exact instants.
+
+use serde_json::json;
+
+use crate::support::clock::{HOUR, T0};
+use crate::support::fixtures::{create_instance, grant_body, placement, platform};
+use crate::support::server::Server;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grantee_fills_its_grant_then_ordinary_slots_and_a_full_reservation_refuses_everyone() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 3).await;
+    let g = s
+        .root(
+            "reservationGrants/create",
+            grant_body(&p, 2, T0, T0 + 10 * HOUR, "g"),
+        )
+        .await
+        .ok();
+    let gid = g["grant"]["grantId"].as_str().unwrap().to_owned();
+    let t = &p.tenant_token;
+    let a = create_instance(&s, t, "acme", &p.pool, "a", json!({}))
+        .await
+        .ok();
+    assert_eq!(
+        placement(&a["instance"]),
+        ("grant".into(), Some(gid.clone()))
+    );
+    let b = create_instance(&s, t, "acme", &p.pool, "b", json!({}))
+        .await
+        .ok();
+    assert_eq!(
+        placement(&b["instance"]),
+        ("grant".into(), Some(gid.clone()))
+    );
+    let c = create_instance(&s, t, "acme", &p.pool, "c", json!({}))
+        .await
+        .ok();
+    assert_eq!(placement(&c["instance"]).0, "reservation");
+    // Physically full: 3 running on 3 slots.
+    let d = create_instance(&s, t, "acme", &p.pool, "d", json!({})).await;
+    let details = d.err(409, "CAPACITY_UNAVAILABLE");
+    assert_eq!(details["total"], 3);
+    assert_eq!(details["inUse"], 3);
+    assert_eq!(details["available"], 0);
+    // Quota: 3 instances charged, the refused one charged nothing.
+    let q = s
+        .call(
+            t,
+            "quotas/get",
+            json!({ "tenantId": "acme", "poolId": p.pool }),
+        )
+        .await
+        .ok();
+    let instances = q["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "instances")
+        .unwrap()
+        .clone();
+    assert_eq!(instances["used"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn others_never_take_an_unused_granted_slot() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 2).await;
+    s.root(
+        "reservationGrants/create",
+        grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"),
+    )
+    .await
+    .ok();
+    let other = s.tenant("globex").await;
+    s.root(
+        "pools/offer",
+        json!({
+            "poolId": p.pool,
+            "offerTenantId": "globex",
+            "quotas": { "instances": 5, "vcpus": 40, "memoryGib": 1000 },
+        }),
+    )
+    .await
+    .ok();
+    let x = create_instance(&s, &other, "globex", &p.pool, "x", json!({}))
+        .await
+        .ok();
+    assert_eq!(placement(&x["instance"]).0, "reservation");
+    // The one free slot left is granted to acme and idle: globex is refused.
+    let y = create_instance(&s, &other, "globex", &p.pool, "y", json!({})).await;
+    assert_eq!(y.err(409, "CAPACITY_UNAVAILABLE")["available"], 0);
+    let a = create_instance(&s, &p.tenant_token, "acme", &p.pool, "a", json!({}))
+        .await
+        .ok();
+    assert_eq!(placement(&a["instance"]).0, "grant");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_takes_in_running_instances_at_its_start_and_hands_them_over_at_its_end() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let t = &p.tenant_token;
+    let a = create_instance(&s, t, "acme", &p.pool, "a", json!({}))
+        .await
+        .ok();
+    let a_id = a["instance"]["instanceId"].as_str().unwrap().to_owned();
+    assert_eq!(placement(&a["instance"]).0, "reservation");
+    let g = s
+        .root(
+            "reservationGrants/create",
+            grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "g"),
+        )
+        .await
+        .ok();
+    let gid = g["grant"]["grantId"].as_str().unwrap().to_owned();
+    let renewal = s
+        .root(
+            "reservationGrants/create",
+            grant_body(&p, 1, T0 + 2 * HOUR, T0 + 3 * HOUR, "r"),
+        )
+        .await
+        .ok();
+    let rid = renewal["grant"]["grantId"].as_str().unwrap().to_owned();
+    // Nothing has settled; reading the instance after the start settles nothing by itself,
+    // but any decision on the reservation does. A get reports the stored placement.
+    s.set_clock(T0 + HOUR + 5).await;
+    create_instance(&s, t, "acme", &p.pool, "b", json!({}))
+        .await
+        .ok();
+    let got = s
+        .call(
+            t,
+            "instances/get",
+            json!({ "tenantId": "acme", "instanceId": a_id }),
+        )
+        .await
+        .ok();
+    assert_eq!(placement(&got["instance"]), ("grant".into(), Some(gid)));
+    s.set_clock(T0 + 2 * HOUR + 5).await;
+    create_instance(&s, t, "acme", &p.pool, "c", json!({}))
+        .await
+        .ok();
+    let got = s
+        .call(
+            t,
+            "instances/get",
+            json!({ "tenantId": "acme", "instanceId": a_id }),
+        )
+        .await
+        .ok();
+    assert_eq!(placement(&got["instance"]), ("grant".into(), Some(rid)));
+    s.set_clock(T0 + 3 * HOUR + 5).await;
+    create_instance(&s, t, "acme", &p.pool, "d", json!({}))
+        .await
+        .ok();
+    let got = s
+        .call(
+            t,
+            "instances/get",
+            json!({ "tenantId": "acme", "instanceId": a_id }),
+        )
+        .await
+        .ok();
+    assert_eq!(placement(&got["instance"]).0, "reservation");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_keeps_a_grant_slot_start_returns_to_it_and_delete_releases_quota() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 2).await;
+    let t = &p.tenant_token;
+    let g = s
+        .root(
+            "reservationGrants/create",
+            grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"),
+        )
+        .await
+        .ok();
+    let gid = g["grant"]["grantId"].as_str().unwrap().to_owned();
+    let a = create_instance(&s, t, "acme", &p.pool, "a", json!({}))
+        .await
+        .ok();
+    let a_id = a["instance"]["instanceId"].as_str().unwrap().to_owned();
+    let stopped = s
+        .call(
+            t,
+            "instances/stop",
+            json!({ "tenantId": "acme", "instanceId": a_id }),
+        )
+        .await
+        .ok();
+    assert_eq!(stopped["instance"]["state"], "stopped");
+    assert_eq!(
+        placement(&stopped["instance"]),
+        ("grant".into(), Some(gid.clone()))
+    );
+    // The stopped instance still holds the grant: a new one goes to the ordinary slot.
+    let b = create_instance(&s, t, "acme", &p.pool, "b", json!({}))
+        .await
+        .ok();
+    assert_eq!(placement(&b["instance"]).0, "reservation");
+    let started = s
+        .call(
+            t,
+            "instances/start",
+            json!({ "tenantId": "acme", "instanceId": a_id }),
+        )
+        .await
+        .ok();
+    assert_eq!(started["instance"]["state"], "running");
+    assert_eq!(placement(&started["instance"]), ("grant".into(), Some(gid)));
+    for id in [a_id.as_str(), b["instance"]["instanceId"].as_str().unwrap()] {
+        let d = s
+            .call(
+                t,
+                "instances/delete",
+                json!({ "tenantId": "acme", "instanceId": id }),
+            )
+            .await
+            .ok();
+        assert_eq!(d["instance"]["state"], "deleted");
+    }
+    let q = s
+        .call(
+            t,
+            "quotas/get",
+            json!({ "tenantId": "acme", "poolId": p.pool }),
+        )
+        .await
+        .ok();
+    assert!(
+        q["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["used"] == 0),
+        "{q}"
+    );
+}

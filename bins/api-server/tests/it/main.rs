@@ -1,0 +1,39 @@
+//! The end-to-end tests: one binary that runs the real `api-server` (and
+//! `reconciler-worker`) binaries against databases of their own. Each
+//! module is one area of the contract; `support` is what they share.
+
+mod support;
+
+mod account_delete;
+mod accounts_clock;
+mod authz_matrix;
+mod billing;
+mod billing_rules;
+mod events;
+mod grants;
+mod grants_concurrency;
+mod grants_events;
+mod grants_first;
+mod grants_rules;
+mod grants_visibility;
+mod hostile_tenant;
+mod http_conventions;
+mod idempotency;
+mod instance_quotas;
+mod instances;
+mod instances_api;
+mod instances_concurrency;
+mod placement;
+mod pools_quotas;
+mod provider_accounts;
+mod quota_validation;
+mod scan_claims;
+mod smoke;
+mod tenancy;
+mod tenant_delete;
+mod tenant_delete_races;
+mod timeline;
+mod worker_crash;
+mod worker_process;
+mod worker_replicas;
+mod worker_scans;

@@ -1,0 +1,152 @@
+//! A fake Compute Engine on loopback: the fake-gce library, served over real
+//! HTTP in the test process.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// The GCE project every test account uses.
+pub const PROJECT: &str = "platform-prod";
+/// The zone of the test reservations.
+pub const ZONE: &str = "us-central1-a";
+/// The flavor of the test pools and reservations.
+pub const FLAVOR: &str = "n2-standard-4";
+
+/// A running fake.
+pub struct Gce {
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    client: reqwest::Client,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Gce {
+    /// Starts a fake on an ephemeral port.
+    pub async fn start() -> Gce {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = oneshot::channel::<()>();
+        let fake = fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default());
+        tokio::spawn(async move {
+            let _ = fake_gce::serve(listener, fake, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        Gce {
+            url,
+            client: reqwest::Client::new(),
+            _stop: tx,
+        }
+    }
+
+    /// The full id of reservation `name` in [`ZONE`].
+    pub fn reservation_id(name: &str) -> String {
+        Gce::reservation_in(ZONE, name)
+    }
+
+    /// The full id of reservation `name` in `zone`.
+    pub fn reservation_in(zone: &str, name: &str) -> String {
+        format!("projects/{PROJECT}/zones/{zone}/reservations/{name}")
+    }
+
+    /// The fake's control URL of reservation `name` in `zone`.
+    fn control_url(&self, zone: &str, name: &str) -> String {
+        format!("{}/fake/{}", self.url, Gce::reservation_in(zone, name))
+    }
+
+    /// Creates or replaces a reservation of [`FLAVOR`] in [`ZONE`].
+    pub async fn put(&self, name: &str, count: i64, in_use: i64, status: &str) {
+        self.put_in(ZONE, name, count, in_use, FLAVOR, status).await;
+    }
+
+    /// Creates or replaces a reservation in any zone, of any machine type.
+    pub async fn put_in(
+        &self,
+        zone: &str,
+        name: &str,
+        count: i64,
+        in_use: i64,
+        machine: &str,
+        status: &str,
+    ) {
+        let resp = self
+            .client
+            .put(self.control_url(zone, name))
+            .json(&json!({
+                "count": count,
+                "inUseCount": in_use,
+                "machineType": machine,
+                "status": status,
+            }))
+            .send()
+            .await
+            .expect("put");
+        assert!(resp.status().is_success(), "fake put: {}", resp.status());
+    }
+
+    /// Removes a reservation from [`ZONE`].
+    pub async fn delete(&self, name: &str) {
+        self.delete_in(ZONE, name).await;
+    }
+
+    /// Removes a reservation from any zone.
+    pub async fn delete_in(&self, zone: &str, name: &str) {
+        let resp = self
+            .client
+            .delete(self.control_url(zone, name))
+            .send()
+            .await
+            .expect("delete");
+        assert!(resp.status().is_success(), "fake delete: {}", resp.status());
+    }
+
+    /// POSTs a control request to `/fake/{what}`.
+    async fn control(&self, what: &str, body: Value) {
+        let resp = self
+            .client
+            .post(format!("{}/fake/{what}", self.url))
+            .json(&body)
+            .send()
+            .await
+            .expect(what);
+        assert!(resp.status().is_success(), "fake {what}: {}", resp.status());
+    }
+
+    /// The next `n` read calls fail with 503.
+    pub async fn fail(&self, n: u32) {
+        self.control("fail", json!({ "count": n })).await;
+    }
+
+    /// Delays every later listing by `ms` (0: none).
+    pub async fn delay(&self, ms: u64) {
+        self.control("delay", json!({ "ms": ms })).await;
+    }
+
+    /// How many reservation listings the fake has answered, per project.
+    pub async fn calls(&self) -> BTreeMap<String, u64> {
+        let v: Value = self
+            .client
+            .get(format!("{}/fake/calls", self.url))
+            .send()
+            .await
+            .expect("calls")
+            .json()
+            .await
+            .expect("calls body");
+        v["calls"]
+            .as_object()
+            .expect("calls object")
+            .iter()
+            .map(|(k, n)| (k.clone(), n.as_u64().expect("count")))
+            .collect()
+    }
+
+    /// Listings of [`PROJECT`] answered so far.
+    pub async fn listings(&self) -> u64 {
+        self.calls().await.get(PROJECT).copied().unwrap_or(0)
+    }
+}

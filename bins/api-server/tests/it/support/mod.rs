@@ -1,0 +1,13 @@
+//! What the end-to-end tests share: the api-server under test and its
+//! clock, the fake Compute Engine, the reconciler-worker process, the
+//! platform fixtures built through the API, rows read from the database,
+//! metering checks and a seeded PRNG.
+
+pub mod clock;
+pub mod db;
+pub mod fixtures;
+pub mod gce;
+pub mod meter;
+pub mod rng;
+pub mod server;
+pub mod worker;

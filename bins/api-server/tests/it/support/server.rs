@@ -1,0 +1,286 @@
+//! The real `api-server` binary on an ephemeral port against a database of
+//! its own, spoken to over HTTP.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use storage::test_db::TestDatabase;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The bootstrap token every test server starts with.
+pub const ROOT_TOKEN: &str = "bck_testrootbootstraptoken000000000000000000000000";
+
+/// The root tenant's id (the servers run with the default).
+pub const ROOT: &str = "root";
+
+/// The provider endpoints test servers and workers allow tenants' accounts:
+/// Google's, and the in-process fakes on loopback.
+pub const TEST_PROVIDER_ENDPOINTS: &str = "https://compute.googleapis.com,http://127.0.0.1:*";
+
+/// A running api-server.
+pub struct Server {
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    /// The server's database.
+    pub db: TestDatabase,
+    child: Child,
+    client: reqwest::Client,
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body (Null if not JSON).
+    pub body: Value,
+    /// `x-request-id`.
+    pub request_id: Option<String>,
+}
+
+impl Answer {
+    /// The error code, if the body is an error envelope.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    /// Asserts success and returns the body.
+    #[track_caller]
+    pub fn ok(self) -> Value {
+        assert_eq!(self.status, 200, "expected success, got {:?}", self.body);
+        self.body
+    }
+
+    /// Asserts an error with `code` and HTTP `status`, returns its details.
+    #[track_caller]
+    pub fn err(&self, status: u16, code: &str) -> &Value {
+        assert_eq!(
+            (self.status, self.code()),
+            (status, code),
+            "body: {}",
+            self.body
+        );
+        assert!(
+            self.body["error"]["details"].is_object(),
+            "details must be an object: {}",
+            self.body
+        );
+        assert!(self.body["error"]["message"].is_string());
+        &self.body["error"]["details"]
+    }
+}
+
+/// Options for starting a server.
+pub struct Options {
+    /// `BC_CLOCK`.
+    pub clock: &'static str,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            clock: "manual",
+            env: Vec::new(),
+        }
+    }
+}
+
+impl Server {
+    /// Starts a server with the manual clock on a fresh database.
+    pub async fn start() -> Server {
+        Server::start_with(Options::default()).await
+    }
+
+    /// Starts a server with options.
+    pub async fn start_with(opts: Options) -> Server {
+        let db = TestDatabase::new().await;
+        Server::start_on(db, opts).await
+    }
+
+    /// Starts a server on an existing database.
+    pub async fn start_on(db: TestDatabase, opts: Options) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_api-server"));
+        cmd.env("DATABASE_URL", db.url())
+            .env("BC_LISTEN", "127.0.0.1:0")
+            .env("BC_CLOCK", opts.clock)
+            .env("BC_BOOTSTRAP_TOKEN", ROOT_TOKEN)
+            .env("BC_DB_POOL_SIZE", "8")
+            // The fakes listen on loopback: tenants' accounts may name them.
+            // Tests of the endpoint policy set their own list.
+            .env("BC_PROVIDER_ENDPOINTS", TEST_PROVIDER_ENDPOINTS)
+            // Root's accounts in tests may read their token from GCE_TOKEN.
+            .env("BC_CREDENTIAL_ENV", "GCE_TOKEN")
+            .env(
+                "RUST_LOG",
+                std::env::var("TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn api-server");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("api-server did not start within 60 s")
+            .expect("read stdout")
+            .expect("api-server exited before listening");
+        let url = line
+            .strip_prefix("api-server listening on ")
+            .expect("ready line")
+            .to_owned();
+        Server {
+            url,
+            db,
+            child,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// POSTs a JSON body to `/api/compute/{path}` with `token`.
+    pub async fn call(&self, token: &str, path: &str, body: Value) -> Answer {
+        self.raw(
+            Some(token),
+            "POST",
+            &format!("/api/compute/{path}"),
+            Some(body.to_string()),
+        )
+        .await
+    }
+
+    /// As root in the root tenant.
+    pub async fn root(&self, path: &str, mut body: Value) -> Answer {
+        if body.get("tenantId").is_none() {
+            body["tenantId"] = json!(ROOT);
+        }
+        self.call(ROOT_TOKEN, path, body).await
+    }
+
+    /// A raw request.
+    pub async fn raw(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+    ) -> Answer {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self.client.request(method, format!("{}{}", self.url, path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let request_id = resp
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = resp.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer {
+            status,
+            body,
+            request_id,
+        }
+    }
+
+    /// GET a path, returning status and text.
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let resp = self
+            .client
+            .get(format!("{}{}", self.url, path))
+            .send()
+            .await
+            .expect("request");
+        (resp.status().as_u16(), resp.text().await.expect("body"))
+    }
+
+    /// Every item of a list method from the start: POSTs `body` to `path`
+    /// with `limit` 1000, paging with `nextCursor` until `hasMore` is false.
+    pub async fn list_all(&self, token: &str, path: &str, mut body: Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        body["limit"] = json!(1000);
+        loop {
+            let page = self.call(token, path, body.clone()).await.ok();
+            out.extend(page["items"].as_array().expect("items").iter().cloned());
+            body["after"] = json!(page["nextCursor"].as_str().expect("nextCursor"));
+            if page["hasMore"] != json!(true) {
+                return out;
+            }
+        }
+    }
+
+    /// Every event of `tenant`, oldest first.
+    pub async fn events(&self, token: &str, tenant: &str) -> Vec<Value> {
+        self.list_all(token, "events/list", json!({ "tenantId": tenant }))
+            .await
+    }
+
+    /// The events of `tenant` of one type, oldest first.
+    pub async fn events_of(&self, token: &str, tenant: &str, ty: &str) -> Vec<Value> {
+        of_type(&self.events(token, tenant).await, ty)
+    }
+
+    /// Creates a tenant and returns its admin secret.
+    pub async fn tenant(&self, name: &str) -> String {
+        let body = self
+            .root("tenants/create", json!({ "name": name }))
+            .await
+            .ok();
+        body["adminKey"]["secret"]
+            .as_str()
+            .expect("secret")
+            .to_owned()
+    }
+
+    /// Creates a key in `tenant` with `token`.
+    pub async fn key(
+        &self,
+        token: &str,
+        tenant: &str,
+        role: &str,
+        account: Option<&str>,
+    ) -> String {
+        let mut body = json!({ "tenantId": tenant, "name": format!("{role} key"), "role": role });
+        if let Some(a) = account {
+            body["accountId"] = json!(a);
+        }
+        let v = self.call(token, "apiKeys/create", body).await.ok();
+        v["secret"].as_str().expect("secret").to_owned()
+    }
+
+    /// Stops the server with SIGTERM and waits for it.
+    pub async fn stop(mut self) -> std::process::ExitStatus {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status();
+        }
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("server stops within 30 s")
+            .expect("wait")
+    }
+}
+
+/// A short random suffix for keys and names.
+pub fn rand_suffix() -> String {
+    storage::ids::new_request_id()[..12].to_owned()
+}
+
+/// The events of one type.
+pub fn of_type(evs: &[Value], ty: &str) -> Vec<Value> {
+    evs.iter().filter(|e| e["type"] == ty).cloned().collect()
+}
