@@ -8,6 +8,7 @@ pub mod db;
 pub mod fixtures;
 pub mod gce;
 pub mod meter;
+pub mod openapi;
 pub mod rng;
 pub mod server;
 pub mod worker;

@@ -171,8 +171,8 @@ impl Server {
         path: &str,
         body: Option<String>,
     ) -> Answer {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        let mut req = self.client.request(method, format!("{}{}", self.url, path));
+        let verb = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self.client.request(verb, format!("{}{}", self.url, path));
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -187,6 +187,7 @@ impl Server {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let text = resp.text().await.expect("body");
+        super::openapi::check(method, path, status, &text);
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Answer {
             status,
@@ -203,7 +204,10 @@ impl Server {
             .send()
             .await
             .expect("request");
-        (resp.status().as_u16(), resp.text().await.expect("body"))
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        super::openapi::check("GET", path, status, &text);
+        (status, text)
     }
 
     /// Every item of a list method from the start: POSTs `body` to `path`
