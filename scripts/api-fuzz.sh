@@ -22,6 +22,8 @@ export DATABASE_URL="$base/$db"
 export BC_BOOTSTRAP_TOKEN="bck_fuzz$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export BC_LISTEN="${BC_FUZZ_LISTEN:-127.0.0.1:8097}"
 export BC_CLOCK=manual
+export BC_CREDENTIAL_ENV=GCE_TOKEN
+export BC_PROVIDER_ENDPOINTS="https://compute.googleapis.com,http://127.0.0.1:*"
 export RUST_LOG=warn
 
 cargo build --quiet -p api-server
@@ -38,7 +40,7 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 
-"$venv/bin/schemathesis" run docs/api/openapi.json \
+"$venv/bin/schemathesis" --config-file scripts/schemathesis.toml run docs/api/openapi.json \
   --url "http://$BC_LISTEN" \
   --header "Authorization: Bearer $BC_BOOTSTRAP_TOKEN" \
   "$@"

@@ -31,6 +31,9 @@ pub enum Ty {
         item: Box<Ty>,
         min_items: usize,
         max_items: usize,
+        /// Documented as `uniqueItems`; the handler enforces its own, stricter
+        /// rule (e.g. unique flavor names) with its own `details`.
+        unique: bool,
     },
     /// An object whose keys follow `key` and whose values follow `value`.
     Map {
@@ -40,6 +43,9 @@ pub enum Ty {
     },
     /// An object validated by the handler (a provider's manifest).
     AnyObject,
+    /// An object validated by the handler, documented with this schema
+    /// (the handler's rules give the contract's `details`).
+    Handled(fn() -> Value),
 }
 
 /// One input field.
@@ -207,7 +213,7 @@ fn type_name(ty: &Ty) -> &'static str {
         Ty::Str { .. } | Ty::Enum(_) => "string",
         Ty::Int { .. } => "integer",
         Ty::Bool => "boolean",
-        Ty::Obj(_) | Ty::Map { .. } | Ty::AnyObject => "object",
+        Ty::Obj(_) | Ty::Map { .. } | Ty::AnyObject | Ty::Handled(_) => "object",
         Ty::Arr { .. } => "array",
     }
 }
@@ -333,6 +339,7 @@ fn validate_value(v: &Value, ty: &Ty, field: &str) -> Result<(), ApiError> {
             item,
             min_items,
             max_items,
+            ..
         } => {
             let items = v.as_array().ok_or_else(type_err)?;
             if items.len() < *min_items || items.len() > *max_items {
@@ -365,7 +372,7 @@ fn validate_value(v: &Value, ty: &Ty, field: &str) -> Result<(), ApiError> {
                 validate_value(val, value, &sub)?;
             }
         }
-        Ty::AnyObject => {
+        Ty::AnyObject | Ty::Handled(_) => {
             v.as_object().ok_or_else(type_err)?;
         }
     }
@@ -403,13 +410,18 @@ pub fn json_schema(ty: &Ty) -> Value {
             item,
             min_items,
             max_items,
+            unique,
         } => {
-            json!({
+            let mut s = json!({
                 "type": "array",
                 "items": json_schema(item),
                 "minItems": min_items,
                 "maxItems": max_items,
-            })
+            });
+            if *unique {
+                s["uniqueItems"] = json!(true);
+            }
+            s
         }
         Ty::Map {
             key,
@@ -422,6 +434,7 @@ pub fn json_schema(ty: &Ty) -> Value {
             "maxProperties": max_entries,
         }),
         Ty::AnyObject => json!({ "type": "object" }),
+        Ty::Handled(schema) => schema(),
     }
 }
 

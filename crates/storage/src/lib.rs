@@ -1,6 +1,7 @@
 //! Storage of the control plane: diesel + diesel-async on PostgreSQL.
 //!
-//! Every operation takes a connection and returns [`error::Result`]; a
+//! Every operation takes a connection (the scans, which call a provider
+//! between transactions, take the pool) and returns [`error::Result`]; a
 //! mutation is one transaction that locks the rows deciding it, decides with
 //! the pure core crates, writes its rows and its events, and commits.
 

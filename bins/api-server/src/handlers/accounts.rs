@@ -82,9 +82,36 @@ input! {
     struct Create {
         req name: String = ("name", name()),
         req provider: String = ("provider", Ty::Enum(&["gce"])),
-        req config: Map<String, Value> = ("config", Ty::AnyObject),
+        req config: Map<String, Value> = ("config", Ty::Handled(gce_config_schema)),
         req idempotency_key: String = ("idempotencyKey", idem_key()),
     }
+}
+
+/// The documented shape of a `gce` account's config (`GceConfig` decides).
+fn gce_config_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["project", "credentials"],
+        "additionalProperties": false,
+        "properties": {
+            "project": {
+                "type": "string",
+                "description": "The GCE project id.",
+            },
+            "endpoint": {
+                "type": "string",
+                "description": "Compute API base URL (only those the server's policy lists).",
+                "format": "uri",
+            },
+            "credentials": {
+                "type": "string",
+                "description": "A credential reference, never a secret: none, env:NAME, \
+                    file:NAME, secret:NAME or adc (only those the server's policy allows the \
+                    account's owner).",
+                "pattern": "^(none|adc|(env|file|secret):.+)$",
+            },
+        },
+    })
 }
 
 async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {

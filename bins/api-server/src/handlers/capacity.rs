@@ -156,6 +156,7 @@ input! {
             item: Box::new(flavor()),
             min_items: 1,
             max_items: 100,
+            unique: true,
         }),
         opt quotas: BTreeMap<String, i64> = ("quotas", quota_map()),
         req idempotency_key: String = ("idempotencyKey", idem_key()),

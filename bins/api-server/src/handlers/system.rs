@@ -99,9 +99,11 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-/// The opaque cursor of `events.list` and `usage.list`.
+/// The opaque cursor of `events.list` and `usage.list`: `c` and a
+/// non-negative 64-bit position in lower-case base32hex (13 characters, the
+/// last one's padding bit zero), so every string the pattern allows decodes.
 fn cursor() -> Ty {
-    pat(64, "^c[0-9a-v]{1,40}$")
+    pat(14, "^c[0-7][0-9a-v]{11}[02468acegikmoqsu]$")
 }
 
 /// Meter and event type names.
@@ -118,6 +120,7 @@ input! {
             item: Box::new(dotted_name()),
             min_items: 1,
             max_items: 20,
+            unique: false,
         }),
     }
 }
