@@ -101,7 +101,7 @@ pub struct Reservation {
     pub provider_in_use: i64,
     /// Whether it can serve instances.
     #[schemars(extend("enum" = ["ready", "not-ready", "gone"]))]
-    pub status: String,
+    pub status: &'static str,
     /// The pool it is bound to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool_id: Option<String>,
@@ -122,7 +122,7 @@ impl From<reservations::Reservation> for Reservation {
             flavor: r.flavor,
             total: r.total,
             provider_in_use: r.provider_in_use,
-            status: r.status,
+            status: r.status.as_str(),
             pool_id: r.pool_id,
             last_scanned_at: r.last_scanned_at,
             gone_at: r.gone_at,
@@ -257,7 +257,7 @@ pub struct Tenant {
     pub display_name: String,
     /// Lifecycle state.
     #[schemars(extend("enum" = ["active", "deleted"]))]
-    pub state: String,
+    pub state: &'static str,
     /// Creation instant.
     pub created_at: Millis,
     /// Deletion instant.
@@ -270,7 +270,7 @@ impl From<tenancy::Tenant> for Tenant {
         Tenant {
             tenant_id: t.tenant_id,
             display_name: t.display_name,
-            state: t.state,
+            state: t.state.as_str(),
             created_at: t.created_at,
             deleted_at: t.deleted_at,
         }
@@ -395,7 +395,7 @@ pub struct Instance {
     pub billing: String,
     /// Power state.
     #[schemars(extend("enum" = ["running", "stopped", "deleted"]))]
-    pub state: String,
+    pub state: &'static str,
     /// Where it is.
     pub placement: Placement,
     /// Creation instant.
@@ -412,7 +412,7 @@ impl From<instances::Instance> for Instance {
             flavor: i.flavor,
             name: i.name,
             billing: i.billing,
-            state: i.state,
+            state: i.state.as_str(),
             placement: Placement {
                 kind: i.placement.kind,
                 grant_id: i.placement.grant_id,

@@ -13,6 +13,10 @@
 //! more round trips, each on a pooled connection), are not either: the
 //! ceiling is the transaction itself.
 //!
+//! The test module `statements` records the statements both sides send
+//! (diesel's connection instrumentation) and fails when they differ: a
+//! change to the storage side must be replayed here.
+//!
 //! `GrantStorage` and `InstanceStorage` call the storage functions
 //! themselves, so the gap splits into "HTTP, auth, clock, JSON" (API vs
 //! storage) and "Rust logic in storage" (storage vs SQL).
@@ -30,11 +34,10 @@ use storage::schema::{
     events, grants, idempotency_keys as ik, instances, placement_segments as seg, pool_offers,
     pools, provider_accounts as pa, quotas, reservations, tenants,
 };
-use storage::tenancy::Tenant;
 use storage::timeline::{GrantRow, ReservationRow};
 
 use crate::load::Op;
-use crate::setup::{FLAVOR, InstTarget, TENANT};
+use crate::setup::{FLAVOR, HOUR_MS, InstTarget, Platform, TENANT};
 
 const ROOT: &str = "root";
 
@@ -56,6 +59,19 @@ pub struct GrantCtx {
 }
 
 impl GrantCtx {
+    /// Side `tag`'s operations on `reservation_id`: a term starting an hour
+    /// after the manual clock's now, 24 hours long.
+    pub fn new(tag: &'static str, p: &Platform, reservation_id: &str) -> GrantCtx {
+        GrantCtx {
+            tag,
+            account_id: p.account_id.clone(),
+            reservation_id: reservation_id.to_owned(),
+            now: p.now,
+            starts_at: p.now + HOUR_MS,
+            ends_at: p.now + 25 * HOUR_MS,
+        }
+    }
+
     /// The API request body of operation `i`.
     pub fn body(&self, i: u64) -> Value {
         json!({
@@ -83,6 +99,15 @@ pub struct InstanceCtx {
 }
 
 impl InstanceCtx {
+    /// Side `tag`'s operations over its instance targets.
+    pub fn new(tag: &'static str, p: &Platform) -> InstanceCtx {
+        InstanceCtx {
+            tag,
+            targets: p.inst[tag].clone(),
+            now: p.now,
+        }
+    }
+
     /// The target of operation `i` (round robin).
     pub fn target(&self, i: u64) -> &InstTarget {
         &self.targets[(i as usize) % self.targets.len()]
@@ -204,7 +229,36 @@ async fn claim(
     Ok(())
 }
 
-/// `timeline::lock_reservation`.
+/// `locks::tenant_shared`: the tenant's row `FOR SHARE`, which must be
+/// active (`locks::named_tenant`, `locks::acting_tenant`).
+async fn lock_tenant(conn: &mut AsyncPgConnection, tenant: &str) -> anyhow::Result<()> {
+    let state: Option<String> = tenants::table
+        .find(tenant)
+        .select(tenants::state)
+        .for_share()
+        .first(conn)
+        .await
+        .optional()?;
+    anyhow::ensure!(
+        state.as_deref() == Some("active"),
+        "tenant {tenant} not active"
+    );
+    Ok(())
+}
+
+/// `pools::is_visible` for a tenant other than root: the offer count.
+async fn offered(conn: &mut AsyncPgConnection, pool_id: &str, tenant: &str) -> anyhow::Result<()> {
+    let n: i64 = pool_offers::table
+        .filter(pool_offers::pool_id.eq(pool_id))
+        .filter(pool_offers::tenant_id.eq(tenant))
+        .count()
+        .get_result(conn)
+        .await?;
+    anyhow::ensure!(n > 0, "pool {pool_id} not offered to {tenant}");
+    Ok(())
+}
+
+/// `locks::reservation`.
 async fn lock_reservation(
     conn: &mut AsyncPgConnection,
     account_id: &str,
@@ -218,7 +272,7 @@ async fn lock_reservation(
         .await?)
 }
 
-/// `timeline::open_grants` (row-locked, after the reservation).
+/// `locks::open_grants` (row-locked, after the reservation).
 async fn open_grants(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
@@ -275,7 +329,8 @@ async fn publish_one(
 ) -> anyhow::Result<()> {
     let head: Head = diesel::sql_query(
         "INSERT INTO event_heads (tenant_id, last_seq) VALUES ($1, $2) \
-         ON CONFLICT (tenant_id) DO UPDATE SET last_seq = event_heads.last_seq + EXCLUDED.last_seq \
+         ON CONFLICT (tenant_id) \
+         DO UPDATE SET last_seq = event_heads.last_seq + EXCLUDED.last_seq \
          RETURNING last_seq",
     )
     .bind::<Text, _>(tenant)
@@ -315,16 +370,10 @@ impl Op for GrantSql {
         self.conn
             .transaction::<_, anyhow::Error, _>(async move |conn| {
                 let id = storage::ids::new_id("rgrant", now);
-                claim(
-                    conn,
-                    ROOT,
-                    "reservationGrants.create",
-                    &key,
-                    &hash,
-                    &id,
-                    now,
-                )
-                .await?;
+                let method = "reservationGrants.create";
+                claim(conn, ROOT, method, &key, &hash, &id, now).await?;
+                // the grantee's row first (the lock order)
+                lock_tenant(conn, TENANT).await?;
                 // accounts::get
                 let _account: Account = pa::table
                     .find(&c.account_id)
@@ -333,20 +382,15 @@ impl Op for GrantSql {
                     .first(conn)
                     .await?;
                 let res = lock_reservation(conn, &c.account_id, &c.reservation_id).await?;
-                // tenancy::active_tenant
-                let _tenant: Tenant = tenants::table
-                    .find(TENANT)
-                    .select(Tenant::as_select())
-                    .first(conn)
-                    .await?;
-                let pool_id = res.pool_id.clone().unwrap_or_default();
-                let offered: i64 = pool_offers::table
-                    .filter(pool_offers::pool_id.eq(&pool_id))
-                    .filter(pool_offers::tenant_id.eq(TENANT))
-                    .count()
-                    .get_result(conn)
-                    .await?;
-                anyhow::ensure!(offered == 1, "pool not offered");
+                anyhow::ensure!(
+                    res.status == storage::states::ReservationStatus::Ready,
+                    "reservation not ready"
+                );
+                let pool_id = res
+                    .pool_id
+                    .clone()
+                    .ok_or_else(|| anyhow::anyhow!("reservation not bound"))?;
+                offered(conn, &pool_id, TENANT).await?;
                 settle_reads(conn, &res).await?;
                 // grants::commitments
                 let _commitments: Vec<(i64, i64, i32)> = grants::table
@@ -388,6 +432,20 @@ impl Op for GrantSql {
     }
 }
 
+/// `quotas_core::instance_charges`: one instance and its flavor's vCPUs,
+/// memory and GPUs, the zero amounts left out.
+fn instance_charges(f: &storage::pools::Flavor) -> Vec<(&'static str, i64)> {
+    [
+        ("instances", 1),
+        ("vcpus", f.vcpus),
+        ("memoryGib", f.memory_gib),
+        ("gpus", f.gpus),
+    ]
+    .into_iter()
+    .filter(|(_, amount)| *amount > 0)
+    .collect()
+}
+
 /// The statements of `instances.create` (a new key, no project, placed in
 /// the tenant's grant on the pool's one reservation; it publishes no event).
 pub struct InstanceSql {
@@ -405,17 +463,14 @@ impl Op for InstanceSql {
         let now = c.now;
         self.conn
             .transaction::<_, anyhow::Error, _>(async move |conn| {
-                let pool_id = c.target(i).pool_id.as_str();
+                let target = c.target(i);
+                let pool_id = target.pool_id.as_str();
                 let id = storage::ids::new_id("inst", now);
                 claim(conn, TENANT, "instances.create", &key, &hash, &id, now).await?;
+                // the acting tenant's row first (the lock order)
+                lock_tenant(conn, TENANT).await?;
                 // pools::get: is_visible, pool_row, offered_to
-                let visible: i64 = pool_offers::table
-                    .filter(pool_offers::pool_id.eq(pool_id))
-                    .filter(pool_offers::tenant_id.eq(TENANT))
-                    .count()
-                    .get_result(conn)
-                    .await?;
-                anyhow::ensure!(visible == 1, "pool not visible");
+                offered(conn, pool_id, TENANT).await?;
                 type PoolRow = (String, String, String, String, String, Value, i64);
                 let pool: PoolRow = pools::table
                     .find(pool_id)
@@ -441,13 +496,9 @@ impl Op for InstanceSql {
                     .iter()
                     .find(|f| f.name == FLAVOR)
                     .ok_or_else(|| anyhow::anyhow!("no flavor"))?;
-                let charges = [
-                    ("instances", 1),
-                    ("vcpus", f.vcpus),
-                    ("memoryGib", f.memory_gib),
-                ];
+                let charges = instance_charges(f);
                 let resources: Vec<&str> = charges.iter().map(|c| c.0).collect();
-                // lock_quota_rows
+                // locks::quota_rows
                 let rows: Vec<(String, i64, i64)> = quotas::table
                     .filter(quotas::tenant_id.eq(TENANT))
                     .filter(quotas::pool_id.eq(pool_id))
@@ -457,14 +508,8 @@ impl Op for InstanceSql {
                     .for_update()
                     .load(conn)
                     .await?;
-                // the tenant is still active once its quota rows are locked
-                let tenant: Tenant = tenants::table
-                    .find(TENANT)
-                    .select(Tenant::as_select())
-                    .first(conn)
-                    .await?;
-                anyhow::ensure!(tenant.state == "active", "tenant deleted");
-                // decide: candidates, then lock, settle, view
+                // decide: the candidates, the hint of where the tenant has a
+                // live grant, then the first candidate locked, settled, viewed
                 let candidates: Vec<(String, String)> = reservations::table
                     .filter(reservations::pool_id.eq(pool_id))
                     .filter(reservations::flavor.eq(FLAVOR))
@@ -476,16 +521,27 @@ impl Op for InstanceSql {
                     .select((reservations::account_id, reservations::reservation_id))
                     .load(conn)
                     .await?;
+                // granted_candidates
+                let _granted: Vec<(String, String)> = grants::table
+                    .filter(grants::tenant_id.eq(TENANT))
+                    .filter(grants::settled_state.eq_any(["scheduled", "active"]))
+                    .filter(grants::starts_at.le(now))
+                    .filter(grants::ends_at.gt(now))
+                    .select((grants::account_id, grants::reservation_id))
+                    .load(conn)
+                    .await?;
                 let (account_id, reservation_id) = candidates
                     .into_iter()
                     .next()
                     .ok_or_else(|| anyhow::anyhow!("no candidate"))?;
-                anyhow::ensure!(
-                    reservation_id == c.target(i).reservation_id,
-                    "wrong reservation"
-                );
+                anyhow::ensure!(reservation_id == target.reservation_id, "wrong reservation");
                 let res = lock_reservation(conn, &account_id, &reservation_id).await?;
+                anyhow::ensure!(
+                    res.status == storage::states::ReservationStatus::Ready,
+                    "reservation not ready"
+                );
                 settle_reads(conn, &res).await?;
+                // view: seated, timeline::live_grants
                 seated(conn, &res).await?;
                 let live = open_grants(conn, &res).await?;
                 let grant_id = live
@@ -493,10 +549,13 @@ impl Op for InstanceSql {
                     .find(|g| g.tenant_id == TENANT)
                     .map(|g| g.grant_id.clone())
                     .ok_or_else(|| anyhow::anyhow!("no live grant"))?;
-                anyhow::ensure!(grant_id == c.target(i).grant_id, "wrong grant");
-                // write_quota_rows
+                anyhow::ensure!(grant_id == target.grant_id, "wrong grant");
+                // write_quota_rows: the rows whose use changes
                 for (resource, _max, used) in &rows {
                     let amount = charges.iter().find(|c| c.0 == resource).map_or(0, |c| c.1);
+                    if amount == 0 {
+                        continue;
+                    }
                     diesel::update(quotas::table.find((TENANT, pool_id, resource)))
                         .set(quotas::used.eq(used + amount))
                         .execute(conn)

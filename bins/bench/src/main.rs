@@ -16,7 +16,9 @@
 //!    `reconciler-worker`, next to one bulk `INSERT ... SELECT`;
 //! 5. the api-server's peak RSS during 1 and during 3.
 //!
-//! It prints the tables and writes `docs/benchmarks.md`.
+//! It prints the tables and rewrites the generated part of
+//! `docs/benchmarks.md` (between its marker lines; the text around them is
+//! written by hand).
 
 mod direct;
 mod http;
@@ -26,6 +28,8 @@ mod procs;
 mod reads;
 mod report;
 mod setup;
+#[cfg(test)]
+mod statements;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +50,6 @@ use crate::setup::{Api, TENANT};
 
 /// Concurrent clients (and direct connections) of every figure.
 const CLIENTS: usize = 16;
-const HOUR_MS: i64 = 3_600_000;
 
 fn seconds(var: &str, default: u64) -> Duration {
     Duration::from_secs(
@@ -151,14 +154,7 @@ async fn figure_grants(
     dur: Duration,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let ctx = |tag: &'static str| GrantCtx {
-        tag,
-        account_id: p.account_id.clone(),
-        reservation_id: p.hot[tag].clone(),
-        now: p.now,
-        starts_at: p.now + HOUR_MS,
-        ends_at: p.now + 25 * HOUR_MS,
-    };
+    let ctx = |tag: &'static str| GrantCtx::new(tag, p, &p.hot[tag]);
     let http_ctx = Arc::new(ctx("http"));
     let body: BodyFn = {
         let c = http_ctx.clone();
@@ -205,11 +201,7 @@ async fn figure_instances(
     dur: Duration,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let ctx = |tag: &'static str| InstanceCtx {
-        tag,
-        targets: p.inst[tag].clone(),
-        now: p.now,
-    };
+    let ctx = |tag: &'static str| InstanceCtx::new(tag, p);
     say("figure 2: instances.create over 100 reservations with grants, 16 clients");
     let http_ctx = Arc::new(ctx("http"));
     let body: BodyFn = {
@@ -445,14 +437,7 @@ fn wanted(name: &str) -> bool {
 
 /// 1,200 grants on the hot SQL reservation, for the reads when figure 1 is skipped.
 async fn fill_grants(db: &Database, p: &setup::Platform) -> anyhow::Result<()> {
-    let ctx = Arc::new(GrantCtx {
-        tag: "fill",
-        account_id: p.account_id.clone(),
-        reservation_id: p.hot["sql"].clone(),
-        now: p.now,
-        starts_at: p.now + HOUR_MS,
-        ends_at: p.now + 25 * HOUR_MS,
-    });
+    let ctx = Arc::new(GrantCtx::new("fill", p, &p.hot["sql"]));
     let workers = db
         .connections(CLIENTS)
         .await?
@@ -499,7 +484,9 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
              a grant each",
         );
         let api = Api::new(&server.url());
-        let p = setup::platform(&api, now).await.context("setup")?;
+        let p = setup::platform(&api, now, setup::INST_RESERVATIONS)
+            .await
+            .context("setup")?;
         report.rss_after_setup = Some(server.rss()?);
         if wanted("grants") {
             figure_grants(&db, &server, &p, write_dur, &mut report).await?;
@@ -553,15 +540,41 @@ async fn main() -> anyhow::Result<()> {
     let server_url = std::env::var("DATABASE_URL")
         .context("DATABASE_URL must name a PostgreSQL server (`just bench` provides one)")?;
     let report = run(&server_url).await?;
-    let text = report.markdown();
     println!("{}", report.terminal());
     if std::env::var_os("BENCH_FIGURES").is_some() {
         say("BENCH_FIGURES is set: a partial run, docs/benchmarks.md left as it is");
         return Ok(());
     }
+    write_doc(&report.generated())
+}
+
+/// Rewrites the generated part of `docs/benchmarks.md` (a new file if there
+/// is none), leaving the hand-written text around it as it is. Without its
+/// markers the file is left alone and the part goes to `target/bench`.
+fn write_doc(generated: &str) -> anyhow::Result<()> {
     let path = procs::workspace_root().join("docs/benchmarks.md");
+    let doc = match std::fs::read_to_string(&path) {
+        Ok(doc) => doc,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => report::skeleton(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let text = match report::splice(&doc, generated) {
+        Ok(text) => text,
+        Err(e) => {
+            let dir = procs::workspace_root().join("target/bench");
+            std::fs::create_dir_all(&dir)?;
+            let saved = dir.join("benchmarks-generated.md");
+            std::fs::write(&saved, generated)
+                .with_context(|| format!("writing {}", saved.display()))?;
+            anyhow::bail!(
+                "{}: {e}; left as it is, this run's part is in {}",
+                path.display(),
+                saved.display()
+            );
+        }
+    };
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    say(&format!("wrote {}", path.display()));
+    say(&format!("wrote the generated part of {}", path.display()));
     Ok(())
 }
 

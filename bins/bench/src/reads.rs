@@ -2,7 +2,9 @@
 //! directly (with and without the authentication and clock reads that
 //! precede the handler's query), and where a 1000-item list's time goes in
 //! the server (the storage call, then the JSON encoding as the server does
-//! it and as it could do it).
+//! it and as it could do it). The test module `statements` checks that
+//! `ReadSql` sends what `tenancy::authenticate`, the manual clock and
+//! `grants::get` / `grants::list` send.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -64,7 +66,7 @@ impl Op for ReadSql {
             // grants::list
             let query = grants::table
                 .order((grants::created_at.desc(), grants::grant_id.desc()))
-                .limit(1000)
+                .limit(storage::LIST_LIMIT)
                 .select(GrantRow::as_select())
                 .into_boxed()
                 .filter(grants::tenant_id.eq(TENANT));

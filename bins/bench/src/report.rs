@@ -1,4 +1,7 @@
-//! The tables (terminal and `docs/benchmarks.md`).
+//! The tables (terminal and `docs/benchmarks.md`). The program writes only
+//! the part of `docs/benchmarks.md` between [`BEGIN`] and [`END`]: the
+//! machine, the command, the results and the per-run figures the
+//! hand-written text around them refers to.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -7,7 +10,37 @@ use crate::load::Outcome;
 use crate::metering::{self, Metering};
 use crate::reads::ListCost;
 
-mod notes;
+/// The line before the generated part of `docs/benchmarks.md`.
+pub const BEGIN: &str = "<!-- generated: begin -->";
+/// The line after it.
+pub const END: &str = "<!-- generated: end -->";
+
+/// `doc` with the part between [`BEGIN`] and [`END`] replaced by
+/// `generated`; everything outside the markers is kept byte for byte.
+pub fn splice(doc: &str, generated: &str) -> anyhow::Result<String> {
+    let once = |marker: &str| -> anyhow::Result<usize> {
+        let mut at = doc.match_indices(marker).map(|(i, _)| i);
+        match (at.next(), at.next()) {
+            (Some(i), None) => Ok(i),
+            (None, _) => anyhow::bail!("no {marker} line"),
+            (Some(_), Some(_)) => anyhow::bail!("more than one {marker} line"),
+        }
+    };
+    let begin = once(BEGIN)? + BEGIN.len();
+    let end = once(END)?;
+    anyhow::ensure!(begin <= end, "{END} comes before {BEGIN}");
+    Ok(format!(
+        "{}\n\n{}\n\n{}",
+        &doc[..begin],
+        generated.trim(),
+        &doc[end..]
+    ))
+}
+
+/// A new `docs/benchmarks.md`: a title and the markers.
+pub fn skeleton() -> String {
+    format!("# Benchmarks\n\n{BEGIN}\n{END}\n")
+}
 
 /// The machine and database the run measured.
 #[derive(Debug, Clone)]
@@ -113,6 +146,19 @@ fn mib(b: Option<u64>) -> String {
 
 fn met(ok: bool) -> &'static str {
     if ok { "yes" } else { "**no**" }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    format!("{:.2}", a / b.max(1e-9))
+}
+
+/// Throughput in the first and in the last quarter of a run.
+fn quarters(o: &Outcome) -> String {
+    format!(
+        "{:.0}/s, {:.0}/s",
+        o.rate_in(0.0, 0.25),
+        o.rate_in(0.75, 1.0)
+    )
 }
 
 /// A table row.
@@ -440,6 +486,82 @@ impl Report {
         out
     }
 
+    /// The per-run figures the hand-written notes refer to: (figure, what,
+    /// value).
+    fn derived(&self) -> Vec<(&'static str, String, String)> {
+        let mut out = Vec::new();
+        let first_last = "throughput in the first and in the last quarter of its run";
+        if let Some(g) = &self.grants {
+            out.push(("1", format!("HTTP API: {first_last}"), quarters(&g.api)));
+            out.push((
+                "1",
+                format!("direct SQL (ceiling): {first_last}"),
+                quarters(&g.sql),
+            ));
+        }
+        if let Some(g) = &self.instances {
+            out.push(("2", format!("HTTP API: {first_last}"), quarters(&g.api)));
+        }
+        let bound = "at best the trivial handler's work plus the query alone, \
+                     1 / (1/trivial + 1/query),";
+        if let Some(f) = &self.get {
+            let (q, t) = (f.sql_query.throughput(), f.trivial.throughput());
+            out.push((
+                "3",
+                "get: HTTP API / direct SQL (authenticate + clock + query)".into(),
+                ratio(f.api.throughput(), f.sql_full.throughput()),
+            ));
+            out.push((
+                "3",
+                "get: direct SQL, the query alone / trivial hyper".into(),
+                ratio(q, t),
+            ));
+            out.push((
+                "3",
+                format!("get: {bound} / trivial hyper"),
+                ratio(q, q + t),
+            ));
+        }
+        if let Some(f) = &self.list {
+            let (q, t) = (f.sql_query.throughput(), f.trivial.throughput());
+            out.push((
+                "3",
+                "list: direct SQL, the query alone / trivial hyper".into(),
+                ratio(q, t),
+            ));
+            out.push((
+                "3",
+                format!("list: {bound} / trivial hyper"),
+                ratio(q, q + t),
+            ));
+        }
+        if let Some(c) = &self.list_cost {
+            let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+            out.push((
+                "3",
+                format!(
+                    "one list answer ({} items, {} KiB), one request at a time: \
+                     `storage::grants::list` (SQL, row decoding, `Grant::at`)",
+                    self.list_items,
+                    c.bytes / 1024
+                ),
+                ms(c.storage),
+            ));
+            out.push((
+                "3",
+                "the same answer's JSON built through a `serde_json::Value` tree".into(),
+                ms(c.via_value),
+            ));
+            out.push((
+                "3",
+                "the same answer's typed grants written straight to bytes (`handlers::items`)"
+                    .into(),
+                ms(c.direct),
+            ));
+        }
+        out
+    }
+
     fn tables(&self) -> String {
         let mut s = String::new();
         s.push_str("| # | figure | run | ops | s | per s | p50 ms | p99 ms |\n");
@@ -467,107 +589,21 @@ impl Report {
                 met(r.ok)
             );
         }
+        let derived = self.derived();
+        if !derived.is_empty() {
+            s.push('\n');
+            s.push_str("| # | per-run figure | value |\n");
+            s.push_str("|---|---|---:|\n");
+            for (fig, what, value) in derived {
+                let _ = writeln!(s, "| {fig} | {what} | {value} |");
+            }
+        }
         s
     }
 
-    /// What the terminal shows.
-    pub fn terminal(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(s, "\n{}", self.machine_line());
-        s.push('\n');
-        s.push_str(&self.tables());
-        let _ = writeln!(
-            s,
-            "\napi-server RSS: {} MiB after setup; peak {} MiB during 1; {} MiB before 3 \
-             (peak reset: {}); peak {} MiB during 3",
-            mib(self.rss_after_setup),
-            mib(self.rss_fig1),
-            mib(self.rss_before_fig3),
-            self.rss_reset,
-            mib(self.rss_fig3)
-        );
-        s.push_str(&self.list_cost_line());
-        s
-    }
-
-    fn list_cost_line(&self) -> String {
-        self.list_cost.as_ref().map_or_else(String::new, |c| {
-            format!(
-                "One {}-item list answer ({} KiB), one request at a time: `storage::grants::list` \
-                 (SQL, row decoding, `Grant::at`) {:.1} ms; JSON through a `serde_json::Value` \
-                 tree (how answers were built before) {:.1} ms; the typed grants straight to bytes \
-                 (how `handlers::items` builds them now) {:.1} ms.\n",
-                self.list_items,
-                c.bytes / 1024,
-                c.storage.as_secs_f64() * 1e3,
-                c.via_value.as_secs_f64() * 1e3,
-                c.direct.as_secs_f64() * 1e3
-            )
-        })
-    }
-
-    fn machine_line(&self) -> String {
-        let m = &self.machine;
+    fn rss_line(&self) -> String {
         format!(
-            "{} × {}, {:.1} GiB, Linux {}; {}",
-            m.nproc, m.cpu, m.mem_gib, m.kernel, m.postgres
-        )
-    }
-
-    /// `docs/benchmarks.md`.
-    pub fn markdown(&self) -> String {
-        let m = &self.machine;
-        let mut s = String::new();
-        s.push_str("# Benchmarks\n\n");
-        s.push_str(
-            "Written by `just bench` (the `bench` workspace member, `bins/bench`). Each figure \
-             is measured next to its ceiling on the same machine in the same run; rerun it \
-             to refresh this file. The prose below the tables is part of the program, the \
-             numbers are this run's.\n\n",
-        );
-        s.push_str("## Machine\n\n");
-        let _ = writeln!(s, "- CPU: {} × {} (`nproc` = {})", m.nproc, m.cpu, m.nproc);
-        let _ = writeln!(s, "- Memory: {:.1} GiB", m.mem_gib);
-        let _ = writeln!(s, "- Kernel: Linux {}", m.kernel);
-        let _ = writeln!(s, "- PostgreSQL: {}", m.postgres);
-        let _ = writeln!(s, "- PostgreSQL settings: {}", m.pg_settings);
-        let _ = writeln!(
-            s,
-            "- Load average (1, 5, 15 min) at start: {}; at end: {}",
-            m.loadavg_start, m.loadavg_end
-        );
-        s.push_str(
-            "- Everything runs on this one machine: PostgreSQL, the api-server, the load \
-             generator, the fake GCE and the trivial hyper server. When this run was \
-             recorded the machine had 2 cores **shared with other work** (builds and tests \
-             of parallel sessions), so absolute figures are noisy and low; the ratios, \
-             measured back to back, are what to read.\n\n",
-        );
-        s.push_str("## Command\n\n");
-        s.push_str(concat!(
-            "```sh\njust bench\n",
-            "# = cargo build --release --locked -p api-server -p reconciler-worker\n",
-            "#   DATABASE_URL=\"$(scripts/db.sh url)\" cargo run --release --locked -p bench\n",
-            "```\n\n",
-        ));
-        let _ = writeln!(
-            s,
-            "{} clients (connections) everywhere; writes: the API runs {} s, then the storage \
-             call and the SQL run exactly as many operations (each side on rows of its own, so \
-             each starts from the same state); reads: {} s each after a 1 s warm-up. \
-             api-server: release build, `BC_CLOCK=manual`, `BC_DB_POOL_SIZE=16`, \
-             `RUST_LOG={}` (logs to `target/bench/api-server.log`). \
-             `BENCH_WRITE_SECONDS`, `BENCH_READ_SECONDS` and `BENCH_SERVER_LOG` override these.\n",
-            self.clients,
-            self.write_dur.as_secs(),
-            self.read_dur.as_secs(),
-            self.log_filter
-        );
-        s.push_str("## Results\n\n");
-        s.push_str(&self.tables());
-        let _ = writeln!(
-            s,
-            "\napi-server RSS: {} MiB once set up; peak (VmHWM) {} MiB during figure 1; \
+            "api-server RSS: {} MiB once set up; peak (VmHWM) {} MiB during figure 1; \
              {} MiB before figure 3, where the peak was reset (`/proc/PID/clear_refs` 5: {}); \
              peak {} MiB during figure 3.\n",
             mib(self.rss_after_setup),
@@ -579,10 +615,127 @@ impl Report {
                 "refused, so the figure 3 peak includes 1 and 2"
             },
             mib(self.rss_fig3)
-        );
-        s.push_str(&self.list_cost_line());
+        )
+    }
+
+    /// When `vps.grants` failed all at once: what the worker row is instead.
+    fn metering_line(&self) -> String {
+        match self
+            .metering
+            .as_ref()
+            .and_then(|m| Some((m, m.catch_up.as_ref()?)))
+        {
+            Some((m, (hours, runs, _))) => format!(
+                "**The all-at-once `vps.grants` pass failed** (`{}`): figure 4's worker row is \
+                 the same work in {} runs of {hours} ended hours.\n",
+                m.worker.line,
+                runs.len()
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// What the terminal shows.
+    pub fn terminal(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "\n{}", self.machine_line());
         s.push('\n');
-        s.push_str(&self.notes());
+        s.push_str(&self.tables());
+        s.push('\n');
+        s.push_str(&self.rss_line());
+        s.push_str(&self.metering_line());
         s
+    }
+
+    fn machine_line(&self) -> String {
+        let m = &self.machine;
+        format!(
+            "{} × {}, {:.1} GiB, Linux {}; {}",
+            m.nproc, m.cpu, m.mem_gib, m.kernel, m.postgres
+        )
+    }
+
+    /// The generated part of `docs/benchmarks.md` (see [`splice`]).
+    pub fn generated(&self) -> String {
+        let m = &self.machine;
+        let mut s = String::new();
+        s.push_str("## Machine\n\n");
+        let _ = writeln!(s, "- CPU: {} × {} (`nproc` = {})", m.nproc, m.cpu, m.nproc);
+        let _ = writeln!(s, "- Memory: {:.1} GiB", m.mem_gib);
+        let _ = writeln!(s, "- Kernel: Linux {}", m.kernel);
+        let _ = writeln!(s, "- PostgreSQL: {}", m.postgres);
+        let _ = writeln!(s, "- PostgreSQL settings: {}", m.pg_settings);
+        let _ = writeln!(
+            s,
+            "- Load average (1, 5, 15 min) at start: {}; at end: {}\n",
+            m.loadavg_start, m.loadavg_end
+        );
+        s.push_str("## Command\n\n");
+        s.push_str(concat!(
+            "```sh\njust bench\n",
+            "# = cargo build --release --locked -p api-server -p reconciler-worker\n",
+            "#   DATABASE_URL=\"$(scripts/db.sh url)\" cargo run --release --locked -p bench\n",
+            "```\n\n",
+        ));
+        let _ = writeln!(
+            s,
+            "{} clients (connections) everywhere; writes: the API runs {} s, then the storage \
+             call and the SQL run exactly as many operations; reads: {} s each after a 1 s \
+             warm-up. api-server: release build, `BC_CLOCK=manual`, `BC_DB_POOL_SIZE=16`, \
+             `RUST_LOG={}` (logs to `target/bench/api-server.log`).\n",
+            self.clients,
+            self.write_dur.as_secs(),
+            self.read_dur.as_secs(),
+            self.log_filter
+        );
+        s.push_str("## Results\n\n");
+        s.push_str(&self.tables());
+        s.push('\n');
+        s.push_str(&self.rss_line());
+        let meter = self.metering_line();
+        if !meter.is_empty() {
+            s.push('\n');
+            s.push_str(&meter);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = "# Title\n\nhand-written before\n\n<!-- generated: begin -->\n\nold \
+                       numbers\n\n<!-- generated: end -->\n\nhand-written after\n";
+
+    #[test]
+    fn splice_replaces_only_the_generated_part() {
+        let out = splice(DOC, "## Results\n\nnew numbers\n").expect("splice");
+        assert_eq!(
+            out,
+            "# Title\n\nhand-written before\n\n<!-- generated: begin -->\n\n## Results\n\nnew \
+             numbers\n\n<!-- generated: end -->\n\nhand-written after\n"
+        );
+        assert_eq!(
+            splice(&out, "## Results\n\nnew numbers").expect("again"),
+            out
+        );
+        assert_eq!(splice(&out, "old numbers").expect("back"), DOC);
+    }
+
+    #[test]
+    fn splice_refuses_a_document_without_one_pair_of_markers() {
+        assert!(splice("# Title\n", "x").is_err());
+        assert!(splice(&format!("{BEGIN}\n"), "x").is_err());
+        assert!(splice(&format!("{END}\n{BEGIN}\n"), "x").is_err());
+        assert!(splice(&format!("{BEGIN}\n{BEGIN}\n{END}\n"), "x").is_err());
+        assert!(splice(&skeleton(), "x").is_ok());
+    }
+
+    #[test]
+    fn the_documentation_has_its_markers() {
+        let path = crate::procs::workspace_root().join("docs/benchmarks.md");
+        let doc = std::fs::read_to_string(&path).expect("docs/benchmarks.md");
+        splice(&doc, "x").expect("docs/benchmarks.md has one pair of markers");
     }
 }

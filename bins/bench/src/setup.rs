@@ -1,7 +1,8 @@
 //! The platform the figures run on, set up through the HTTP API against the
 //! fake GCE (in-process, real loopback HTTP): one root provider account, a
 //! tenant `acme`, hot reservations for grant creation and, per side, 100
-//! pools each with one bound reservation and one live grant to `acme`.
+//! pools (fewer in the tests) each with one bound reservation and one live
+//! grant to `acme`.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +27,8 @@ pub const HOT_TOTAL: i64 = 100_000;
 pub const INST_TOTAL: i64 = 1_000;
 /// Reservations (and pools) per side of the instance figure.
 pub const INST_RESERVATIONS: usize = 100;
-const HOUR_MS: i64 = 3_600_000;
+/// An hour in milliseconds.
+pub const HOUR_MS: i64 = 3_600_000;
 
 /// The fake GCE, served on loopback from this process.
 pub struct Gce {
@@ -189,13 +191,15 @@ fn big_quotas() -> Value {
     json!({ "instances": 1_000_000, "vcpus": 4_000_000, "memoryGib": 16_000_000 })
 }
 
-/// Sets the platform up; `now` is the manual clock's instant.
-pub async fn platform(api: &Api, now: i64) -> anyhow::Result<Platform> {
+/// Sets the platform up with `per_side` instance targets per side
+/// ([`INST_RESERVATIONS`] in the benchmark); `now` is the manual clock's
+/// instant.
+pub async fn platform(api: &Api, now: i64, per_side: usize) -> anyhow::Result<Platform> {
     let gce = Gce::start().await?;
     let http = reqwest::Client::new();
     for side in SIDES {
         gce.put(&http, &format!("hot-{side}"), HOT_TOTAL).await?;
-        for k in 0..INST_RESERVATIONS {
+        for k in 0..per_side {
             gce.put(&http, &format!("inst-{side}-{k:03}"), INST_TOTAL)
                 .await?;
         }
@@ -242,7 +246,7 @@ pub async fn platform(api: &Api, now: i64) -> anyhow::Result<Platform> {
 
     let mut inst = BTreeMap::new();
     for side in SIDES {
-        let targets: Vec<InstTarget> = futures::stream::iter(0..INST_RESERVATIONS)
+        let targets: Vec<InstTarget> = futures::stream::iter(0..per_side)
             .map(|k| {
                 let api = api.clone();
                 let account_id = account_id.clone();

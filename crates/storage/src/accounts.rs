@@ -7,8 +7,8 @@ use serde_json::Value;
 use crate::error::{Result, StorageError};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
+use crate::locks;
 use crate::schema::provider_accounts as pa;
-use crate::tenancy;
 
 /// A provider account of a tenant.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -54,7 +54,7 @@ pub async fn create(
         match idempotency::claim(conn, key, &id, now).await? {
             Claim::Replay(existing) => get(conn, new.tenant_id, &existing).await,
             Claim::New => {
-                tenancy::lock_acting_tenant(conn, new.tenant_id).await?;
+                locks::acting_tenant(conn, new.tenant_id).await?;
                 Ok(diesel::insert_into(pa::table)
                     .values((
                         pa::account_id.eq(&id),

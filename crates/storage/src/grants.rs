@@ -10,8 +10,10 @@ use crate::error::{ErrorKind, Result, StorageError};
 use crate::events::{self, NewEvent};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
+use crate::locks;
 use crate::pools;
 use crate::schema::grants;
+use crate::states::{ReservationStatus, SettledState};
 use crate::tenancy;
 use crate::timeline::{self, GrantRow};
 
@@ -132,13 +134,13 @@ pub async fn create(
         // tenant, then reservation), so a deletion of the grantee either
         // commits before this grant and refuses it here, or waits for it and
         // then ends or cancels it.
-        tenancy::lock_named_tenant(conn, new.grant_tenant_id).await?;
+        locks::named_tenant(conn, new.grant_tenant_id).await?;
         accounts::get(conn, root, new.account_id).await?;
-        let res = timeline::lock_reservation(conn, new.account_id, new.reservation_id)
+        let res = locks::reservation(conn, new.account_id, new.reservation_id)
             .await?
             .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
         // State of the reservation.
-        if res.status != "ready" {
+        if res.status != ReservationStatus::Ready {
             return Err(StorageError::invalid_state(format!(
                 "the reservation is {}, not ready",
                 res.status
@@ -222,7 +224,7 @@ pub async fn create(
                 grants::slots.eq(new.slots),
                 grants::starts_at.eq(new.starts_at),
                 grants::ends_at.eq(new.ends_at),
-                grants::settled_state.eq("scheduled"),
+                grants::settled_state.eq(SettledState::Scheduled),
                 grants::created_at.eq(now),
                 grants::metered_through.eq(new.starts_at),
             ))
@@ -267,7 +269,7 @@ pub async fn commitments(
     let rows: Vec<(i64, i64, i32)> = grants::table
         .filter(grants::account_id.eq(account_id))
         .filter(grants::reservation_id.eq(reservation_id))
-        .filter(grants::settled_state.ne("cancelled"))
+        .filter(grants::settled_state.ne(SettledState::Cancelled))
         .select((grants::starts_at, grants::ends_at, grants::slots))
         .load(conn)
         .await?;
@@ -326,7 +328,7 @@ pub async fn end(
             Some(row) if row.account_id == account_id => row,
             _ => return Err(StorageError::not_found("grant", grant_id)),
         };
-        let res = timeline::lock_reservation(conn, &row.account_id, &row.reservation_id)
+        let res = locks::reservation(conn, &row.account_id, &row.reservation_id)
             .await?
             .ok_or_else(|| StorageError::internal("grant without reservation"))?;
         let mut events = Vec::new();
@@ -344,7 +346,7 @@ pub async fn end(
         let row = load(conn, grant_id)
             .await?
             .ok_or_else(|| StorageError::internal("grant vanished"))?;
-        tracing::info!(grant = %grant_id, state = row.settled_state, "grant end requested");
+        tracing::info!(grant = %grant_id, state = %row.settled_state, "grant end requested");
         Ok(Grant::at(row, now))
     })
     .await

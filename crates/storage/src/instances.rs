@@ -19,8 +19,10 @@ use crate::error::{ErrorKind, Result, StorageError};
 use crate::events::{self, NewEvent};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
+use crate::locks;
 use crate::pools::{self, Pool};
 use crate::schema::{grants, instances, placement_segments as seg, quotas, reservations};
+use crate::states::{InstanceState, ReservationStatus, SettledState};
 use crate::tenancy;
 use crate::timeline::{self, ReservationRow};
 
@@ -42,8 +44,8 @@ pub struct InstanceRow {
     pub name: String,
     /// `standard` or `none`.
     pub billing: String,
-    /// `running`, `stopped` or `deleted`.
-    pub state: String,
+    /// Power and lifecycle state.
+    pub state: InstanceState,
     /// `grant`, `reservation`, `ondemand` or `none`.
     pub placement_kind: String,
     /// The grant holding it.
@@ -66,7 +68,7 @@ impl InstanceRow {
     }
 
     fn running(&self) -> bool {
-        self.state == "running"
+        self.state == InstanceState::Running
     }
 
     /// As settlement sees it.
@@ -119,8 +121,8 @@ pub struct Instance {
     pub name: String,
     /// `standard` or `none`.
     pub billing: String,
-    /// `running`, `stopped` or `deleted`.
-    pub state: String,
+    /// Power and lifecycle state.
+    pub state: InstanceState,
     /// Where it is.
     pub placement: PlacementView,
     /// Creation instant.
@@ -233,7 +235,7 @@ pub async fn place_at(
     conn: &mut AsyncPgConnection,
     inst: &InstanceRow,
     target: &Target,
-    state: &str,
+    state: InstanceState,
     at: i64,
 ) -> Result<()> {
     // Billed history is never rewritten: a transition settled after its
@@ -247,7 +249,7 @@ pub async fn place_at(
             instances::account_id.eq(account_id),
             instances::reservation_id.eq(reservation_id),
             instances::state.eq(state),
-            instances::deleted_at.eq(if state == "deleted" {
+            instances::deleted_at.eq(if state == InstanceState::Deleted {
                 Some(at)
             } else {
                 inst.deleted_at
@@ -271,7 +273,7 @@ pub async fn place_at(
     )
     .execute(conn)
     .await?;
-    if state != "deleted" {
+    if state != InstanceState::Deleted {
         // billing "none" instances bill nothing wherever they are.
         let seg_kind = if inst.billing == "none" { "none" } else { kind };
         diesel::insert_into(seg::table)
@@ -279,7 +281,7 @@ pub async fn place_at(
                 seg::instance_id.eq(&inst.instance_id),
                 seg::from_ms.eq(at),
                 seg::kind.eq(seg_kind),
-                seg::running.eq(state == "running"),
+                seg::running.eq(state == InstanceState::Running),
                 seg::grant_id.eq(grant_id),
                 seg::account_id.eq(account_id),
                 seg::reservation_id.eq(reservation_id),
@@ -298,7 +300,7 @@ pub async fn seated(
     Ok(instances::table
         .filter(instances::account_id.eq(&res.account_id))
         .filter(instances::reservation_id.eq(&res.reservation_id))
-        .filter(instances::state.ne("deleted"))
+        .filter(instances::state.ne(InstanceState::Deleted))
         .order((instances::created_at.asc(), instances::instance_id.asc()))
         .select(InstanceRow::as_select())
         .load(conn)
@@ -317,7 +319,7 @@ pub async fn apply_move(
         .await?
         .ok_or_else(|| StorageError::internal(format!("move of unknown instance {instance_id}")))?;
     let target = Target::from_destination(to, res);
-    place_at(conn, &inst, &target, &inst.state.clone(), at).await
+    place_at(conn, &inst, &target, inst.state, at).await
 }
 
 /// Moves instances taken into a grant at `at`.
@@ -407,7 +409,7 @@ async fn candidates(
     Ok(reservations::table
         .filter(reservations::pool_id.eq(pool_id))
         .filter(reservations::flavor.eq(flavor))
-        .filter(reservations::status.eq("ready"))
+        .filter(reservations::status.eq(ReservationStatus::Ready))
         .order((
             reservations::reservation_id.asc(),
             reservations::account_id.asc(),
@@ -420,7 +422,7 @@ async fn candidates(
 /// Locks the candidate reservations `decide` would lock, in its order.
 async fn lock_candidates(conn: &mut AsyncPgConnection, pool_id: &str, flavor: &str) -> Result<()> {
     for (account_id, reservation_id) in candidates(conn, pool_id, flavor).await? {
-        timeline::lock_reservation(conn, &account_id, &reservation_id).await?;
+        locks::reservation(conn, &account_id, &reservation_id).await?;
     }
     Ok(())
 }
@@ -454,10 +456,10 @@ async fn decide(
         if ordinary_found && !hinted[k..].iter().any(|h| *h) {
             break;
         }
-        let Some(res) = timeline::lock_reservation(conn, account_id, reservation_id).await? else {
+        let Some(res) = locks::reservation(conn, account_id, reservation_id).await? else {
             continue;
         };
-        if res.status != "ready" || res.pool_id.as_deref() != Some(pool_id) {
+        if res.status != ReservationStatus::Ready || res.pool_id.as_deref() != Some(pool_id) {
             continue;
         }
         timeline::settle(conn, &res, now, events).await?;
@@ -495,7 +497,7 @@ async fn granted_candidates(
     }
     let granted: HashSet<(String, String)> = grants::table
         .filter(grants::tenant_id.eq(&request.tenant_id))
-        .filter(grants::settled_state.eq_any(["scheduled", "active"]))
+        .filter(grants::settled_state.eq_any(SettledState::OPEN))
         .filter(grants::starts_at.le(now))
         .filter(grants::ends_at.gt(now))
         .select((grants::account_id, grants::reservation_id))
@@ -514,15 +516,7 @@ async fn lock_quota_rows(
     charges: &[Charge],
 ) -> Result<Vec<QuotaRow>> {
     let resources: Vec<&str> = charges.iter().map(|c| c.resource.as_str()).collect();
-    let rows: Vec<(String, i64, i64)> = quotas::table
-        .filter(quotas::tenant_id.eq(tenant))
-        .filter(quotas::pool_id.eq(pool_id))
-        .filter(quotas::resource.eq_any(&resources))
-        .order(quotas::resource.asc())
-        .select((quotas::resource, quotas::max_value, quotas::used))
-        .for_update()
-        .load(conn)
-        .await?;
+    let rows = locks::quota_rows(conn, tenant, pool_id, &resources).await?;
     Ok(rows
         .into_iter()
         .map(|(r, m, u)| QuotaRow::new(r, m, u))
@@ -591,7 +585,7 @@ pub async fn create(
         // The tenant row first (the lock order): a deletion that committed
         // since the key was authenticated refuses the admission instead of
         // leaving a live instance behind; one that starts now waits for it.
-        tenancy::lock_acting_tenant(conn, new.tenant_id).await?;
+        locks::acting_tenant(conn, new.tenant_id).await?;
         let pool = pools::get(conn, new.pool_id, new.tenant_id, root).await?;
         if pool.flavor(new.flavor).is_none() {
             return Err(StorageError::invalid(
@@ -641,7 +635,7 @@ pub async fn create(
                 instances::flavor.eq(new.flavor),
                 instances::name.eq(new.name.unwrap_or(&id)),
                 instances::billing.eq(new.billing.as_str()),
-                instances::state.eq("running"),
+                instances::state.eq(InstanceState::Running),
                 instances::placement_kind.eq("none"),
                 instances::created_at.eq(now),
                 instances::usage_metered_through.eq(now),
@@ -649,7 +643,7 @@ pub async fn create(
             .returning(InstanceRow::as_returning())
             .get_result(conn)
             .await?;
-        place_at(conn, &row, &target, "running", now).await?;
+        place_at(conn, &row, &target, InstanceState::Running, now).await?;
         events::publish(conn, now, events).await?;
         tracing::info!(
             instance = %id,
@@ -713,7 +707,7 @@ async fn lock_instance(
         };
         let res = match (&current.account_id, &current.reservation_id) {
             (Some(a), Some(r)) => {
-                let Some(res) = timeline::lock_reservation(conn, a, r).await? else {
+                let Some(res) = locks::reservation(conn, a, r).await? else {
                     // The account was deleted while we waited for the lock:
                     // the same commit moved the instance off the reservation.
                     if attempt < 3 {
@@ -726,12 +720,7 @@ async fn lock_instance(
             }
             _ => None,
         };
-        let locked: InstanceRow = instances::table
-            .find(instance_id)
-            .select(InstanceRow::as_select())
-            .for_update()
-            .first(conn)
-            .await?;
+        let locked = locks::instance(conn, instance_id).await?;
         if locked.reservation_id == current.reservation_id
             && locked.account_id == current.account_id
         {
@@ -746,7 +735,8 @@ async fn lock_instance(
 
 /// `INVALID_STATE` for stop and start of a deleted instance.
 fn deleted_instance() -> StorageError {
-    StorageError::invalid_state("the instance is deleted").with("state", "deleted")
+    StorageError::invalid_state("the instance is deleted")
+        .with("state", InstanceState::Deleted.as_str())
 }
 
 /// `instances.stop`: a grant instance keeps its slot; others release theirs.
@@ -759,9 +749,9 @@ pub async fn stop(
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
-        match inst.state.as_str() {
-            "deleted" => return Err(deleted_instance()),
-            "stopped" => {
+        match inst.state {
+            InstanceState::Deleted => return Err(deleted_instance()),
+            InstanceState::Stopped => {
                 events::publish(conn, now, events).await?;
                 return Ok(Instance::from(inst));
             }
@@ -775,7 +765,7 @@ pub async fn stop(
             },
             _ => Target::None,
         };
-        place_at(conn, &inst, &target, "stopped", now).await?;
+        place_at(conn, &inst, &target, InstanceState::Stopped, now).await?;
         events::publish(conn, now, events).await?;
         get(conn, tenant, instance_id).await
     })
@@ -803,9 +793,9 @@ pub async fn start(
             lock_candidates(conn, &peek.pool_id, &peek.flavor).await?;
         }
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
-        match inst.state.as_str() {
-            "deleted" => return Err(deleted_instance()),
-            "running" => {
+        match inst.state {
+            InstanceState::Deleted => return Err(deleted_instance()),
+            InstanceState::Running => {
                 events::publish(conn, now, events).await?;
                 return Ok(Instance::from(inst));
             }
@@ -834,7 +824,7 @@ pub async fn start(
                 .await?
             }
         };
-        place_at(conn, &inst, &target, "running", now).await?;
+        place_at(conn, &inst, &target, InstanceState::Running, now).await?;
         events::publish(conn, now, events).await?;
         get(conn, tenant, instance_id).await
     })
@@ -848,7 +838,7 @@ async fn delete_locked(conn: &mut AsyncPgConnection, inst: &InstanceRow, now: i6
     let rows = lock_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &charges).await?;
     let released = quotas_core::release(&rows, &charges);
     write_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &rows, &released).await?;
-    place_at(conn, inst, &Target::None, "deleted", now).await
+    place_at(conn, inst, &Target::None, InstanceState::Deleted, now).await
 }
 
 async fn pool_of(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Pool> {
@@ -880,7 +870,7 @@ pub async fn delete(
         .await?;
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
-        if inst.state != "deleted" {
+        if inst.state != InstanceState::Deleted {
             delete_locked(conn, &inst, now).await?;
             tracing::info!(instance = %instance_id, "instance deleted");
             // A grant slot freed at this instant takes in the oldest of its
@@ -903,14 +893,7 @@ pub async fn delete_all_of_tenant(
     tenant: &str,
     now: i64,
 ) -> Result<usize> {
-    let live: Vec<InstanceRow> = instances::table
-        .filter(instances::tenant_id.eq(tenant))
-        .filter(instances::state.ne("deleted"))
-        .order(instances::instance_id.asc())
-        .select(InstanceRow::as_select())
-        .for_update()
-        .load(conn)
-        .await?;
+    let live = locks::live_instances_of_tenant(conn, tenant).await?;
     for inst in &live {
         delete_locked(conn, inst, now).await?;
     }
@@ -924,14 +907,14 @@ pub async fn reservations_of_tenant(
 ) -> Result<Vec<(String, String)>> {
     let mut keys: Vec<(String, String)> = grants::table
         .filter(grants::tenant_id.eq(tenant))
-        .filter(grants::settled_state.eq_any(["scheduled", "active"]))
+        .filter(grants::settled_state.eq_any(SettledState::OPEN))
         .select((grants::account_id, grants::reservation_id))
         .distinct()
         .load(conn)
         .await?;
     let on: Vec<(Option<String>, Option<String>)> = instances::table
         .filter(instances::tenant_id.eq(tenant))
-        .filter(instances::state.ne("deleted"))
+        .filter(instances::state.ne(InstanceState::Deleted))
         .filter(instances::reservation_id.is_not_null())
         .select((instances::account_id, instances::reservation_id))
         .distinct()

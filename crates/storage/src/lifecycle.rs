@@ -1,13 +1,13 @@
 //! Operations that span several parts of the model.
 
-use diesel::prelude::*;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use grants_core::ForcedEnd;
 
 use crate::error::{Result, StorageError};
 use crate::events;
 use crate::instances;
-use crate::schema::quotas;
+use crate::locks;
+use crate::states::TenantState;
 use crate::tenancy::{self, Tenant};
 use crate::timeline;
 
@@ -33,20 +33,14 @@ pub async fn delete_tenant(
         // takes it `FOR SHARE` before writing, so from here on nothing new
         // can be created for the tenant, and whatever committed before is
         // visible to the statements below.
-        let current = tenancy::lock_tenant_for_delete(conn, tenant_id)
+        let current = locks::tenant_for_delete(conn, tenant_id)
             .await?
             .ok_or_else(|| StorageError::not_found("tenant", tenant_id))?;
-        if current.state == "deleted" {
+        if current.state == TenantState::Deleted {
             return Ok(current);
         }
         // Lock order: tenant, quota rows, then reservations, then instances.
-        quotas::table
-            .filter(quotas::tenant_id.eq(tenant_id))
-            .order((quotas::pool_id.asc(), quotas::resource.asc()))
-            .select(quotas::resource)
-            .for_update()
-            .load::<String>(conn)
-            .await?;
+        locks::tenant_quota_rows(conn, tenant_id).await?;
         let mut batch = Vec::new();
         let cause = ForcedEnd::TenantDeleted {
             tenant_id: tenant_id.to_owned(),
@@ -54,9 +48,7 @@ pub async fn delete_tenant(
         for (account_id, reservation_id) in
             instances::reservations_of_tenant(conn, tenant_id).await?
         {
-            if let Some(res) =
-                timeline::lock_reservation(conn, &account_id, &reservation_id).await?
-            {
+            if let Some(res) = locks::reservation(conn, &account_id, &reservation_id).await? {
                 timeline::force_end(conn, &res, &cause, now, &mut batch).await?;
             }
         }

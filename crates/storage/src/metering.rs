@@ -21,13 +21,17 @@ use crate::error::{Result, StorageError};
 use crate::events;
 use crate::ids;
 use crate::instances::InstanceRow;
+use crate::locks;
 use crate::schema::{
     grants, instances, placement_segments as seg, pools, reservations, usage_records as ur,
 };
-use crate::timeline::{self, GrantRow};
+use crate::states::{InstanceState, SettledState};
+use crate::timeline;
 
 /// Grants metered per transaction.
 const GRANT_BATCH: i64 = 1000;
+/// Reservations one `vps.grants` metering transaction claims.
+const RESERVATION_BATCH: i64 = 50;
 /// Instances metered per transaction.
 const INSTANCE_BATCH: i64 = 200;
 
@@ -146,10 +150,10 @@ pub async fn settle_all(pool: &DbPool, now: i64) -> Result<u64> {
     let due: Vec<(String, String)> = grants::table
         .filter(
             grants::settled_state
-                .eq("scheduled")
+                .eq(SettledState::Scheduled)
                 .and(grants::starts_at.le(now))
                 .or(grants::settled_state
-                    .eq_any(["scheduled", "active"])
+                    .eq_any(SettledState::OPEN)
                     .and(grants::ends_at.le(now))),
         )
         .select((grants::account_id, grants::reservation_id))
@@ -162,7 +166,7 @@ pub async fn settle_all(pool: &DbPool, now: i64) -> Result<u64> {
         applied += conn
             .transaction::<_, StorageError, _>(async |conn| {
                 let Some(res) =
-                    timeline::try_lock_reservation(conn, &account_id, &reservation_id).await?
+                    locks::reservation_unless_held(conn, &account_id, &reservation_id).await?
                 else {
                     return Ok(0);
                 };
@@ -188,15 +192,6 @@ fn tags(region: &str, pool_id: &str, provider: &str, extra: &[(&str, &str)]) -> 
     Value::Object(t)
 }
 
-/// A reservation with grants to meter, claimed by a metering transaction.
-#[derive(QueryableByName)]
-struct DueReservation {
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    account_id: String,
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    reservation_id: String,
-}
-
 /// Writes `vm.grant.slot.hours` for every ended, unmetered hour bucket of
 /// every non-cancelled grant, advancing `meteredThrough`. Returns (grants,
 /// records).
@@ -210,47 +205,11 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
                 // Claim reservations first: settlement and `end` hold a
                 // reservation's lock while they change its grants' terms, so
                 // a grant is never metered while its end is being decided.
-                let keys: Vec<DueReservation> = diesel::sql_query(
-                    "SELECT r.account_id, r.reservation_id FROM reservations r \
-                     WHERE EXISTS (SELECT 1 FROM grants g \
-                        WHERE g.account_id = r.account_id AND g.reservation_id = r.reservation_id \
-                          AND g.settled_state <> 'cancelled' \
-                          AND g.metered_through < g.ends_at AND g.metered_through < $1) \
-                     ORDER BY r.reservation_id, r.account_id \
-                     LIMIT 50 FOR UPDATE OF r SKIP LOCKED",
-                )
-                .bind::<BigInt, _>(cutoff)
-                .load(conn)
-                .await?;
+                let keys = locks::due_reservations(conn, cutoff, RESERVATION_BATCH).await?;
                 if keys.is_empty() {
                     return Ok((0, 0));
                 }
-                // The claimed (account, reservation) pairs exactly: two
-                // accounts may list the same reservation id (one GCE project
-                // under two accounts), and one's grants must never fill the
-                // batch of another's.
-                let accounts: Vec<&str> = keys.iter().map(|k| k.account_id.as_str()).collect();
-                let reservations: Vec<&str> =
-                    keys.iter().map(|k| k.reservation_id.as_str()).collect();
-                let claimed = diesel::dsl::sql::<diesel::sql_types::Bool>(
-                    "(grants.account_id, grants.reservation_id) IN \
-                     (SELECT * FROM unnest(",
-                )
-                .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(accounts)
-                .sql("::text[], ")
-                .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(reservations)
-                .sql("::text[]))");
-                let batch: Vec<GrantRow> = grants::table
-                    .filter(claimed)
-                    .filter(grants::settled_state.ne("cancelled"))
-                    .filter(grants::metered_through.lt(grants::ends_at))
-                    .filter(grants::metered_through.lt(cutoff))
-                    .order(grants::grant_id.asc())
-                    .limit(GRANT_BATCH)
-                    .select(GrantRow::as_select())
-                    .for_update()
-                    .load(conn)
-                    .await?;
+                let batch = locks::due_grants(conn, &keys, cutoff, GRANT_BATCH).await?;
                 if batch.is_empty() {
                     return Ok((0, 0));
                 }
@@ -474,7 +433,7 @@ pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
     // Instances on reservations, one reservation per transaction.
     let on: Vec<(Option<String>, Option<String>)> = instances::table
         .filter(instances::reservation_id.is_not_null())
-        .filter(instances::state.ne("deleted"))
+        .filter(instances::state.ne(InstanceState::Deleted))
         .filter(instances::usage_metered_through.lt(cutoff))
         .select((instances::account_id, instances::reservation_id))
         .distinct()
@@ -490,23 +449,13 @@ pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
             let (n, w) = conn
                 .transaction::<_, StorageError, _>(async |conn| {
                     let Some(res) =
-                        timeline::try_lock_reservation(conn, &account_id, &reservation_id).await?
+                        locks::reservation_unless_held(conn, &account_id, &reservation_id).await?
                     else {
                         return Ok((0, 0));
                     };
                     let mut batch_events = Vec::new();
                     timeline::settle(conn, &res, now, &mut batch_events).await?;
-                    let batch: Vec<InstanceRow> = instances::table
-                        .filter(instances::account_id.eq(&account_id))
-                        .filter(instances::reservation_id.eq(&reservation_id))
-                        .filter(instances::state.ne("deleted"))
-                        .filter(instances::usage_metered_through.lt(cutoff))
-                        .order(instances::instance_id.asc())
-                        .limit(INSTANCE_BATCH)
-                        .select(InstanceRow::as_select())
-                        .for_update()
-                        .load(conn)
-                        .await?;
+                    let batch = locks::due_instances_on(conn, &res, cutoff, INSTANCE_BATCH).await?;
                     let written = meter_locked(conn, &batch, now).await?;
                     events::publish(conn, now, batch_events).await?;
                     Ok((batch.len() as u64, written))
@@ -523,22 +472,7 @@ pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
     loop {
         let (n, w) = conn
             .transaction::<_, StorageError, _>(async |conn| {
-                let batch: Vec<InstanceRow> = instances::table
-                    .filter(instances::reservation_id.is_null())
-                    .filter(instances::usage_metered_through.lt(cutoff))
-                    .filter(
-                        instances::state
-                            .ne("deleted")
-                            .or(instances::usage_metered_through
-                                .lt(instances::deleted_at.assume_not_null())),
-                    )
-                    .order(instances::instance_id.asc())
-                    .limit(INSTANCE_BATCH)
-                    .select(InstanceRow::as_select())
-                    .for_update()
-                    .skip_locked()
-                    .load(conn)
-                    .await?;
+                let batch = locks::due_unplaced_instances(conn, cutoff, INSTANCE_BATCH).await?;
                 let written = meter_locked(conn, &batch, now).await?;
                 Ok((batch.len() as u64, written))
             })

@@ -12,8 +12,8 @@ use crate::error::{Result, StorageError};
 use crate::events::{self, NewEvent};
 use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
+use crate::locks;
 use crate::schema::{pool_offers, pools, quotas};
-use crate::tenancy;
 
 /// A machine shape a pool offers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -250,13 +250,7 @@ pub async fn set_quota_row(
     resource: &str,
     requested: i64,
 ) -> Result<(Quota, bool)> {
-    let current: Option<(i64, i64)> = quotas::table
-        .find((tenant, pool_id, resource))
-        .select((quotas::max_value, quotas::used))
-        .for_update()
-        .first(conn)
-        .await
-        .optional()?;
+    let current = locks::quota_row(conn, tenant, pool_id, resource).await?;
     let (max, used, changed) = match current {
         Some((old_max, used)) => {
             let max = quotas_core::effective_max(requested, used);
@@ -353,7 +347,7 @@ pub async fn offer(
     now: i64,
 ) -> Result<Pool> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        tenancy::lock_named_tenant(conn, tenant).await?;
+        locks::named_tenant(conn, tenant).await?;
         pool_row(conn, pool_id)
             .await?
             .ok_or_else(|| StorageError::not_found("pool", pool_id))?;
@@ -389,7 +383,7 @@ pub async fn set_quota(
     now: i64,
 ) -> Result<Quota> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        tenancy::lock_named_tenant(conn, target).await?;
+        locks::named_tenant(conn, target).await?;
         pool_row(conn, pool_id)
             .await?
             .ok_or_else(|| StorageError::not_found("pool", pool_id))?;

@@ -15,7 +15,9 @@ use crate::db::DbPool;
 use crate::error::{ErrorKind, Result, StorageError};
 use crate::events::{self, NewEvent};
 use crate::instances;
+use crate::locks;
 use crate::schema::{api_keys, grants, idempotency_keys, pools, provider_accounts, reservations};
+use crate::states::{InstanceState, ReservationStatus, SettledState};
 use crate::timeline::{self, GrantRow, ReservationRow};
 
 /// A reservation as the API shows it.
@@ -35,8 +37,8 @@ pub struct Reservation {
     pub total: i64,
     /// Slots the provider reports in use.
     pub provider_in_use: i64,
-    /// `ready`, `not-ready` or `gone`.
-    pub status: String,
+    /// From the last scan.
+    pub status: ReservationStatus,
     /// The pool it is bound to.
     pub pool_id: Option<String>,
     /// Last scan instant.
@@ -66,17 +68,13 @@ impl From<ReservationRow> for Reservation {
 async fn rows_of_account(
     conn: &mut AsyncPgConnection,
     account_id: &str,
-    lock: bool,
 ) -> Result<Vec<ReservationRow>> {
-    let query = reservations::table
+    Ok(reservations::table
         .filter(reservations::account_id.eq(account_id))
         .order(reservations::reservation_id.asc())
-        .select(ReservationRow::as_select());
-    Ok(if lock {
-        query.for_update().load(conn).await?
-    } else {
-        query.load(conn).await?
-    })
+        .select(ReservationRow::as_select())
+        .load(conn)
+        .await?)
 }
 
 /// `providerAccounts.listReservations`.
@@ -86,7 +84,7 @@ pub async fn list(
     account_id: &str,
 ) -> Result<Vec<Reservation>> {
     accounts::get(conn, tenant, account_id).await?;
-    Ok(rows_of_account(conn, account_id, false)
+    Ok(rows_of_account(conn, account_id)
         .await?
         .into_iter()
         .map(Reservation::from)
@@ -129,13 +127,7 @@ pub async fn apply_scan(
     let ticket = claim.ticket;
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut outcome = ScanOutcome::default();
-        let applied: Option<i64> = provider_accounts::table
-            .find(account_id)
-            .select(provider_accounts::scan_applied_seq)
-            .for_update()
-            .first(conn)
-            .await
-            .optional()?;
+        let applied = locks::account_for_scan(conn, account_id).await?;
         let Some(applied) = applied else {
             return Err(StorageError::not_found("provider account", account_id));
         };
@@ -161,7 +153,7 @@ pub async fn apply_scan(
         let mut events = Vec::new();
         // Lock the account's known reservations in id order (the lock order of
         // every operation), then add the new ones.
-        let known = rows_of_account(conn, account_id, true).await?;
+        let known = locks::account_reservations(conn, account_id).await?;
         let seen_ids: HashSet<&str> = seen.iter().map(|r| r.reservation_id.as_str()).collect();
         let mut seen_sorted: Vec<&ProviderReservation> = seen.iter().collect();
         seen_sorted.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
@@ -205,10 +197,9 @@ pub async fn apply_scan(
                 Some(_) => {}
             }
         }
-        for k in known
-            .iter()
-            .filter(|k| k.status != "gone" && !seen_ids.contains(k.reservation_id.as_str()))
-        {
+        for k in known.iter().filter(|k| {
+            k.status != ReservationStatus::Gone && !seen_ids.contains(k.reservation_id.as_str())
+        }) {
             let queued = events.len();
             timeline::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
             // Grants ended or cancelled by the loss (not the instances' move
@@ -224,7 +215,7 @@ pub async fn apply_scan(
                 .count();
             diesel::update(reservations::table.find((&k.account_id, &k.reservation_id)))
                 .set((
-                    reservations::status.eq("gone"),
+                    reservations::status.eq(ReservationStatus::Gone),
                     reservations::gone_at.eq(now),
                     reservations::last_scanned_at.eq(now),
                 ))
@@ -256,7 +247,7 @@ async fn capacity_short(
     let live: Vec<GrantRow> = grants::table
         .filter(grants::account_id.eq(&res.account_id))
         .filter(grants::reservation_id.eq(&res.reservation_id))
-        .filter(grants::settled_state.eq_any(["scheduled", "active"]))
+        .filter(grants::settled_state.eq_any(SettledState::OPEN))
         .order(grants::grant_id.asc())
         .select(GrantRow::as_select())
         .load(conn)
@@ -512,7 +503,7 @@ pub async fn scan(
     };
     let outcome = run_scan(pool, clock, root, &claim, factory).await?;
     let mut conn = pool.get().await?;
-    let items = rows_of_account(&mut conn, account_id, false)
+    let items = rows_of_account(&mut conn, account_id)
         .await?
         .into_iter()
         .map(Reservation::from)
@@ -531,7 +522,7 @@ pub async fn bind(
 ) -> Result<Reservation> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, root, account_id).await?;
-        let res = timeline::lock_reservation(conn, account_id, reservation_id)
+        let res = locks::reservation(conn, account_id, reservation_id)
             .await?
             .ok_or_else(|| StorageError::not_found("reservation", reservation_id))?;
         let pool: Option<(String, serde_json::Value)> = pools::table
@@ -543,10 +534,9 @@ pub async fn bind(
         let Some((region, flavors)) = pool else {
             return Err(StorageError::not_found("pool", pool_id));
         };
-        if res.status == "gone" {
-            return Err(
-                StorageError::invalid_state("the reservation is gone").with("status", "gone")
-            );
+        if res.status == ReservationStatus::Gone {
+            return Err(StorageError::invalid_state("the reservation is gone")
+                .with("status", ReservationStatus::Gone.as_str()));
         }
         if let Some(bound) = &res.pool_id {
             if bound == pool_id {
@@ -595,7 +585,7 @@ async fn live_grant_ids(
 ) -> Result<Vec<String>> {
     let mut query = grants::table
         .filter(grants::account_id.eq(account_id))
-        .filter(grants::settled_state.ne("cancelled"))
+        .filter(grants::settled_state.ne(SettledState::Cancelled))
         .filter(grants::ends_at.gt(now))
         .order(grants::grant_id.asc())
         .select(grants::grant_id)
@@ -617,7 +607,7 @@ pub async fn unbind(
 ) -> Result<Reservation> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, tenant, account_id).await?;
-        let res = timeline::lock_reservation(conn, account_id, reservation_id)
+        let res = locks::reservation(conn, account_id, reservation_id)
             .await?
             .ok_or_else(|| StorageError::not_found("reservation", reservation_id))?;
         let live = live_grant_ids(conn, account_id, Some(reservation_id), now).await?;
@@ -657,11 +647,8 @@ pub async fn delete_account(
 ) -> Result<()> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, tenant, account_id).await?;
-        diesel::sql_query("SELECT 1 FROM provider_accounts WHERE account_id = $1 FOR UPDATE")
-            .bind::<diesel::sql_types::Text, _>(account_id)
-            .execute(conn)
-            .await?;
-        let locked = rows_of_account(conn, account_id, true).await?;
+        locks::account_for_delete(conn, account_id).await?;
+        let locked = locks::account_reservations(conn, account_id).await?;
         let live = live_grant_ids(conn, account_id, None, now).await?;
         if !live.is_empty() {
             return Err(StorageError::invalid_state(
@@ -671,7 +658,7 @@ pub async fn delete_account(
         }
         let unmetered: Vec<String> = grants::table
             .filter(grants::account_id.eq(account_id))
-            .filter(grants::settled_state.ne("cancelled"))
+            .filter(grants::settled_state.ne(SettledState::Cancelled))
             .filter(grants::metered_through.lt(grants::ends_at))
             .order(grants::grant_id.asc())
             .select(grants::grant_id)
@@ -695,7 +682,7 @@ pub async fn delete_account(
         // Instances on the account's reservations are billed on-demand from now.
         for res in &locked {
             for inst in instances::seated(conn, res).await? {
-                let to = if inst.state == "running" {
+                let to = if inst.state == InstanceState::Running {
                     Destination::OnDemand
                 } else {
                     Destination::None

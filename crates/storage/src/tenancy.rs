@@ -8,7 +8,9 @@ use subtle::ConstantTimeEq;
 use crate::accounts;
 use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
+use crate::locks;
 use crate::schema::{api_keys, projects, tenants};
+use crate::states::TenantState;
 
 /// A tenant.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -18,8 +20,8 @@ pub struct Tenant {
     pub tenant_id: String,
     /// Display name.
     pub display_name: String,
-    /// `active` or `deleted`.
-    pub state: String,
+    /// Lifecycle state.
+    pub state: TenantState,
     /// Creation instant.
     pub created_at: i64,
     /// Deletion instant.
@@ -89,7 +91,7 @@ pub async fn authenticate(
         .inner_join(tenants::table)
         .filter(api_keys::secret_hash.eq(&hash))
         .filter(api_keys::revoked_at.is_null())
-        .filter(tenants::state.eq("active"))
+        .filter(tenants::state.eq(TenantState::Active))
         .select((
             api_keys::key_id,
             api_keys::tenant_id,
@@ -134,7 +136,7 @@ pub async fn bootstrap(
         .values((
             tenants::tenant_id.eq(root),
             tenants::display_name.eq(root),
-            tenants::state.eq("active"),
+            tenants::state.eq(TenantState::Active),
             tenants::created_at.eq(now),
         ))
         .on_conflict_do_nothing()
@@ -167,53 +169,10 @@ pub async fn get_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result
         .optional()?)
 }
 
-/// Locks a tenant's row `FOR SHARE` and answers whether it is active.
-///
-/// Every write that names a tenant (a grant's grantee, an instance's,
-/// a project's, a key's, an account's or a quota row's tenant) takes this lock
-/// before it writes, and `tenants.delete` takes the same row `FOR UPDATE`
-/// first (contract 3.6): a write racing the deletion either commits first, so
-/// the deletion sees and undoes it, or waits and then finds the tenant
-/// deleted. The tenant row is the first lock of the documented lock order.
-pub async fn lock_tenant_shared(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<bool> {
-    let state: Option<String> = tenants::table
-        .find(tenant_id)
-        .select(tenants::state)
-        .for_share()
-        .first(conn)
-        .await
-        .optional()?;
-    Ok(state.as_deref() == Some("active"))
-}
-
-/// [`lock_tenant_shared`] for a tenant the request names (a grantee, a quota
-/// target): a missing or deleted tenant is `NOT_FOUND`.
-pub async fn lock_named_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<()> {
-    if lock_tenant_shared(conn, tenant_id).await? {
-        Ok(())
-    } else {
-        Err(StorageError::not_found("tenant", tenant_id))
-    }
-}
-
-/// [`lock_tenant_shared`] for the acting tenant: its key was authenticated,
-/// so a tenant found deleted now was deleted while the request ran, and the
-/// key no longer works (`UNAUTHENTICATED`).
-pub async fn lock_acting_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<()> {
-    if lock_tenant_shared(conn, tenant_id).await? {
-        Ok(())
-    } else {
-        Err(StorageError::new(
-            ErrorKind::Unauthenticated,
-            "the tenant has been deleted",
-        ))
-    }
-}
-
 /// Loads an active tenant or answers `NOT_FOUND`.
 pub async fn active_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Tenant> {
     match get_tenant(conn, tenant_id).await? {
-        Some(t) if t.state == "active" => Ok(t),
+        Some(t) if t.state == TenantState::Active => Ok(t),
         _ => Err(StorageError::not_found("tenant", tenant_id)),
     }
 }
@@ -232,7 +191,7 @@ pub async fn create_tenant(
             .values((
                 tenants::tenant_id.eq(&name),
                 tenants::display_name.eq(&display),
-                tenants::state.eq("active"),
+                tenants::state.eq(TenantState::Active),
                 tenants::created_at.eq(now),
             ))
             .on_conflict_do_nothing()
@@ -252,20 +211,6 @@ pub async fn create_tenant(
     .await
 }
 
-/// Locks a tenant's row `FOR UPDATE` (the first step of `tenants.delete`).
-pub async fn lock_tenant_for_delete(
-    conn: &mut AsyncPgConnection,
-    tenant_id: &str,
-) -> Result<Option<Tenant>> {
-    Ok(tenants::table
-        .find(tenant_id)
-        .select(Tenant::as_select())
-        .for_update()
-        .first(conn)
-        .await
-        .optional()?)
-}
-
 /// `tenants.delete` (the tenancy part: state and keys), for a tenant whose
 /// row the caller holds with [`lock_tenant_for_delete`] and found active.
 pub async fn mark_tenant_deleted(
@@ -282,7 +227,10 @@ pub async fn mark_tenant_deleted(
     .execute(conn)
     .await?;
     Ok(diesel::update(tenants::table.find(tenant_id))
-        .set((tenants::state.eq("deleted"), tenants::deleted_at.eq(now)))
+        .set((
+            tenants::state.eq(TenantState::Deleted),
+            tenants::deleted_at.eq(now),
+        ))
         .returning(Tenant::as_returning())
         .get_result(conn)
         .await?)
@@ -306,7 +254,7 @@ pub async fn create_project(
     now: i64,
 ) -> Result<Project> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        lock_acting_tenant(conn, tenant_id).await?;
+        locks::acting_tenant(conn, tenant_id).await?;
         Ok(diesel::insert_into(projects::table)
             .values((
                 projects::project_id.eq(ids::new_id("prj", now)),
@@ -382,7 +330,7 @@ pub async fn create_key(
     now: i64,
 ) -> Result<IssuedKey> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        lock_acting_tenant(conn, tenant_id).await?;
+        locks::acting_tenant(conn, tenant_id).await?;
         if let Some(account) = account_id {
             accounts::get(conn, tenant_id, account).await?;
         }

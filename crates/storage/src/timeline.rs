@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use crate::error::{Result, StorageError};
 use crate::events::NewEvent;
 use crate::instances;
+use crate::locks;
 use crate::schema::{grants, reservations};
+use crate::states::{ReservationStatus, SettledState};
 
 /// A reservation row.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -35,8 +37,8 @@ pub struct ReservationRow {
     pub total: i64,
     /// Slots the provider reports in use.
     pub provider_in_use: i64,
-    /// `ready`, `not-ready` or `gone`.
-    pub status: String,
+    /// From the last scan.
+    pub status: ReservationStatus,
     /// The pool it is bound to.
     pub pool_id: Option<String>,
     /// Last scan instant.
@@ -68,7 +70,7 @@ pub struct GrantRow {
     /// Term end (final once ended).
     pub ends_at: i64,
     /// What settlement has recorded.
-    pub settled_state: String,
+    pub settled_state: SettledState,
     /// Why it ended or was cancelled.
     pub reason: Option<String>,
     /// Creation instant.
@@ -82,7 +84,12 @@ pub struct GrantRow {
 impl GrantRow {
     /// The settled state as the core crate's type.
     pub fn settled(&self) -> GrantState {
-        GrantState::parse(&self.settled_state).unwrap_or(GrantState::Scheduled)
+        match self.settled_state {
+            SettledState::Scheduled => GrantState::Scheduled,
+            SettledState::Active => GrantState::Active,
+            SettledState::Ended => GrantState::Ended,
+            SettledState::Cancelled => GrantState::Cancelled,
+        }
     }
 
     /// The grant's true state at `now`.
@@ -127,58 +134,6 @@ impl GrantRow {
     }
 }
 
-/// Locks a reservation's row for the rest of the transaction, waiting for
-/// another holder.
-pub async fn lock_reservation(
-    conn: &mut AsyncPgConnection,
-    account_id: &str,
-    reservation_id: &str,
-) -> Result<Option<ReservationRow>> {
-    lock(conn, account_id, reservation_id, false).await
-}
-
-/// Locks a reservation's row unless another transaction holds it (then
-/// `None`: that transaction settles it itself). For reconciler passes.
-pub async fn try_lock_reservation(
-    conn: &mut AsyncPgConnection,
-    account_id: &str,
-    reservation_id: &str,
-) -> Result<Option<ReservationRow>> {
-    lock(conn, account_id, reservation_id, true).await
-}
-
-async fn lock(
-    conn: &mut AsyncPgConnection,
-    account_id: &str,
-    reservation_id: &str,
-    skip_locked: bool,
-) -> Result<Option<ReservationRow>> {
-    let query = reservations::table
-        .find((account_id, reservation_id))
-        .select(ReservationRow::as_select())
-        .for_update();
-    Ok(if skip_locked {
-        query.skip_locked().first(conn).await.optional()?
-    } else {
-        query.first(conn).await.optional()?
-    })
-}
-
-/// The grants settlement still moves (scheduled or active as recorded).
-async fn open_grants(conn: &mut AsyncPgConnection, res: &ReservationRow) -> Result<Vec<GrantRow>> {
-    Ok(grants::table
-        .filter(grants::account_id.eq(&res.account_id))
-        .filter(grants::reservation_id.eq(&res.reservation_id))
-        .filter(grants::settled_state.eq_any(["scheduled", "active"]))
-        .order((grants::starts_at.asc(), grants::grant_id.asc()))
-        .select(GrantRow::as_select())
-        // Locked (after the reservation) so a metering pass cannot advance
-        // `meteredThrough` between this read and the transition's write.
-        .for_update()
-        .load(conn)
-        .await?)
-}
-
 /// The live instances on the reservation, as settlement sees them.
 async fn seated_instances(
     conn: &mut AsyncPgConnection,
@@ -197,7 +152,7 @@ pub async fn live_grants(
     res: &ReservationRow,
     now: i64,
 ) -> Result<Vec<GrantRow>> {
-    Ok(open_grants(conn, res)
+    Ok(locks::open_grants(conn, res)
         .await?
         .into_iter()
         .filter(|g| g.state_at(now) == GrantState::Active)
@@ -235,7 +190,7 @@ async fn run(
     events: &mut Vec<NewEvent>,
     decide: impl FnOnce(&[TimelineGrant], &[TimelineInstance]) -> Vec<Transition>,
 ) -> Result<usize> {
-    let grants = open_grants(conn, res).await?;
+    let grants = locks::open_grants(conn, res).await?;
     if grants.is_empty() {
         return Ok(0);
     }
@@ -255,7 +210,7 @@ pub async fn force_end(
     at: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
-    let grants = open_grants(conn, res).await?;
+    let grants = locks::open_grants(conn, res).await?;
     let instances = seated_instances(conn, res).await?;
     let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
     let due = grants_core::force_end(&timeline, &instances, cause, at);
@@ -287,7 +242,7 @@ async fn write(
                 let g = row(grant_id)?;
                 instances::take_in(conn, res, grant_id, take_in, *at).await?;
                 diesel::update(grants::table.find(grant_id))
-                    .set(grants::settled_state.eq("active"))
+                    .set(grants::settled_state.eq(SettledState::Active))
                     .execute(conn)
                     .await?;
                 events.push(NewEvent::new(
@@ -321,7 +276,7 @@ async fn write(
                 }
                 diesel::update(grants::table.find(grant_id))
                     .set((
-                        grants::settled_state.eq("ended"),
+                        grants::settled_state.eq(SettledState::Ended),
                         grants::ends_at.eq(*at),
                         grants::ended_at.eq(*at),
                         grants::reason.eq(reason.as_str()),
@@ -370,7 +325,7 @@ async fn cancel(
 ) -> Result<()> {
     diesel::update(grants::table.find(&g.grant_id))
         .set((
-            grants::settled_state.eq("cancelled"),
+            grants::settled_state.eq(SettledState::Cancelled),
             grants::ended_at.eq(at),
             grants::reason.eq(reason),
         ))

@@ -1,0 +1,252 @@
+//! The direct SQL ceilings send what the storage layer sends. Each test sets
+//! up a small benchmark world (`setup::platform`, one instance target per
+//! side, through an in-process api-server on a test database), runs a
+//! storage function and its replay on two connections that record every
+//! statement (diesel's connection instrumentation), and compares the two
+//! sequences statement by statement: SQL text, bind values left out,
+//! `BEGIN` and `COMMIT` included. There is no deliberate difference: a
+//! statement storage gains, loses or changes fails the test until the
+//! replay (`direct.rs`, `reads.rs`) does the same.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use diesel::connection::InstrumentationEvent;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use storage::test_db::TestDatabase;
+
+use crate::direct::{GrantCtx, GrantSql, GrantStorage, InstanceCtx, InstanceSql, InstanceStorage};
+use crate::load::Op;
+use crate::procs::ROOT_TOKEN;
+use crate::reads::ReadSql;
+use crate::setup::{self, Api, Platform, TENANT};
+
+const ROOT: &str = "root";
+
+/// Operations per side: the first meets an empty hot reservation (no open
+/// grant, so settlement reads no instances), the second the grant the first
+/// created, and an instance target with one more instance seated.
+const OPS: u64 = 2;
+
+/// The statements one connection sent, in order.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    fn push(&self, sql: String) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(sql);
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// A statement as diesel shows it (`SQL -- binds: [...]`) without its binds.
+fn normalized(shown: &str) -> String {
+    shown
+        .split_once(" -- binds: ")
+        .map_or(shown, |(sql, _)| sql)
+        .trim()
+        .to_owned()
+}
+
+/// A new connection to `url` whose statements go to the returned log.
+async fn recorded(url: &str) -> (AsyncPgConnection, Log) {
+    let mut conn = AsyncPgConnection::establish(url)
+        .await
+        .expect("connect to the test database");
+    let log = Log::default();
+    let sink = log.clone();
+    conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+        if let InstrumentationEvent::StartQuery { query, .. } = event {
+            sink.push(normalized(&query.to_string()));
+        }
+    });
+    (conn, log)
+}
+
+/// Fails, listing both sequences, unless they are equal.
+#[track_caller]
+fn assert_same(what: &str, storage: &[String], replay: &[String]) {
+    assert!(
+        !storage.is_empty(),
+        "{what}: nothing recorded on the storage side"
+    );
+    if storage == replay {
+        return;
+    }
+    let n = storage.len().max(replay.len());
+    let first = (0..n)
+        .find(|&i| storage.get(i) != replay.get(i))
+        .unwrap_or(n);
+    let list = |side: &[String]| {
+        side.iter()
+            .enumerate()
+            .map(|(i, s)| format!("  {i:>3} {s}\n"))
+            .collect::<String>()
+    };
+    panic!(
+        "{what}: the replay does not send what storage sends; first difference at statement \
+         {first}:\n  storage: {:?}\n  replay:  {:?}\nstorage ({} statements):\n{}replay ({} \
+         statements):\n{}",
+        storage.get(first),
+        replay.get(first),
+        storage.len(),
+        list(storage),
+        replay.len(),
+        list(replay),
+    );
+}
+
+/// A benchmark world on a database of its own, served by an api-server in
+/// this process while it lives.
+struct World {
+    p: Platform,
+    db: TestDatabase,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl World {
+    async fn new() -> World {
+        let db = TestDatabase::new().await;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut config = api_server::Config::from_env().expect("api-server configuration");
+        config.database_url = db.url().to_owned();
+        config.listen = addr.clone();
+        config.root_tenant = ROOT.to_owned();
+        config.clock = storage::Clock::Manual;
+        config.bootstrap_token = Some(ROOT_TOKEN.to_owned());
+        config.pool_size = 4;
+        let mut server = tokio::spawn(api_server::run(config));
+        let mut waited = Duration::ZERO;
+        while tokio::net::TcpStream::connect(&addr).await.is_err() {
+            if server.is_finished() {
+                let end = (&mut server).await;
+                panic!("the api-server stopped before listening: {end:?}");
+            }
+            assert!(
+                waited < Duration::from_secs(60),
+                "the api-server is not listening"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            waited += Duration::from_millis(20);
+        }
+        let mut conn = AsyncPgConnection::establish(db.url())
+            .await
+            .expect("connect to the test database");
+        let now = storage::Clock::Manual
+            .now(&mut conn)
+            .await
+            .expect("the manual clock");
+        let api = Api::new(&format!("http://{addr}"));
+        let p = setup::platform(&api, now, 1)
+            .await
+            .expect("the benchmark's setup");
+        World { p, db, server }
+    }
+
+    /// What `OPS` operations of `op` sent on a recorded connection.
+    async fn run<W: Op>(&self, make: impl FnOnce(AsyncPgConnection) -> W) -> Vec<String> {
+        let (conn, log) = recorded(self.db.url()).await;
+        let mut op = make(conn);
+        for i in 0..OPS {
+            op.run(i).await.expect("operation");
+        }
+        log.take()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grant_sql_sends_what_storage_grants_create_sends() {
+    let w = World::new().await;
+    let ctx = |tag| Arc::new(GrantCtx::new(tag, &w.p, &w.p.hot[tag]));
+    let storage = w
+        .run(|conn| GrantStorage {
+            conn,
+            ctx: ctx("storage"),
+        })
+        .await;
+    let replay = w
+        .run(|conn| GrantSql {
+            conn,
+            ctx: ctx("sql"),
+        })
+        .await;
+    assert_same("reservationGrants.create", &storage, &replay);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_sql_sends_what_storage_instances_create_sends() {
+    let w = World::new().await;
+    let ctx = |tag| Arc::new(InstanceCtx::new(tag, &w.p));
+    let storage = w
+        .run(|conn| InstanceStorage {
+            conn,
+            ctx: ctx("storage"),
+        })
+        .await;
+    let replay = w
+        .run(|conn| InstanceSql {
+            conn,
+            ctx: ctx("sql"),
+        })
+        .await;
+    assert_same("instances.create", &storage, &replay);
+}
+
+/// `ReadSql` with `full` against what the API runs for one `get` or `list`:
+/// `tenancy::authenticate`, the manual clock, then the storage call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_sql_sends_what_the_api_reads_send() {
+    let w = World::new().await;
+    let grant_id = w.p.inst["sql"][0].grant_id.clone();
+    for list in [false, true] {
+        let (mut conn, log) = recorded(w.db.url()).await;
+        let caller = storage::tenancy::authenticate(&mut conn, &w.p.tenant_token)
+            .await
+            .expect("authenticate");
+        assert!(caller.is_some(), "the tenant's key authenticates");
+        let now = storage::Clock::Manual
+            .now(&mut conn)
+            .await
+            .expect("the manual clock");
+        if list {
+            storage::grants::list(&mut conn, TENANT, false, now)
+                .await
+                .expect("grants::list");
+        } else {
+            storage::grants::get(&mut conn, TENANT, ROOT, &grant_id, now)
+                .await
+                .expect("grants::get");
+        }
+        let api = log.take();
+        let replay = w
+            .run(|conn| ReadSql {
+                conn,
+                secret: w.p.tenant_token.as_str().into(),
+                ids: Arc::new(vec![grant_id.clone()]),
+                list,
+                full: true,
+            })
+            .await;
+        // `run` runs `OPS` requests; the API's sequence is one request's.
+        let api = vec![api; OPS as usize].concat();
+        let what = if list {
+            "reservationGrants.list"
+        } else {
+            "reservationGrants.get"
+        };
+        assert_same(what, &api, &replay);
+    }
+}

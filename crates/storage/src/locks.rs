@@ -1,0 +1,372 @@
+//! Every row lock the product takes, in one place and in the one order every
+//! transaction takes them (so no two transactions wait on each other in a
+//! cycle):
+//!
+//! 1. **tenant rows**: `FOR SHARE` by every write that names a tenant (the
+//!    acting tenant, a grantee, a quota target), `FOR UPDATE` by
+//!    `tenants.delete`, first;
+//! 2. **a provider account row**: a scan's application, an account deletion;
+//! 3. **a tenant's quota rows of a pool**, by resource (all of a tenant's,
+//!    by pool then resource, for its deletion);
+//! 4. **reservation rows**, by reservation id then account id;
+//! 5. **a reservation's open grant rows**, by start then grant id;
+//! 6. **instance rows**, by instance id.
+//!
+//! A function here takes one lock (or one ordered batch of one kind) and
+//! returns what it read under it. Reconciler passes use the `SKIP LOCKED`
+//! variants: a row another transaction holds is that transaction's work.
+
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Bool, Text};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use crate::error::{ErrorKind, Result, StorageError};
+use crate::instances::InstanceRow;
+use crate::schema::{grants, instances, provider_accounts, quotas, reservations, tenants};
+use crate::states::{InstanceState, SettledState, TenantState};
+use crate::tenancy::Tenant;
+use crate::timeline::{GrantRow, ReservationRow};
+
+// 1. Tenant rows.
+
+/// Locks a tenant's row `FOR SHARE` and answers whether it is active.
+///
+/// Every write that names a tenant (a grant's grantee, an instance's,
+/// a project's, a key's, an account's or a quota row's tenant) takes this lock
+/// before it writes, and `tenants.delete` takes the same row `FOR UPDATE`
+/// first (contract 3.6): a write racing the deletion either commits first, so
+/// the deletion sees and undoes it, or waits and then finds the tenant
+/// deleted.
+pub async fn tenant_shared(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<bool> {
+    let state: Option<TenantState> = tenants::table
+        .find(tenant_id)
+        .select(tenants::state)
+        .for_share()
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(state == Some(TenantState::Active))
+}
+
+/// [`tenant_shared`] for a tenant the request names (a grantee, a quota
+/// target): a missing or deleted tenant is `NOT_FOUND`.
+pub async fn named_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<()> {
+    if tenant_shared(conn, tenant_id).await? {
+        Ok(())
+    } else {
+        Err(StorageError::not_found("tenant", tenant_id))
+    }
+}
+
+/// [`tenant_shared`] for the acting tenant: its key was authenticated, so a
+/// tenant found deleted now was deleted while the request ran, and the key no
+/// longer works (`UNAUTHENTICATED`).
+pub async fn acting_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<()> {
+    if tenant_shared(conn, tenant_id).await? {
+        Ok(())
+    } else {
+        Err(StorageError::new(
+            ErrorKind::Unauthenticated,
+            "the tenant has been deleted",
+        ))
+    }
+}
+
+/// Locks a tenant's row `FOR UPDATE` (the first step of `tenants.delete`).
+pub async fn tenant_for_delete(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &str,
+) -> Result<Option<Tenant>> {
+    Ok(tenants::table
+        .find(tenant_id)
+        .select(Tenant::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+// 2. A provider account row.
+
+/// Locks an account's row for applying a scan and returns the ticket of the
+/// last applied scan (`None` when the account is gone).
+pub async fn account_for_scan(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+) -> Result<Option<i64>> {
+    Ok(provider_accounts::table
+        .find(account_id)
+        .select(provider_accounts::scan_applied_seq)
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Locks an account's row for its deletion.
+pub async fn account_for_delete(conn: &mut AsyncPgConnection, account_id: &str) -> Result<()> {
+    provider_accounts::table
+        .find(account_id)
+        .select(provider_accounts::account_id)
+        .for_update()
+        .load::<String>(conn)
+        .await?;
+    Ok(())
+}
+
+// 3. Quota rows.
+
+/// Locks a tenant's quota rows of a pool for `resources` (by resource) and
+/// returns `(resource, max, used)` of those that exist.
+pub async fn quota_rows(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    pool_id: &str,
+    resources: &[&str],
+) -> Result<Vec<(String, i64, i64)>> {
+    Ok(quotas::table
+        .filter(quotas::tenant_id.eq(tenant))
+        .filter(quotas::pool_id.eq(pool_id))
+        .filter(quotas::resource.eq_any(resources))
+        .order(quotas::resource.asc())
+        .select((quotas::resource, quotas::max_value, quotas::used))
+        .for_update()
+        .load(conn)
+        .await?)
+}
+
+/// Locks one quota row and returns `(max, used)`, if it exists.
+pub async fn quota_row(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    pool_id: &str,
+    resource: &str,
+) -> Result<Option<(i64, i64)>> {
+    Ok(quotas::table
+        .find((tenant, pool_id, resource))
+        .select((quotas::max_value, quotas::used))
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Locks every quota row of a tenant (by pool, then resource).
+pub async fn tenant_quota_rows(conn: &mut AsyncPgConnection, tenant: &str) -> Result<()> {
+    quotas::table
+        .filter(quotas::tenant_id.eq(tenant))
+        .order((quotas::pool_id.asc(), quotas::resource.asc()))
+        .select(quotas::resource)
+        .for_update()
+        .load::<String>(conn)
+        .await?;
+    Ok(())
+}
+
+// 4. Reservation rows.
+
+/// Locks a reservation's row, waiting for another holder (`None` when it
+/// does not exist).
+pub async fn reservation(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+) -> Result<Option<ReservationRow>> {
+    Ok(reservations::table
+        .find((account_id, reservation_id))
+        .select(ReservationRow::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Locks a reservation's row unless another transaction holds it (then
+/// `None`: that transaction settles it itself). For reconciler passes.
+pub async fn reservation_unless_held(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+) -> Result<Option<ReservationRow>> {
+    Ok(reservations::table
+        .find((account_id, reservation_id))
+        .select(ReservationRow::as_select())
+        .for_update()
+        .skip_locked()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Locks every reservation row of an account, by reservation id.
+pub async fn account_reservations(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+) -> Result<Vec<ReservationRow>> {
+    Ok(reservations::table
+        .filter(reservations::account_id.eq(account_id))
+        .order(reservations::reservation_id.asc())
+        .select(ReservationRow::as_select())
+        .for_update()
+        .load(conn)
+        .await?)
+}
+
+/// A reservation claimed by a metering transaction.
+#[derive(Debug, QueryableByName)]
+pub struct DueReservation {
+    /// The account.
+    #[diesel(sql_type = Text)]
+    pub account_id: String,
+    /// The reservation.
+    #[diesel(sql_type = Text)]
+    pub reservation_id: String,
+}
+
+/// Claims (`SKIP LOCKED`) up to `limit` reservations with a grant that has
+/// an unmetered hour before `cutoff`, in lock order.
+pub async fn due_reservations(
+    conn: &mut AsyncPgConnection,
+    cutoff: i64,
+    limit: i64,
+) -> Result<Vec<DueReservation>> {
+    Ok(diesel::sql_query(
+        "SELECT r.account_id, r.reservation_id FROM reservations r \
+         WHERE EXISTS (SELECT 1 FROM grants g \
+            WHERE g.account_id = r.account_id AND g.reservation_id = r.reservation_id \
+              AND g.settled_state <> 'cancelled' \
+              AND g.metered_through < g.ends_at AND g.metered_through < $1) \
+         ORDER BY r.reservation_id, r.account_id \
+         LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
+    )
+    .bind::<BigInt, _>(cutoff)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+// 5. Grant rows.
+
+/// Locks the grants settlement still moves on a reservation (scheduled or
+/// active as recorded), by start then grant id. Taken after the reservation,
+/// so a metering pass cannot advance `meteredThrough` between settlement's
+/// read and its write.
+pub async fn open_grants(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+) -> Result<Vec<GrantRow>> {
+    Ok(grants::table
+        .filter(grants::account_id.eq(&res.account_id))
+        .filter(grants::reservation_id.eq(&res.reservation_id))
+        .filter(grants::settled_state.eq_any(SettledState::OPEN))
+        .order((grants::starts_at.asc(), grants::grant_id.asc()))
+        .select(GrantRow::as_select())
+        .for_update()
+        .load(conn)
+        .await?)
+}
+
+/// Locks up to `limit` grants of the claimed reservations with an unmetered
+/// hour before `cutoff`, by grant id. `claimed` are exactly the claimed
+/// (account, reservation) pairs: two accounts may list the same reservation
+/// id, and one's grants must never fill the batch of another's.
+pub async fn due_grants(
+    conn: &mut AsyncPgConnection,
+    claimed: &[DueReservation],
+    cutoff: i64,
+    limit: i64,
+) -> Result<Vec<GrantRow>> {
+    let accounts: Vec<&str> = claimed.iter().map(|k| k.account_id.as_str()).collect();
+    let reservations: Vec<&str> = claimed.iter().map(|k| k.reservation_id.as_str()).collect();
+    let in_claimed = diesel::dsl::sql::<Bool>(
+        "(grants.account_id, grants.reservation_id) IN (SELECT * FROM unnest(",
+    )
+    .bind::<Array<Text>, _>(accounts)
+    .sql("::text[], ")
+    .bind::<Array<Text>, _>(reservations)
+    .sql("::text[]))");
+    Ok(grants::table
+        .filter(in_claimed)
+        .filter(grants::settled_state.ne(SettledState::Cancelled))
+        .filter(grants::metered_through.lt(grants::ends_at))
+        .filter(grants::metered_through.lt(cutoff))
+        .order(grants::grant_id.asc())
+        .limit(limit)
+        .select(GrantRow::as_select())
+        .for_update()
+        .load(conn)
+        .await?)
+}
+
+// 6. Instance rows.
+
+/// Locks an instance's row.
+pub async fn instance(conn: &mut AsyncPgConnection, instance_id: &str) -> Result<InstanceRow> {
+    Ok(instances::table
+        .find(instance_id)
+        .select(InstanceRow::as_select())
+        .for_update()
+        .first(conn)
+        .await?)
+}
+
+/// Locks every live instance of a tenant, by instance id.
+pub async fn live_instances_of_tenant(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+) -> Result<Vec<InstanceRow>> {
+    Ok(instances::table
+        .filter(instances::tenant_id.eq(tenant))
+        .filter(instances::state.ne(InstanceState::Deleted))
+        .order(instances::instance_id.asc())
+        .select(InstanceRow::as_select())
+        .for_update()
+        .load(conn)
+        .await?)
+}
+
+/// Locks up to `limit` live instances on a (locked) reservation with an
+/// unmetered hour before `cutoff`, by instance id.
+pub async fn due_instances_on(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    cutoff: i64,
+    limit: i64,
+) -> Result<Vec<InstanceRow>> {
+    Ok(instances::table
+        .filter(instances::account_id.eq(&res.account_id))
+        .filter(instances::reservation_id.eq(&res.reservation_id))
+        .filter(instances::state.ne(InstanceState::Deleted))
+        .filter(instances::usage_metered_through.lt(cutoff))
+        .order(instances::instance_id.asc())
+        .limit(limit)
+        .select(InstanceRow::as_select())
+        .for_update()
+        .load(conn)
+        .await?)
+}
+
+/// Claims (`SKIP LOCKED`) up to `limit` instances on no reservation (on
+/// demand, stopped without a slot, or deleted with hours still to meter)
+/// with an unmetered hour before `cutoff`, by instance id.
+pub async fn due_unplaced_instances(
+    conn: &mut AsyncPgConnection,
+    cutoff: i64,
+    limit: i64,
+) -> Result<Vec<InstanceRow>> {
+    Ok(instances::table
+        .filter(instances::reservation_id.is_null())
+        .filter(instances::usage_metered_through.lt(cutoff))
+        .filter(
+            instances::state
+                .ne(InstanceState::Deleted)
+                .or(instances::usage_metered_through.lt(instances::deleted_at.assume_not_null())),
+        )
+        .order(instances::instance_id.asc())
+        .limit(limit)
+        .select(InstanceRow::as_select())
+        .for_update()
+        .skip_locked()
+        .load(conn)
+        .await?)
+}

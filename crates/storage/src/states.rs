@@ -1,0 +1,150 @@
+//! The states stored in text columns, as enums. Each maps to its column's
+//! text both ways; a row holding any other text fails to load (a corrupt row
+//! is an error, never silently read as some default state).
+
+use diesel::deserialize::{self, FromSql, FromSqlRow};
+use diesel::expression::AsExpression;
+use diesel::pg::{Pg, PgValue};
+use diesel::serialize::{self, Output, ToSql};
+use diesel::sql_types::Text;
+
+/// Declares an enum stored as the listed texts of a `text` column.
+macro_rules! text_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
+        #[diesel(sql_type = Text)]
+        pub enum $name {
+            $($(#[$vm])* $variant),+
+        }
+
+        impl $name {
+            /// The text stored in the column (and shown on the wire).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+
+            /// The state a column text names.
+            pub fn parse(text: &str) -> Option<$name> {
+                match text {
+                    $($text => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ToSql<Text, Pg> for $name {
+            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
+                <str as ToSql<Text, Pg>>::to_sql(self.as_str(), out)
+            }
+        }
+
+        impl FromSql<Text, Pg> for $name {
+            fn from_sql(value: PgValue<'_>) -> deserialize::Result<$name> {
+                let text = <String as FromSql<Text, Pg>>::from_sql(value)?;
+                $name::parse(&text).ok_or_else(|| {
+                    format!(concat!("unknown ", stringify!($name), " {:?}"), text).into()
+                })
+            }
+        }
+    };
+}
+
+text_enum! {
+    /// `tenants.state`.
+    TenantState {
+        /// Its keys work.
+        Active = "active",
+        /// Deleted: its keys stop working, its name is never reused.
+        Deleted = "deleted",
+    }
+}
+
+text_enum! {
+    /// `instances.state`.
+    InstanceState {
+        /// Running.
+        Running = "running",
+        /// Stopped (in a grant it keeps its slot).
+        Stopped = "stopped",
+        /// Deleted (kept, so a client can see what happened).
+        Deleted = "deleted",
+    }
+}
+
+text_enum! {
+    /// `reservations.status`, from the last scan.
+    ReservationStatus {
+        /// Serves instances.
+        Ready = "ready",
+        /// Seen, but the provider does not report it usable.
+        NotReady = "not-ready",
+        /// A scan no longer found it.
+        Gone = "gone",
+    }
+}
+
+text_enum! {
+    /// `grants.settled_state`: which transitions of a grant have been applied
+    /// (and their events published). A grant's state at an instant is derived
+    /// from its term (`grants_core::grant_state`); this records settlement.
+    SettledState {
+        /// Nothing applied yet.
+        Scheduled = "scheduled",
+        /// The take-in at `startsAt` applied.
+        Active = "active",
+        /// The hand-over at `endsAt` applied.
+        Ended = "ended",
+        /// Ended before it started.
+        Cancelled = "cancelled",
+    }
+}
+
+impl SettledState {
+    /// The states settlement still moves.
+    pub const OPEN: [SettledState; 2] = [SettledState::Scheduled, SettledState::Active];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_reads_back_its_own_text_and_nothing_else() {
+        for s in [
+            InstanceState::Running,
+            InstanceState::Stopped,
+            InstanceState::Deleted,
+        ] {
+            assert_eq!(InstanceState::parse(s.as_str()), Some(s));
+        }
+        for s in [
+            ReservationStatus::Ready,
+            ReservationStatus::NotReady,
+            ReservationStatus::Gone,
+        ] {
+            assert_eq!(ReservationStatus::parse(s.as_str()), Some(s));
+        }
+        for s in [TenantState::Active, TenantState::Deleted] {
+            assert_eq!(TenantState::parse(s.as_str()), Some(s));
+        }
+        for s in [
+            SettledState::Scheduled,
+            SettledState::Active,
+            SettledState::Ended,
+            SettledState::Cancelled,
+        ] {
+            assert_eq!(SettledState::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(InstanceState::parse("Running"), None);
+        assert_eq!(ReservationStatus::parse(""), None);
+    }
+}
