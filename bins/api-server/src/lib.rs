@@ -92,7 +92,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .now(&mut conn)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        storage::tenancy::bootstrap(
+        storage::ops::tenancy::bootstrap(
             &mut conn,
             &config.root_tenant,
             config.bootstrap_token.as_deref(),
@@ -145,7 +145,7 @@ async fn log_disallowed_accounts(
     config: &Config,
 ) -> anyhow::Result<()> {
     let refused =
-        storage::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy)
+        storage::ops::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy)
             .await
             .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
     tracing::info!(

@@ -12,7 +12,7 @@ use schemars::generate::{Contract, SchemaSettings};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Serialize;
 use serde_json::{Value, json};
-use storage::tenancy::Authenticated;
+use storage::ops::tenancy::Authenticated;
 
 use crate::app::App;
 use crate::error::{ApiError, Code};

@@ -322,7 +322,7 @@ async fn call(
     })?;
     let caller = {
         let mut conn = app.conn().await?;
-        storage::tenancy::authenticate(&mut conn, &secret).await?
+        storage::ops::tenancy::authenticate(&mut conn, &secret).await?
     }
     .ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown or revoked API key"))?;
     log.key_id = Some(caller.key_id.clone());

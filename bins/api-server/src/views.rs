@@ -6,7 +6,8 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use storage::{accounts, events, grants, instances, metering, pools, reservations, tenancy};
+use storage::model::events;
+use storage::ops::{accounts, grants, instances, metering, pools, reservations, tenancy};
 
 /// Epoch milliseconds (UTC).
 type Millis = i64;

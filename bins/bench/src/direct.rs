@@ -2,7 +2,7 @@
 //! called without HTTP.
 //!
 //! `GrantSql` and `InstanceSql` replay, on a connection of their own, the
-//! statements `storage::grants::create` and `storage::instances::create`
+//! statements `storage::ops::grants::create` and `storage::ops::instances::create`
 //! issue for the benchmark's requests, in the same order, in one
 //! transaction, taking the same row locks, built with the same diesel query
 //! DSL over the same schema and row types, so PostgreSQL sees the same SQL
@@ -27,14 +27,14 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::{Value, json};
-use storage::accounts::Account;
-use storage::idempotency::KeyedRequest;
-use storage::instances::InstanceRow;
+use storage::model::idempotency::KeyedRequest;
+use storage::model::instance::InstanceRow;
+use storage::model::{grant::GrantRow, reservation::ReservationRow};
+use storage::ops::accounts::Account;
 use storage::schema::{
     events, grants, idempotency_keys as ik, instances, placement_segments as seg, pool_offers,
     pools, provider_accounts as pa, quotas, reservations, tenants,
 };
-use storage::timeline::{GrantRow, ReservationRow};
 
 use crate::load::Op;
 use crate::setup::{FLAVOR, HOUR_MS, InstTarget, Platform, TENANT};
@@ -124,7 +124,7 @@ impl InstanceCtx {
     }
 }
 
-/// `storage::grants::create` called directly.
+/// `storage::ops::grants::create` called directly.
 pub struct GrantStorage {
     /// Its connection.
     pub conn: AsyncPgConnection,
@@ -138,10 +138,10 @@ impl Op for GrantStorage {
         let body = c.body(i);
         let hash = storage::ids::request_hash(&body);
         let key = format!("g-{}-{i}", c.tag);
-        storage::grants::create(
+        storage::ops::grants::create(
             &mut self.conn,
             ROOT,
-            storage::grants::NewGrant {
+            storage::ops::grants::NewGrant {
                 account_id: &c.account_id,
                 reservation_id: &c.reservation_id,
                 grant_tenant_id: TENANT,
@@ -164,7 +164,7 @@ impl Op for GrantStorage {
     }
 }
 
-/// `storage::instances::create` called directly.
+/// `storage::ops::instances::create` called directly.
 pub struct InstanceStorage {
     /// Its connection.
     pub conn: AsyncPgConnection,
@@ -178,10 +178,10 @@ impl Op for InstanceStorage {
         let body = c.body(i);
         let hash = storage::ids::request_hash(&body);
         let key = format!("i-{}-{i}", c.tag);
-        storage::instances::create(
+        storage::ops::instances::create(
             &mut self.conn,
             ROOT,
-            storage::instances::NewInstance {
+            storage::ops::instances::NewInstance {
                 tenant_id: TENANT,
                 pool_id: &c.target(i).pool_id,
                 flavor: FLAVOR,
@@ -383,7 +383,7 @@ impl Op for GrantSql {
                     .await?;
                 let res = lock_reservation(conn, &c.account_id, &c.reservation_id).await?;
                 anyhow::ensure!(
-                    res.status == storage::states::ReservationStatus::Ready,
+                    res.status == storage::model::states::ReservationStatus::Ready,
                     "reservation not ready"
                 );
                 let pool_id = res
@@ -434,7 +434,7 @@ impl Op for GrantSql {
 
 /// `quotas_core::instance_charges`: one instance and its flavor's vCPUs,
 /// memory and GPUs, the zero amounts left out.
-fn instance_charges(f: &storage::pools::Flavor) -> Vec<(&'static str, i64)> {
+fn instance_charges(f: &storage::ops::pools::Flavor) -> Vec<(&'static str, i64)> {
     [
         ("instances", 1),
         ("vcpus", f.vcpus),
@@ -491,7 +491,7 @@ impl Op for InstanceSql {
                     .select(pool_offers::tenant_id)
                     .load(conn)
                     .await?;
-                let flavors: Vec<storage::pools::Flavor> = serde_json::from_value(pool.5)?;
+                let flavors: Vec<storage::ops::pools::Flavor> = serde_json::from_value(pool.5)?;
                 let f = flavors
                     .iter()
                     .find(|f| f.name == FLAVOR)
@@ -537,7 +537,7 @@ impl Op for InstanceSql {
                 anyhow::ensure!(reservation_id == target.reservation_id, "wrong reservation");
                 let res = lock_reservation(conn, &account_id, &reservation_id).await?;
                 anyhow::ensure!(
-                    res.status == storage::states::ReservationStatus::Ready,
+                    res.status == storage::model::states::ReservationStatus::Ready,
                     "reservation not ready"
                 );
                 settle_reads(conn, &res).await?;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use storage::model::grant::GrantRow;
 use storage::schema::{api_keys, grants, manual_clock, tenants};
-use storage::timeline::GrantRow;
 
 use crate::load::Op;
 use crate::setup::TENANT;
@@ -91,7 +91,7 @@ impl Op for ReadSql {
 /// at a time on an idle server.
 #[derive(Debug, Clone)]
 pub struct ListCost {
-    /// `storage::grants::list` (SQL, decoding, `Grant::at`).
+    /// `storage::ops::grants::list` (SQL, decoding, `Grant::at`).
     pub storage: Duration,
     /// `serde_json::to_value` then `Value::to_string`, as `handlers::items`
     /// and `server::json_response` do.
@@ -109,7 +109,7 @@ pub async fn list_cost(conn: &mut AsyncPgConnection, now: i64) -> anyhow::Result
     let mut grants = Vec::new();
     let start = Instant::now();
     for _ in 0..CALLS {
-        grants = storage::grants::list(conn, TENANT, false, now)
+        grants = storage::ops::grants::list(conn, TENANT, false, now)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }

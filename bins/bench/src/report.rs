@@ -541,7 +541,7 @@ impl Report {
                 "3",
                 format!(
                     "one list answer ({} items, {} KiB), one request at a time: \
-                     `storage::grants::list` (SQL, row decoding, `Grant::at`)",
+                     `storage::ops::grants::list` (SQL, row decoding, `Grant::at`)",
                     self.list_items,
                     c.bytes / 1024
                 ),

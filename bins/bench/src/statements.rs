@@ -213,7 +213,7 @@ async fn read_sql_sends_what_the_api_reads_send() {
     let grant_id = w.p.inst["sql"][0].grant_id.clone();
     for list in [false, true] {
         let (mut conn, log) = recorded(w.db.url()).await;
-        let caller = storage::tenancy::authenticate(&mut conn, &w.p.tenant_token)
+        let caller = storage::ops::tenancy::authenticate(&mut conn, &w.p.tenant_token)
             .await
             .expect("authenticate");
         assert!(caller.is_some(), "the tenant's key authenticates");
@@ -222,11 +222,11 @@ async fn read_sql_sends_what_the_api_reads_send() {
             .await
             .expect("the manual clock");
         if list {
-            storage::grants::list(&mut conn, TENANT, false, now)
+            storage::ops::grants::list(&mut conn, TENANT, false, now)
                 .await
                 .expect("grants::list");
         } else {
-            storage::grants::get(&mut conn, TENANT, ROOT, &grant_id, now)
+            storage::ops::grants::get(&mut conn, TENANT, ROOT, &grant_id, now)
                 .await
                 .expect("grants::get");
         }

@@ -90,7 +90,7 @@ impl Config {
                     .transpose()
                     .context("BC_SCAN_LEASE_MS must be a number of milliseconds")?
                     .filter(|ms| *ms > 0)
-                    .unwrap_or(storage::reservations::DEFAULT_SCAN_LEASE_MS.unsigned_abs()),
+                    .unwrap_or(storage::ops::reservations::DEFAULT_SCAN_LEASE_MS.unsigned_abs()),
             ),
         })
     }
@@ -119,9 +119,13 @@ pub async fn run(
     let pool: DbPool = storage::db::pool(&config.database_url, 4)?;
     {
         let mut conn = pool.get().await.context("connecting to the database")?;
-        storage::accounts::warn_disallowed(&mut conn, &config.root_tenant, &config.provider_policy)
-            .await
-            .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
+        storage::ops::accounts::warn_disallowed(
+            &mut conn,
+            &config.root_tenant,
+            &config.provider_policy,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
     }
     let passes = select(passes::all(), &config.only)?;
     let names: Vec<&str> = passes.iter().map(|p| p.name()).collect();
@@ -146,7 +150,7 @@ pub async fn run(
         pool,
         clock: config.clock,
         root_tenant: config.root_tenant.clone(),
-        scan_rules: storage::reservations::ClaimRules::pass(
+        scan_rules: storage::ops::reservations::ClaimRules::pass(
             spacing,
             i64::try_from(config.scan_lease.as_millis()).unwrap_or(i64::MAX),
         ),

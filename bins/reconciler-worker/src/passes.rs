@@ -16,7 +16,7 @@ pub struct PassContext {
     /// The root tenant's id.
     pub root_tenant: String,
     /// How scans claim accounts among replicas.
-    pub scan_rules: storage::reservations::ClaimRules,
+    pub scan_rules: storage::ops::reservations::ClaimRules,
     /// Builds the provider adapter of an account, under the provider policy.
     pub providers: std::sync::Arc<providers::ProviderFactory>,
 }
@@ -75,7 +75,7 @@ impl Pass for Reservations {
 
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
         Box::pin(async move {
-            let p = storage::reservations::scan_all(
+            let p = storage::ops::reservations::scan_all(
                 &ctx.pool,
                 ctx.clock,
                 &ctx.root_tenant,
@@ -111,8 +111,8 @@ impl Pass for Grants {
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
         Box::pin(async move {
             let now = now(ctx).await?;
-            let transitions = storage::metering::settle_all(&ctx.pool, now).await?;
-            let (grants, records) = storage::metering::meter_grants(&ctx.pool, now).await?;
+            let transitions = storage::ops::metering::settle_all(&ctx.pool, now).await?;
+            let (grants, records) = storage::ops::metering::meter_grants(&ctx.pool, now).await?;
             Ok(PassReport {
                 counts: vec![
                     ("transitions", transitions),
@@ -135,7 +135,8 @@ impl Pass for Usage {
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
         Box::pin(async move {
             let now = now(ctx).await?;
-            let (instances, records) = storage::metering::meter_instances(&ctx.pool, now).await?;
+            let (instances, records) =
+                storage::ops::metering::meter_instances(&ctx.pool, now).await?;
             Ok(PassReport {
                 counts: vec![("instancesMetered", instances), ("records", records)],
             })

@@ -21,11 +21,11 @@ use diesel::sql_types::{Array, BigInt, Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::error::{ErrorKind, Result, StorageError};
-use crate::instances::InstanceRow;
+use crate::model::instance::InstanceRow;
+use crate::model::states::{InstanceState, SettledState, TenantState};
+use crate::model::{grant::GrantRow, reservation::ReservationRow};
+use crate::ops::tenancy::Tenant;
 use crate::schema::{grants, instances, provider_accounts, quotas, reservations, tenants};
-use crate::states::{InstanceState, SettledState, TenantState};
-use crate::tenancy::Tenant;
-use crate::timeline::{GrantRow, ReservationRow};
 
 // 1. Tenant rows.
 

@@ -4,9 +4,9 @@ use iam_check::{Permission, TenantRule};
 use providers::gce::GceConfig;
 use providers::policy::AccountOwner;
 use serde_json::{Map, Value, json};
-use storage::accounts::{self, NewAccount};
-use storage::idempotency::KeyedRequest;
-use storage::reservations;
+use storage::model::idempotency::KeyedRequest;
+use storage::ops::accounts::{self, NewAccount};
+use storage::ops::reservations;
 
 use super::examples::{ACCOUNT, KEY, POOL, RESERVATION};
 use crate::error::{ApiError, Code};

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use iam_check::{Permission, TenantRule};
 use serde_json::json;
-use storage::idempotency::KeyedRequest;
-use storage::pools::{self, Flavor, NewPool};
+use storage::model::idempotency::KeyedRequest;
+use storage::ops::pools::{self, Flavor, NewPool};
 
 use super::examples::{ACCOUNT, KEY, POOL};
 use crate::error::{ApiError, Code};

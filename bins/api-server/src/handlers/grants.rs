@@ -2,8 +2,8 @@
 
 use iam_check::{Permission, RootOption, TenantRule};
 use serde_json::{Value, json};
-use storage::grants::{self, NewGrant};
-use storage::idempotency::KeyedRequest;
+use storage::model::idempotency::KeyedRequest;
+use storage::ops::grants::{self, NewGrant};
 
 use super::examples::{ACCOUNT, GRANT, KEY, PROJECT, RESERVATION, T0, T1};
 use crate::error::{ApiError, Code};

@@ -3,8 +3,8 @@
 use grants_core::Billing;
 use iam_check::{Permission, RootOption, TenantRule};
 use serde_json::{Value, json};
-use storage::idempotency::KeyedRequest;
-use storage::instances::{self, NewInstance};
+use storage::model::idempotency::KeyedRequest;
+use storage::ops::instances::{self, NewInstance};
 
 use super::examples::{INSTANCE, KEY, POOL, PROJECT};
 use crate::error::{ApiError, Code};

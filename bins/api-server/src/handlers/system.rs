@@ -2,8 +2,8 @@
 
 use iam_check::{Permission, RootOption, TenantRule};
 use serde_json::{Value, json};
-use storage::events;
-use storage::metering::{self, UsageFilter};
+use storage::model::events;
+use storage::ops::metering::{self, UsageFilter};
 
 use super::examples::{GRANT, T0, T1};
 use crate::error::{ApiError, Code};

@@ -2,7 +2,7 @@
 
 use iam_check::{Permission, Role, TenantRule};
 use serde_json::json;
-use storage::tenancy;
+use storage::ops::tenancy;
 
 use super::examples::{ACCOUNT, API_KEY};
 use crate::error::{ApiError, Code};
@@ -150,9 +150,13 @@ input! {
 
 async fn delete_tenant(call: Call, input: DeleteTenant) -> Result<TenantReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    let tenant =
-        storage::lifecycle::delete_tenant(&mut conn, call.root(), &input.target_tenant_id, now)
-            .await?;
+    let tenant = storage::ops::lifecycle::delete_tenant(
+        &mut conn,
+        call.root(),
+        &input.target_tenant_id,
+        now,
+    )
+    .await?;
     Ok(tenant.into())
 }
 

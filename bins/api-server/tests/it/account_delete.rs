@@ -325,7 +325,7 @@ async fn a_pool_outlives_its_account_once_the_accounts_grants_are_metered() {
 /// reservation (locked by another transaction) would.
 async fn meter_without_settling(s: &Server, now: i64) {
     let pool = storage::db::pool(s.db.url(), 1).expect("pool");
-    storage::metering::meter_grants(&pool, now)
+    storage::ops::metering::meter_grants(&pool, now)
         .await
         .expect("meter grants");
 }

@@ -10,88 +10,21 @@ use std::collections::HashSet;
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::{
-    Billing, Destination, PlacementRequest, Power, ReservationView, Seat, TimelineInstance,
-};
+use grants_core::{Billing, Destination, PlacementRequest, ReservationView, Seat};
 use quotas_core::{Charge, QuotaRow};
 
 use crate::error::{ErrorKind, Result, StorageError};
-use crate::events::{self, NewEvent};
-use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
 use crate::locks;
-use crate::pools::{self, Pool};
+use crate::model::events::{self, NewEvent};
+use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::model::instance::InstanceRow;
+use crate::model::reservation::ReservationRow;
+use crate::model::states::{InstanceState, ReservationStatus, SettledState};
+use crate::ops::pools::{self, Pool};
+use crate::ops::tenancy;
+use crate::ops::timeline::{self};
 use crate::schema::{grants, instances, placement_segments as seg, quotas, reservations};
-use crate::states::{InstanceState, ReservationStatus, SettledState};
-use crate::tenancy;
-use crate::timeline::{self, ReservationRow};
-
-/// An instance row.
-#[derive(Debug, Clone, Queryable, Selectable)]
-#[diesel(table_name = instances)]
-pub struct InstanceRow {
-    /// `inst_...`
-    pub instance_id: String,
-    /// Owner.
-    pub tenant_id: String,
-    /// Project.
-    pub project_id: Option<String>,
-    /// Pool.
-    pub pool_id: String,
-    /// Flavor.
-    pub flavor: String,
-    /// Name.
-    pub name: String,
-    /// `standard` or `none`.
-    pub billing: String,
-    /// Power and lifecycle state.
-    pub state: InstanceState,
-    /// `grant`, `reservation`, `ondemand` or `none`.
-    pub placement_kind: String,
-    /// The grant holding it.
-    pub grant_id: Option<String>,
-    /// Account of its reservation.
-    pub account_id: Option<String>,
-    /// Its reservation.
-    pub reservation_id: Option<String>,
-    /// Creation instant.
-    pub created_at: i64,
-    /// Deletion instant.
-    pub deleted_at: Option<i64>,
-    /// Instance meters are written up to here.
-    pub usage_metered_through: i64,
-}
-
-impl InstanceRow {
-    fn billing(&self) -> Billing {
-        Billing::parse(&self.billing).unwrap_or(Billing::Standard)
-    }
-
-    fn running(&self) -> bool {
-        self.state == InstanceState::Running
-    }
-
-    /// As settlement sees it.
-    pub fn to_timeline(&self) -> TimelineInstance {
-        TimelineInstance {
-            instance_id: self.instance_id.clone(),
-            tenant_id: self.tenant_id.clone(),
-            project_id: self.project_id.clone(),
-            billing: self.billing(),
-            power: if self.running() {
-                Power::Running
-            } else {
-                Power::Stopped
-            },
-            created_at: self.created_at,
-            seat: match (self.placement_kind.as_str(), &self.grant_id) {
-                ("grant", Some(g)) => Some(Seat::Grant(g.clone())),
-                ("reservation", _) => Some(Seat::Ordinary),
-                _ => None,
-            },
-        }
-    }
-}
 
 /// Where an instance is placed.
 #[derive(Debug, Clone)]

@@ -5,9 +5,9 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
 use crate::error::{Result, StorageError};
-use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
 use crate::locks;
+use crate::model::idempotency::{self, Claim, KeyedRequest};
 use crate::schema::provider_accounts as pa;
 
 /// A provider account of a tenant.

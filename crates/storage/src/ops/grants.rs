@@ -5,17 +5,18 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term};
 
-use crate::accounts;
 use crate::error::{ErrorKind, Result, StorageError};
-use crate::events::{self, NewEvent};
-use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
 use crate::locks;
-use crate::pools;
+use crate::model::events::{self, NewEvent};
+use crate::model::grant::GrantRow;
+use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::model::states::{ReservationStatus, SettledState};
+use crate::ops::accounts;
+use crate::ops::pools;
+use crate::ops::tenancy;
+use crate::ops::timeline::{self};
 use crate::schema::grants;
-use crate::states::{ReservationStatus, SettledState};
-use crate::tenancy;
-use crate::timeline::{self, GrantRow};
 
 /// How far in the past a new grant's `startsAt` may lie.
 pub const MAX_START_IN_PAST_MS: i64 = 5 * 60 * 1000;

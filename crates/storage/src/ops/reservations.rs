@@ -9,16 +9,17 @@ use grants_core::{Commitment, Destination, ForcedEnd, GrantState, Term};
 use providers::{AccountSpec, ProviderError, ProviderFactory, ProviderReservation};
 use serde_json::json;
 
-use crate::accounts::{self, Account};
 use crate::clock::Clock;
 use crate::db::DbPool;
 use crate::error::{ErrorKind, Result, StorageError};
-use crate::events::{self, NewEvent};
-use crate::instances;
 use crate::locks;
+use crate::model::events::{self, NewEvent};
+use crate::model::states::{InstanceState, ReservationStatus, SettledState};
+use crate::model::{grant::GrantRow, reservation::ReservationRow};
+use crate::ops::accounts::{self, Account};
+use crate::ops::instances;
+use crate::ops::timeline::{self};
 use crate::schema::{api_keys, grants, idempotency_keys, pools, provider_accounts, reservations};
-use crate::states::{InstanceState, ReservationStatus, SettledState};
-use crate::timeline::{self, GrantRow, ReservationRow};
 
 /// A reservation as the API shows it.
 #[derive(Debug, Clone)]

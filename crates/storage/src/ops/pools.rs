@@ -7,12 +7,12 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::accounts;
 use crate::error::{Result, StorageError};
-use crate::events::{self, NewEvent};
-use crate::idempotency::{self, Claim, KeyedRequest};
 use crate::ids;
 use crate::locks;
+use crate::model::events::{self, NewEvent};
+use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::ops::accounts;
 use crate::schema::{pool_offers, pools, quotas};
 
 /// A machine shape a pool offers.

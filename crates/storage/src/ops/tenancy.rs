@@ -5,12 +5,12 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use iam_check::{KeyScope, Principal, Role};
 use subtle::ConstantTimeEq;
 
-use crate::accounts;
 use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
 use crate::locks;
+use crate::model::states::TenantState;
+use crate::ops::accounts;
 use crate::schema::{api_keys, projects, tenants};
-use crate::states::TenantState;
 
 /// A tenant.
 #[derive(Debug, Clone, Queryable, Selectable)]

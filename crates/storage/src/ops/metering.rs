@@ -18,15 +18,15 @@ use serde_json::{Map, Value, json};
 
 use crate::db::DbPool;
 use crate::error::{Result, StorageError};
-use crate::events;
 use crate::ids;
-use crate::instances::InstanceRow;
 use crate::locks;
+use crate::model::events;
+use crate::model::instance::InstanceRow;
+use crate::model::states::{InstanceState, SettledState};
+use crate::ops::timeline;
 use crate::schema::{
     grants, instances, placement_segments as seg, pools, reservations, usage_records as ur,
 };
-use crate::states::{InstanceState, SettledState};
-use crate::timeline;
 
 /// Grants metered per transaction.
 const GRANT_BATCH: i64 = 1000;

@@ -4,12 +4,12 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use grants_core::ForcedEnd;
 
 use crate::error::{Result, StorageError};
-use crate::events;
-use crate::instances;
 use crate::locks;
-use crate::states::TenantState;
-use crate::tenancy::{self, Tenant};
-use crate::timeline;
+use crate::model::events;
+use crate::model::states::TenantState;
+use crate::ops::instances;
+use crate::ops::tenancy::{self, Tenant};
+use crate::ops::timeline;
 
 /// `tenants.delete`: the tenant's active grants end now and its scheduled
 /// ones are cancelled (`reason: "tenant-deleted"`), its instances are deleted

@@ -1,0 +1,10 @@
+//! The stored rows: one module per table (or per log) with its row type, its
+//! typed state columns and the single-statement queries on it. Operations in
+//! [`crate::ops`] compose them; nothing here opens a transaction.
+
+pub mod events;
+pub mod grant;
+pub mod idempotency;
+pub mod instance;
+pub mod reservation;
+pub mod states;

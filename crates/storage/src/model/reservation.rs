@@ -1,0 +1,34 @@
+//! `reservations`: a reservation a scan has seen, as stored.
+
+use diesel::prelude::*;
+
+use crate::model::states::ReservationStatus;
+use crate::schema::reservations;
+
+/// A reservation row.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = reservations)]
+pub struct ReservationRow {
+    /// The provider account.
+    pub account_id: String,
+    /// The provider's id.
+    pub reservation_id: String,
+    /// Region.
+    pub region: String,
+    /// Zone.
+    pub zone: String,
+    /// Machine type.
+    pub flavor: String,
+    /// Slots the provider reports.
+    pub total: i64,
+    /// Slots the provider reports in use.
+    pub provider_in_use: i64,
+    /// From the last scan.
+    pub status: ReservationStatus,
+    /// The pool it is bound to.
+    pub pool_id: Option<String>,
+    /// Last scan instant.
+    pub last_scanned_at: i64,
+    /// When a scan found it gone.
+    pub gone_at: Option<i64>,
+}

@@ -1,0 +1,14 @@
+//! The operations: one transaction per public mutation, composed from the
+//! rows of [`crate::model`], the locks of [`crate::locks`] (in their order)
+//! and the pure core crates. Reads are single queries or a few, outside any
+//! lock.
+
+pub mod accounts;
+pub mod grants;
+pub mod instances;
+pub mod lifecycle;
+pub mod metering;
+pub mod pools;
+pub mod reservations;
+pub mod tenancy;
+pub mod timeline;
