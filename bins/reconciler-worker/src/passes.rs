@@ -4,8 +4,9 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use storage::Clock;
 use storage::db::DbPool;
+use storage::ops::reservations::{self, ScanOutcome};
+use storage::{Clock, ErrorKind};
 
 /// What a pass needs.
 pub struct PassContext {
@@ -75,14 +76,7 @@ impl Pass for Reservations {
 
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
         Box::pin(async move {
-            let p = storage::ops::reservations::scan_all(
-                &ctx.pool,
-                ctx.clock,
-                &ctx.root_tenant,
-                ctx.scan_rules,
-                ctx.providers.as_ref(),
-            )
-            .await?;
+            let p = scan_accounts(ctx).await?;
             Ok(PassReport {
                 counts: vec![
                     ("accountsScanned", p.scanned),
@@ -97,6 +91,82 @@ impl Pass for Reservations {
             })
         })
     }
+}
+
+/// What one `vps.reservations` pass did.
+#[derive(Debug, Default)]
+struct ScanTally {
+    /// Accounts scanned successfully.
+    scanned: u64,
+    /// Accounts whose provider failed (retried later with backoff).
+    failed: u64,
+    /// Accounts skipped because their retry time has not come.
+    backing_off: u64,
+    /// Accounts another scan claimed (a replica's, or an explicit one) or
+    /// scanned within the interval.
+    claimed_elsewhere: u64,
+    /// Sum of the scans' outcomes.
+    outcome: ScanOutcome,
+}
+
+/// Scans every provider account whose retry time has come and that no other
+/// replica is scanning or scanned less than the spacing ago: for each, claim
+/// it (a short transaction), list its reservations through the provider
+/// trait outside any transaction and apply the answer (`run_scan`). A failing
+/// provider changes nothing for its account, is logged and retried with
+/// backoff; it never fails the pass.
+async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
+    let (now, candidates) = {
+        let mut conn = ctx.pool.get().await?;
+        let now = ctx.clock.now(&mut conn).await?;
+        (now, reservations::scan_candidates(&mut conn).await?)
+    };
+    let mut pass = ScanTally::default();
+    for c in candidates {
+        if c.retry_at.is_some_and(|t| t > now) {
+            pass.backing_off += 1;
+            continue;
+        }
+        let claim = {
+            let mut conn = ctx.pool.get().await?;
+            let claimed =
+                reservations::claim_scan(&mut conn, &c.tenant_id, &c.account_id, ctx.scan_rules)
+                    .await;
+            match claimed {
+                Ok(claim) => claim,
+                // Deleted between the listing and its claim.
+                Err(e) if e.kind == ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let Some(claim) = claim else {
+            pass.claimed_elsewhere += 1;
+            continue;
+        };
+        let scanned = reservations::run_scan(
+            &ctx.pool,
+            ctx.clock,
+            &ctx.root_tenant,
+            &claim,
+            ctx.providers.as_ref(),
+        )
+        .await;
+        match scanned {
+            Ok(o) if o.stale => pass.claimed_elsewhere += 1,
+            Ok(o) => {
+                pass.scanned += 1;
+                pass.outcome.appeared += o.appeared;
+                pass.outcome.gone += o.gone;
+                pass.outcome.grants_closed += o.grants_closed;
+                pass.outcome.capacity_short += o.capacity_short;
+            }
+            Err(e) if e.kind == ErrorKind::ProviderFailure => pass.failed += 1,
+            // The account was deleted between its claim and the answer.
+            Err(e) if e.kind == ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(pass)
 }
 
 /// `vps.grants`: settles every reservation's timeline and writes

@@ -97,6 +97,9 @@ fn gce_config_schema() -> Value {
             "project": {
                 "type": "string",
                 "description": "The GCE project id.",
+                "minLength": 6,
+                "maxLength": 30,
+                "pattern": "^[a-z][a-z0-9-]{4,28}[a-z0-9]$",
             },
             "endpoint": {
                 "type": "string",

@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use grants_core::{Billing, Power, Seat, TimelineInstance};
 
-use crate::model::states::InstanceState;
+use crate::model::states::{InstanceBilling, InstanceState};
 use crate::schema::instances;
 
 /// An instance row.
@@ -23,7 +23,7 @@ pub struct InstanceRow {
     /// Name.
     pub name: String,
     /// `standard` or `none`.
-    pub billing: String,
+    pub billing: InstanceBilling,
     /// Power and lifecycle state.
     pub state: InstanceState,
     /// `grant`, `reservation`, `ondemand` or `none`.
@@ -45,7 +45,7 @@ pub struct InstanceRow {
 impl InstanceRow {
     /// Who pays for its hours.
     pub fn billing(&self) -> Billing {
-        Billing::parse(&self.billing).unwrap_or(Billing::Standard)
+        self.billing.to_core()
     }
 
     /// Whether it runs.

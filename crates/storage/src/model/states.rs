@@ -108,6 +108,26 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// `instances.billing`: who pays for an instance's hours.
+    InstanceBilling {
+        /// The tenant pays (the default).
+        Standard = "standard",
+        /// Nobody does (root only, platform instances).
+        None = "none",
+    }
+}
+
+impl InstanceBilling {
+    /// As the core crates see it.
+    pub fn to_core(self) -> grants_core::Billing {
+        match self {
+            InstanceBilling::Standard => grants_core::Billing::Standard,
+            InstanceBilling::None => grants_core::Billing::None,
+        }
+    }
+}
+
 impl SettledState {
     /// The states settlement still moves.
     pub const OPEN: [SettledState; 2] = [SettledState::Scheduled, SettledState::Active];
@@ -143,6 +163,10 @@ mod tests {
             SettledState::Cancelled,
         ] {
             assert_eq!(SettledState::parse(s.as_str()), Some(s));
+        }
+        for s in [InstanceBilling::Standard, InstanceBilling::None] {
+            assert_eq!(InstanceBilling::parse(s.as_str()), Some(s));
+            assert_eq!(s.to_core().as_str(), s.as_str());
         }
         assert_eq!(InstanceState::parse("Running"), None);
         assert_eq!(ReservationStatus::parse(""), None);

@@ -20,7 +20,7 @@ use crate::model::events::{self, NewEvent};
 use crate::model::idempotency::{self, Claim, KeyedRequest};
 use crate::model::instance::InstanceRow;
 use crate::model::reservation::ReservationRow;
-use crate::model::states::{InstanceState, ReservationStatus, SettledState};
+use crate::model::states::{InstanceBilling, InstanceState, ReservationStatus, SettledState};
 use crate::ops::pools::{self, Pool};
 use crate::ops::tenancy;
 use crate::ops::timeline::{self};
@@ -71,7 +71,7 @@ impl From<InstanceRow> for Instance {
             pool_id: r.pool_id,
             flavor: r.flavor,
             name: r.name,
-            billing: r.billing,
+            billing: r.billing.as_str().to_owned(),
             state: r.state,
             placement: PlacementView {
                 kind: r.placement_kind,
@@ -208,7 +208,11 @@ pub async fn place_at(
     .await?;
     if state != InstanceState::Deleted {
         // billing "none" instances bill nothing wherever they are.
-        let seg_kind = if inst.billing == "none" { "none" } else { kind };
+        let seg_kind = if inst.billing == InstanceBilling::None {
+            "none"
+        } else {
+            kind
+        };
         diesel::insert_into(seg::table)
             .values((
                 seg::instance_id.eq(&inst.instance_id),

@@ -736,78 +736,36 @@ pub fn scan_backoff_ms(failures: i32) -> i64 {
     (10_000i64 << exp.min(7)).min(15 * 60 * 1000)
 }
 
-/// What one `vps.reservations` pass did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ScanPass {
-    /// Accounts scanned successfully.
-    pub scanned: u64,
-    /// Accounts whose provider failed (retried later with backoff).
-    pub failed: u64,
-    /// Accounts skipped because their retry time has not come.
-    pub backing_off: u64,
-    /// Accounts skipped because another scan claimed them (a replica's, or
-    /// an explicit one) or scanned them within the interval.
-    pub claimed_elsewhere: u64,
-    /// Sum of the scans' outcomes.
-    pub outcome: ScanOutcome,
+/// A provider account the `vps.reservations` pass may scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanCandidate {
+    /// The account.
+    pub account_id: String,
+    /// Its owner.
+    pub tenant_id: String,
+    /// Not before this instant after provider failures (backoff).
+    pub retry_at: Option<i64>,
 }
 
-/// Scans every provider account whose retry time has come and that no other
-/// replica is scanning or scanned less than `rules.min_spacing_ms` ago (the
-/// `vps.reservations` pass). A failing provider changes nothing for its
-/// account, is logged and retried with backoff; it never fails the pass.
-pub async fn scan_all(
-    pool: &DbPool,
-    clock: Clock,
-    root: &str,
-    rules: ClaimRules,
-    factory: &ProviderFactory,
-) -> Result<ScanPass> {
-    let mut conn = pool.get().await?;
-    let now = clock.now(&mut conn).await?;
-    let accounts: Vec<(String, String, Option<i64>)> = provider_accounts::table
+/// Every provider account, by account id, with its retry time: what the
+/// `vps.reservations` pass walks, claiming each with [`claim_scan`] and
+/// scanning it with [`run_scan`].
+pub async fn scan_candidates(conn: &mut AsyncPgConnection) -> Result<Vec<ScanCandidate>> {
+    let rows: Vec<(String, String, Option<i64>)> = provider_accounts::table
         .order(provider_accounts::account_id.asc())
         .select((
             provider_accounts::account_id,
             provider_accounts::tenant_id,
             provider_accounts::scan_retry_at,
         ))
-        .load(&mut conn)
+        .load(conn)
         .await?;
-    drop(conn);
-    let mut pass = ScanPass::default();
-    for (account_id, tenant_id, retry_at) in accounts {
-        if retry_at.is_some_and(|t| t > now) {
-            pass.backing_off += 1;
-            continue;
-        }
-        let claim = {
-            let mut conn = pool.get().await?;
-            match claim_scan(&mut conn, &tenant_id, &account_id, rules).await {
-                Ok(claim) => claim,
-                // Deleted between the listing and its claim.
-                Err(e) if e.kind == ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        let Some(claim) = claim else {
-            pass.claimed_elsewhere += 1;
-            continue;
-        };
-        match run_scan(pool, clock, root, &claim, factory).await {
-            Ok(o) if o.stale => pass.claimed_elsewhere += 1,
-            Ok(o) => {
-                pass.scanned += 1;
-                pass.outcome.appeared += o.appeared;
-                pass.outcome.gone += o.gone;
-                pass.outcome.grants_closed += o.grants_closed;
-                pass.outcome.capacity_short += o.capacity_short;
-            }
-            Err(e) if e.kind == ErrorKind::ProviderFailure => pass.failed += 1,
-            // The account was deleted between its claim and the answer.
-            Err(e) if e.kind == ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(pass)
+    Ok(rows
+        .into_iter()
+        .map(|(account_id, tenant_id, retry_at)| ScanCandidate {
+            account_id,
+            tenant_id,
+            retry_at,
+        })
+        .collect())
 }
