@@ -111,7 +111,8 @@ fn gce_config_schema() -> Value {
                 "description": "A credential reference, never a secret: none, env:NAME, \
                     file:NAME, secret:NAME or adc (only those the server's policy allows the \
                     account's owner).",
-                "pattern": "^(none|adc|(env|file|secret):.+)$",
+                "pattern": "^(none|adc|env:[A-Z_][A-Z0-9_]{0,127}|secret:[a-z][a-z0-9-]{0,62}\
+                    |file:/[^\\s]{1,4095})$",
             },
         },
     })
