@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use storage::db::DbPool;
+use storage::ops::metering;
 use storage::ops::reservations::{self, ScanOutcome};
 use storage::{Clock, ErrorKind};
 
@@ -59,11 +60,6 @@ pub trait Pass: Send + Sync {
 /// gone ends its grants at the scan's instant), then grants, then instances.
 pub fn all() -> Vec<Box<dyn Pass>> {
     vec![Box::new(Reservations), Box::new(Grants), Box::new(Usage)]
-}
-
-async fn now(ctx: &PassContext) -> anyhow::Result<i64> {
-    let mut conn = ctx.pool.get().await?;
-    Ok(ctx.clock.now(&mut conn).await?)
 }
 
 /// `vps.reservations`: scans every provider account.
@@ -180,9 +176,25 @@ impl Pass for Grants {
 
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
         Box::pin(async move {
-            let now = now(ctx).await?;
-            let transitions = storage::ops::metering::settle_all(&ctx.pool, now).await?;
-            let (grants, records) = storage::ops::metering::meter_grants(&ctx.pool, now).await?;
+            let mut conn = ctx.pool.get().await?;
+            let now = ctx.clock.now(&mut conn).await?;
+            // Settle first, one reservation per transaction (one another
+            // transaction holds is skipped: it settles it itself).
+            let mut transitions = 0;
+            for (account, reservation) in metering::due_settlements(&mut conn, now).await? {
+                transitions +=
+                    metering::settle_reservation(&mut conn, &account, &reservation, now).await?;
+            }
+            // Then meter, one claimed batch per transaction, until none is left.
+            let (mut grants, mut records) = (0, 0);
+            loop {
+                let batch = metering::meter_grant_batch(&mut conn, now).await?;
+                grants += batch.items;
+                records += batch.records;
+                if !batch.more {
+                    break;
+                }
+            }
             Ok(PassReport {
                 counts: vec![
                     ("transitions", transitions),
@@ -194,7 +206,8 @@ impl Pass for Grants {
     }
 }
 
-/// `vps.usage`: writes the instance meters from placement segments.
+/// `vps.usage`: writes the instance meters for every ended hour bucket from
+/// placement segments.
 pub struct Usage;
 
 impl Pass for Usage {
@@ -204,9 +217,35 @@ impl Pass for Usage {
 
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
         Box::pin(async move {
-            let now = now(ctx).await?;
-            let (instances, records) =
-                storage::ops::metering::meter_instances(&ctx.pool, now).await?;
+            let mut conn = ctx.pool.get().await?;
+            let now = ctx.clock.now(&mut conn).await?;
+            let (mut instances, mut records) = (0, 0);
+            // Instances on reservations: under each reservation's lock after
+            // settling it, so no pending take-in or hand-over can change an
+            // hour being billed; in batches, each its own transaction.
+            for (account, reservation) in
+                metering::instance_reservations_due(&mut conn, now).await?
+            {
+                loop {
+                    let batch =
+                        metering::meter_instances_on(&mut conn, &account, &reservation, now)
+                            .await?;
+                    instances += batch.items;
+                    records += batch.records;
+                    if !batch.more {
+                        break;
+                    }
+                }
+            }
+            // Everything else: on demand, stopped without a slot, deleted.
+            loop {
+                let batch = metering::meter_unplaced_batch(&mut conn, now).await?;
+                instances += batch.items;
+                records += batch.records;
+                if !batch.more {
+                    break;
+                }
+            }
             Ok(PassReport {
                 counts: vec![("instancesMetered", instances), ("records", records)],
             })

@@ -325,9 +325,12 @@ async fn a_pool_outlives_its_account_once_the_accounts_grants_are_metered() {
 /// reservation (locked by another transaction) would.
 async fn meter_without_settling(s: &Server, now: i64) {
     let pool = storage::db::pool(s.db.url(), 1).expect("pool");
-    storage::ops::metering::meter_grants(&pool, now)
+    let mut conn = pool.get().await.expect("connection");
+    while storage::ops::metering::meter_grant_batch(&mut conn, now)
         .await
-        .expect("meter grants");
+        .expect("meter grants")
+        .more
+    {}
 }
 
 #[tokio::test(flavor = "multi_thread")]

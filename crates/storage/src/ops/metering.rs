@@ -16,7 +16,6 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{HOUR_MS, Record, Segment};
 use serde_json::{Map, Value, json};
 
-use crate::db::DbPool;
 use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::locks;
@@ -142,12 +141,25 @@ async fn set_grant_marks(
     Ok(())
 }
 
-/// Settles every reservation with a transition due by `now`, each in its own
-/// transaction; reservations another transaction holds are skipped (it
-/// settles them itself). Returns the number of transitions applied.
-pub async fn settle_all(pool: &DbPool, now: i64) -> Result<u64> {
-    let mut conn = pool.get().await?;
-    let due: Vec<(String, String)> = grants::table
+/// What one metering or settlement transaction did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    /// Grants, instances or transitions handled.
+    pub items: u64,
+    /// Usage records written.
+    pub records: u64,
+    /// Whether the same call may find more work right away.
+    pub more: bool,
+}
+
+/// The reservations with a grant transition due by `now` (by reservation
+/// id, then account id): what the `vps.grants` pass settles, one
+/// [`settle_reservation`] each.
+pub async fn due_settlements(
+    conn: &mut AsyncPgConnection,
+    now: i64,
+) -> Result<Vec<(String, String)>> {
+    Ok(grants::table
         .filter(
             grants::settled_state
                 .eq(SettledState::Scheduled)
@@ -159,25 +171,30 @@ pub async fn settle_all(pool: &DbPool, now: i64) -> Result<u64> {
         .select((grants::account_id, grants::reservation_id))
         .distinct()
         .order((grants::reservation_id.asc(), grants::account_id.asc()))
-        .load(&mut conn)
-        .await?;
-    let mut applied = 0u64;
-    for (account_id, reservation_id) in due {
-        applied += conn
-            .transaction::<_, StorageError, _>(async |conn| {
-                let Some(res) =
-                    locks::reservation_unless_held(conn, &account_id, &reservation_id).await?
-                else {
-                    return Ok(0);
-                };
-                let mut batch = Vec::new();
-                let n = timeline::settle(conn, &res, now, &mut batch).await?;
-                events::publish(conn, now, batch).await?;
-                Ok(n as u64)
-            })
-            .await?;
-    }
-    Ok(applied)
+        .load(conn)
+        .await?)
+}
+
+/// Settles one reservation's timeline up to `now` in its own transaction,
+/// unless another transaction holds it (it settles it itself). Returns the
+/// number of transitions applied.
+pub async fn settle_reservation(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+    now: i64,
+) -> Result<u64> {
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        let Some(res) = locks::reservation_unless_held(conn, account_id, reservation_id).await?
+        else {
+            return Ok(0);
+        };
+        let mut batch = Vec::new();
+        let n = timeline::settle(conn, &res, now, &mut batch).await?;
+        events::publish(conn, now, batch).await?;
+        Ok(n as u64)
+    })
+    .await
 }
 
 /// Tags of a record about a reservation's grant or instance.
@@ -192,14 +209,13 @@ fn tags(region: &str, pool_id: &str, provider: &str, extra: &[(&str, &str)]) -> 
     Value::Object(t)
 }
 
-/// Writes `vm.grant.slot.hours` for every ended, unmetered hour bucket of
-/// every non-cancelled grant, advancing `meteredThrough`. Returns (grants,
-/// records).
-pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
-    let mut conn = pool.get().await?;
+/// One transaction of `vm.grant.slot.hours`: claims up to a batch of
+/// reservations with grants to meter, writes every ended, unmetered hour
+/// bucket of their non-cancelled grants and advances `meteredThrough`. The
+/// `vps.grants` pass calls it until it reports no `more`.
+pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result<Batch> {
     let cutoff = hour_floor(now);
-    let mut totals = (0u64, 0u64);
-    loop {
+    {
         let (grants_done, written) = conn
             .transaction::<_, StorageError, _>(async |conn| {
                 // Claim reservations first: settlement and `end` hold a
@@ -262,11 +278,11 @@ pub async fn meter_grants(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
                 Ok((batch.len() as u64, written))
             })
             .await?;
-        if grants_done == 0 {
-            return Ok(totals);
-        }
-        totals.0 += grants_done;
-        totals.1 += written;
+        Ok(Batch {
+            items: grants_done,
+            records: written,
+            more: grants_done > 0,
+        })
     }
 }
 
@@ -422,67 +438,77 @@ async fn meter_locked(
     write_records(conn, now, &records).await
 }
 
-/// Writes the instance meters for every ended hour bucket from placement
-/// segments. Instances on a reservation are metered under its row lock after
-/// settling it, so no pending take-in or hand-over can change an hour that is
-/// being billed. Returns (instances, records).
-pub async fn meter_instances(pool: &DbPool, now: i64) -> Result<(u64, u64)> {
-    let mut conn = pool.get().await?;
+/// The reservations with live instances to meter before `now`'s hour (by
+/// reservation id, then account id): what the `vps.usage` pass meters, with
+/// [`meter_instances_on`] each, before [`meter_unplaced_batch`].
+pub async fn instance_reservations_due(
+    conn: &mut AsyncPgConnection,
+    now: i64,
+) -> Result<Vec<(String, String)>> {
     let cutoff = hour_floor(now);
-    let mut totals = (0u64, 0u64);
-    // Instances on reservations, one reservation per transaction.
     let on: Vec<(Option<String>, Option<String>)> = instances::table
         .filter(instances::reservation_id.is_not_null())
         .filter(instances::state.ne(InstanceState::Deleted))
         .filter(instances::usage_metered_through.lt(cutoff))
         .select((instances::account_id, instances::reservation_id))
         .distinct()
-        .load(&mut conn)
+        .load(conn)
         .await?;
     let mut keys: Vec<(String, String)> =
         on.into_iter().filter_map(|(a, r)| Some((a?, r?))).collect();
     keys.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
-    for (account_id, reservation_id) in keys {
-        // In batches, each its own transaction, so a long backlog commits
-        // piecemeal and no transaction grows without bound.
-        loop {
-            let (n, w) = conn
-                .transaction::<_, StorageError, _>(async |conn| {
-                    let Some(res) =
-                        locks::reservation_unless_held(conn, &account_id, &reservation_id).await?
-                    else {
-                        return Ok((0, 0));
-                    };
-                    let mut batch_events = Vec::new();
-                    timeline::settle(conn, &res, now, &mut batch_events).await?;
-                    let batch = locks::due_instances_on(conn, &res, cutoff, INSTANCE_BATCH).await?;
-                    let written = meter_locked(conn, &batch, now).await?;
-                    events::publish(conn, now, batch_events).await?;
-                    Ok((batch.len() as u64, written))
-                })
-                .await?;
-            totals.0 += n;
-            totals.1 += w;
-            if n < INSTANCE_BATCH.unsigned_abs() {
-                break;
-            }
-        }
-    }
-    // Everything else: on-demand, stopped without a slot, deleted.
-    loop {
-        let (n, w) = conn
-            .transaction::<_, StorageError, _>(async |conn| {
-                let batch = locks::due_unplaced_instances(conn, cutoff, INSTANCE_BATCH).await?;
-                let written = meter_locked(conn, &batch, now).await?;
-                Ok((batch.len() as u64, written))
-            })
-            .await?;
-        if n == 0 {
-            return Ok(totals);
-        }
-        totals.0 += n;
-        totals.1 += w;
-    }
+    Ok(keys)
+}
+
+/// One transaction of instance meters on one reservation: settles it, then
+/// meters up to a batch of its live instances (in batches so a long backlog
+/// commits piecemeal and no transaction grows without bound). Skipped
+/// (nothing, no `more`) when another transaction holds the reservation.
+pub async fn meter_instances_on(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+    now: i64,
+) -> Result<Batch> {
+    let cutoff = hour_floor(now);
+    let (n, w) = conn
+        .transaction::<_, StorageError, _>(async |conn| {
+            let Some(res) =
+                locks::reservation_unless_held(conn, account_id, reservation_id).await?
+            else {
+                return Ok((0, 0));
+            };
+            let mut batch_events = Vec::new();
+            timeline::settle(conn, &res, now, &mut batch_events).await?;
+            let batch = locks::due_instances_on(conn, &res, cutoff, INSTANCE_BATCH).await?;
+            let written = meter_locked(conn, &batch, now).await?;
+            events::publish(conn, now, batch_events).await?;
+            Ok((batch.len() as u64, written))
+        })
+        .await?;
+    Ok(Batch {
+        items: n,
+        records: w,
+        more: n >= INSTANCE_BATCH.unsigned_abs(),
+    })
+}
+
+/// One transaction of instance meters on no reservation (on demand, stopped
+/// without a slot, deleted with hours left), claimed `SKIP LOCKED`.
+pub async fn meter_unplaced_batch(conn: &mut AsyncPgConnection, now: i64) -> Result<Batch> {
+    let cutoff = hour_floor(now);
+    let (n, w) = conn
+        .transaction::<_, StorageError, _>(async |conn| {
+            let batch = locks::due_unplaced_instances(conn, cutoff, INSTANCE_BATCH).await?;
+            let written = meter_locked(conn, &batch, now).await?;
+            Ok((batch.len() as u64, written))
+        })
+        .await?;
+    Ok(Batch {
+        items: n,
+        records: w,
+        more: n > 0,
+    })
 }
 
 /// A usage record as `usage.list` shows it.
