@@ -7,7 +7,8 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use storage::model::events;
-use storage::ops::{accounts, grants, instances, metering, pools, reservations, tenancy};
+use storage::model::reservation::ReservationRow;
+use storage::ops::{accounts, grants, instances, metering, pools, tenancy};
 
 /// Epoch milliseconds (UTC).
 type Millis = i64;
@@ -113,8 +114,8 @@ pub struct Reservation {
     pub gone_at: Option<Millis>,
 }
 
-impl From<reservations::Reservation> for Reservation {
-    fn from(r: reservations::Reservation) -> Reservation {
+impl From<ReservationRow> for Reservation {
+    fn from(r: ReservationRow) -> Reservation {
         Reservation {
             account_id: r.account_id,
             reservation_id: r.reservation_id,

@@ -93,8 +93,8 @@ impl Op for ReadSql {
 pub struct ListCost {
     /// `storage::ops::grants::list` (SQL, decoding, `Grant::at`).
     pub storage: Duration,
-    /// `serde_json::to_value` then `Value::to_string`, as `handlers::items`
-    /// and `server::json_response` do.
+    /// `serde_json::to_value` then `Value::to_string` (how answers were built
+    /// before the typed views).
     pub via_value: Duration,
     /// `serde_json::to_vec` of the typed grants.
     pub direct: Duration,

@@ -554,7 +554,7 @@ impl Report {
             ));
             out.push((
                 "3",
-                "the same answer's typed grants written straight to bytes (`handlers::items`)"
+                "the same answer's typed grants written straight to bytes (as the views are)"
                     .into(),
                 ms(c.direct),
             ));

@@ -13,16 +13,12 @@ use crate::views::{self, GrantReply, Items};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
-    let m = |method, kind, tenant_rule, summary, endpoint| Method {
+    let m = |method, kind, permission, tenant_rule, summary, endpoint| Method {
         module: "reservationGrants",
         method,
         service_module: "vps",
         kind,
-        permission: if kind == Kind::Read {
-            Permission::QuotasRead
-        } else {
-            Permission::ProvidersManage
-        },
+        permission,
         tenant_rule,
         phase: "v1.0",
         status: "registered",
@@ -35,6 +31,7 @@ pub fn methods() -> Vec<Method> {
         m(
             "create",
             Kind::Mutation,
+            Permission::ProvidersManage,
             TenantRule::RootOnly,
             "Commits slots of a reservation to a tenant (optionally one project) for \
              [startsAt, endsAt).",
@@ -60,6 +57,7 @@ pub fn methods() -> Vec<Method> {
         m(
             "get",
             Kind::Read,
+            Permission::QuotasRead,
             TenantRule::Acting,
             "Returns one grant of the tenant (root, in the root tenant, reads any).",
             endpoint(get),
@@ -68,6 +66,7 @@ pub fn methods() -> Vec<Method> {
         m(
             "list",
             Kind::Read,
+            Permission::QuotasRead,
             TenantRule::Acting,
             "Lists the tenant's grants, newest first; with all, root lists every tenant's.",
             endpoint(list),
@@ -77,6 +76,7 @@ pub fn methods() -> Vec<Method> {
         m(
             "end",
             Kind::Mutation,
+            Permission::ProvidersManage,
             TenantRule::RootOnly,
             "Ends a grant now (cancels it if it has not started).",
             endpoint(end),

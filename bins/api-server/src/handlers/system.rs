@@ -14,6 +14,7 @@ use crate::views::{self, ClockReading, Page};
 #[expect(clippy::too_many_arguments, reason = "one line per registry column")]
 fn method(
     module: &'static str,
+    method: &'static str,
     service_module: &'static str,
     kind: Kind,
     permission: Permission,
@@ -24,13 +25,7 @@ fn method(
 ) -> Method {
     Method {
         module,
-        method: if kind == Kind::Read && module != "clock" {
-            "list"
-        } else if kind == Kind::Read {
-            "get"
-        } else {
-            "set"
-        },
+        method,
         service_module,
         kind,
         permission,
@@ -49,6 +44,7 @@ pub fn methods() -> Vec<Method> {
     vec![
         method(
             "events",
+            "list",
             "events",
             Kind::Read,
             Permission::EventsRead,
@@ -59,6 +55,7 @@ pub fn methods() -> Vec<Method> {
         ),
         method(
             "usage",
+            "list",
             "billing",
             Kind::Read,
             Permission::UsageRead,
@@ -77,6 +74,7 @@ pub fn methods() -> Vec<Method> {
         ),
         method(
             "clock",
+            "get",
             "billing",
             Kind::Read,
             Permission::FleetAdmin,
@@ -87,6 +85,7 @@ pub fn methods() -> Vec<Method> {
         ),
         method(
             "clock",
+            "set",
             "billing",
             Kind::Mutation,
             Permission::FleetAdmin,

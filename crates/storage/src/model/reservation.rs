@@ -1,7 +1,9 @@
 //! `reservations`: a reservation a scan has seen, as stored.
 
 use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use crate::error::Result;
 use crate::model::states::ReservationStatus;
 use crate::schema::reservations;
 
@@ -31,4 +33,20 @@ pub struct ReservationRow {
     pub last_scanned_at: i64,
     /// When a scan found it gone.
     pub gone_at: Option<i64>,
+}
+
+impl ReservationRow {
+    /// Every reservation of an account seen by its scans, by reservation id
+    /// (unlocked; [`crate::locks::account_reservations`] locks them).
+    pub async fn of_account(
+        conn: &mut AsyncPgConnection,
+        account_id: &str,
+    ) -> Result<Vec<ReservationRow>> {
+        Ok(reservations::table
+            .filter(reservations::account_id.eq(account_id))
+            .order(reservations::reservation_id.asc())
+            .select(ReservationRow::as_select())
+            .load(conn)
+            .await?)
+    }
 }

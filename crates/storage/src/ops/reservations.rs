@@ -21,75 +21,14 @@ use crate::ops::instances;
 use crate::ops::timeline::{self};
 use crate::schema::{api_keys, grants, idempotency_keys, pools, provider_accounts, reservations};
 
-/// A reservation as the API shows it.
-#[derive(Debug, Clone)]
-pub struct Reservation {
-    /// The provider account.
-    pub account_id: String,
-    /// The provider's id.
-    pub reservation_id: String,
-    /// Region.
-    pub region: String,
-    /// Zone.
-    pub zone: String,
-    /// Machine type.
-    pub flavor: String,
-    /// Slots.
-    pub total: i64,
-    /// Slots the provider reports in use.
-    pub provider_in_use: i64,
-    /// From the last scan.
-    pub status: ReservationStatus,
-    /// The pool it is bound to.
-    pub pool_id: Option<String>,
-    /// Last scan instant.
-    pub last_scanned_at: i64,
-    /// When a scan found it gone.
-    pub gone_at: Option<i64>,
-}
-
-impl From<ReservationRow> for Reservation {
-    fn from(r: ReservationRow) -> Self {
-        Reservation {
-            account_id: r.account_id,
-            reservation_id: r.reservation_id,
-            region: r.region,
-            zone: r.zone,
-            flavor: r.flavor,
-            total: r.total,
-            provider_in_use: r.provider_in_use,
-            status: r.status,
-            pool_id: r.pool_id,
-            last_scanned_at: r.last_scanned_at,
-            gone_at: r.gone_at,
-        }
-    }
-}
-
-async fn rows_of_account(
-    conn: &mut AsyncPgConnection,
-    account_id: &str,
-) -> Result<Vec<ReservationRow>> {
-    Ok(reservations::table
-        .filter(reservations::account_id.eq(account_id))
-        .order(reservations::reservation_id.asc())
-        .select(ReservationRow::as_select())
-        .load(conn)
-        .await?)
-}
-
 /// `providerAccounts.listReservations`.
 pub async fn list(
     conn: &mut AsyncPgConnection,
     tenant: &str,
     account_id: &str,
-) -> Result<Vec<Reservation>> {
+) -> Result<Vec<ReservationRow>> {
     accounts::get(conn, tenant, account_id).await?;
-    Ok(rows_of_account(conn, account_id)
-        .await?
-        .into_iter()
-        .map(Reservation::from)
-        .collect())
+    ReservationRow::of_account(conn, account_id).await
 }
 
 /// What one scan changed.
@@ -494,7 +433,7 @@ pub async fn scan(
     tenant: &str,
     account_id: &str,
     factory: &ProviderFactory,
-) -> Result<(ScanOutcome, Vec<Reservation>)> {
+) -> Result<(ScanOutcome, Vec<ReservationRow>)> {
     let claim = {
         let mut conn = pool.get().await?;
         // An explicit claim is refused only when the account is gone.
@@ -504,11 +443,7 @@ pub async fn scan(
     };
     let outcome = run_scan(pool, clock, root, &claim, factory).await?;
     let mut conn = pool.get().await?;
-    let items = rows_of_account(&mut conn, account_id)
-        .await?
-        .into_iter()
-        .map(Reservation::from)
-        .collect();
+    let items = ReservationRow::of_account(&mut conn, account_id).await?;
     Ok((outcome, items))
 }
 
@@ -520,7 +455,7 @@ pub async fn bind(
     account_id: &str,
     reservation_id: &str,
     pool_id: &str,
-) -> Result<Reservation> {
+) -> Result<ReservationRow> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, root, account_id).await?;
         let res = locks::reservation(conn, account_id, reservation_id)
@@ -541,7 +476,7 @@ pub async fn bind(
         }
         if let Some(bound) = &res.pool_id {
             if bound == pool_id {
-                return Ok(Reservation::from(res));
+                return Ok(res);
             }
             return Err(StorageError::invalid_state(format!(
                 "the reservation is bound to pool {bound}; unbind it first"
@@ -572,7 +507,7 @@ pub async fn bind(
             .get_result(conn)
             .await?;
         tracing::info!(reservation = %reservation_id, pool = %pool_id, "reservation bound");
-        Ok(Reservation::from(row))
+        Ok(row)
     })
     .await
 }
@@ -605,7 +540,7 @@ pub async fn unbind(
     account_id: &str,
     reservation_id: &str,
     now: i64,
-) -> Result<Reservation> {
+) -> Result<ReservationRow> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, tenant, account_id).await?;
         let res = locks::reservation(conn, account_id, reservation_id)
@@ -619,7 +554,7 @@ pub async fn unbind(
             .with("grantIds", live));
         }
         if res.pool_id.is_none() {
-            return Ok(Reservation::from(res));
+            return Ok(res);
         }
         let row = diesel::update(reservations::table.find((account_id, reservation_id)))
             .set(reservations::pool_id.eq(None::<String>))
@@ -627,7 +562,7 @@ pub async fn unbind(
             .get_result(conn)
             .await?;
         tracing::info!(reservation = %reservation_id, "reservation unbound");
-        Ok(Reservation::from(row))
+        Ok(row)
     })
     .await
 }
