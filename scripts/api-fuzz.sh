@@ -40,6 +40,7 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 
+export PYTHONPATH="$root/scripts" SCHEMATHESIS_HOOKS=schemathesis_hooks
 "$venv/bin/schemathesis" --config-file scripts/schemathesis.toml run docs/api/openapi.json \
   --url "http://$BC_LISTEN" \
   --header "Authorization: Bearer $BC_BOOTSTRAP_TOKEN" \

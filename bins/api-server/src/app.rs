@@ -5,6 +5,7 @@ use iam_check::{Decision, RootOption};
 use serde_json::Value;
 use storage::Clock;
 use storage::db::{Conn, DbPool};
+use storage::model::idempotency::KeyedRequest;
 
 use crate::metrics::Metrics;
 use crate::registry::{Call, Registry};
@@ -68,5 +69,16 @@ impl Call {
     /// The idempotency identity of this (creating) request.
     pub fn request_hash(&self) -> Vec<u8> {
         storage::ids::request_hash(&self.input)
+    }
+
+    /// The client's idempotency `key` for this request of the acting tenant,
+    /// with the request's `hash` ([`Call::request_hash`]).
+    pub fn keyed<'a>(&'a self, key: &'a str, hash: &'a [u8]) -> KeyedRequest<'a> {
+        KeyedRequest {
+            tenant_id: self.tenant(),
+            method: &self.name,
+            key,
+            request_hash: hash,
+        }
     }
 }

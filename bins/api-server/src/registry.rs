@@ -148,10 +148,65 @@ pub const COMMON_ERRORS: [Code; 6] = [
     Code::Unavailable,
 ];
 
+/// What the methods of one source-document module share: its name, the phase
+/// they are in and the codes they answer unless a method says otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct Service {
+    /// The module (`vps`, `capacity`, `iam`, `billing`, `events`).
+    pub name: &'static str,
+    /// Phase (`v1.0`).
+    pub phase: &'static str,
+    /// Codes beyond [`COMMON_ERRORS`].
+    pub errors: &'static [Code],
+}
+
+impl Service {
+    /// The method `module.method` of this service: the tenant pre-check is
+    /// [`TenantRule::Acting`] and the example `{"tenantId": "acme"}` unless
+    /// [`Method::tenant_rule`] and [`Method::example`] say otherwise.
+    pub fn method(
+        &self,
+        module: &'static str,
+        method: &'static str,
+        kind: Kind,
+        permission: Permission,
+        summary: &'static str,
+        endpoint: Endpoint,
+    ) -> Method {
+        Method {
+            module,
+            method,
+            service_module: self.name,
+            kind,
+            permission,
+            tenant_rule: TenantRule::Acting,
+            phase: self.phase,
+            status: "registered",
+            summary,
+            endpoint,
+            errors: self.errors,
+            example: json!({ "tenantId": "acme" }),
+        }
+    }
+}
+
 impl Method {
     /// The method's input fields, `tenantId` first.
     pub fn fields(&self) -> &[Field] {
         &self.endpoint.fields
+    }
+
+    /// The same method with another tenant pre-check.
+    pub fn tenant_rule(self, tenant_rule: TenantRule) -> Method {
+        Method {
+            tenant_rule,
+            ..self
+        }
+    }
+
+    /// The same method in another phase.
+    pub fn phase(self, phase: &'static str) -> Method {
+        Method { phase, ..self }
     }
 
     /// The same method answering also `errors`.

@@ -7,8 +7,9 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use storage::model::events;
+use storage::model::instance::InstanceRow;
 use storage::model::reservation::ReservationRow;
-use storage::ops::{accounts, grants, instances, metering, pools, tenancy};
+use storage::ops::{accounts, grants, metering, pools, tenancy};
 
 /// Epoch milliseconds (UTC).
 type Millis = i64;
@@ -64,21 +65,22 @@ pub struct Grant {
 
 impl From<grants::Grant> for Grant {
     fn from(g: grants::Grant) -> Grant {
+        let r = g.row;
         Grant {
-            grant_id: g.grant_id,
-            account_id: g.account_id,
-            reservation_id: g.reservation_id,
-            pool_id: g.pool_id,
-            tenant_id: g.tenant_id,
-            project_id: g.project_id,
-            slots: g.slots,
-            starts_at: g.starts_at,
-            ends_at: g.ends_at,
-            state: g.state,
+            grant_id: r.grant_id,
+            account_id: r.account_id,
+            reservation_id: r.reservation_id,
+            pool_id: r.pool_id,
+            tenant_id: r.tenant_id,
+            project_id: r.project_id,
+            slots: r.slots,
+            starts_at: r.starts_at,
+            ends_at: r.ends_at,
+            state: g.state.as_str(),
             reason: g.reason,
-            created_at: g.created_at,
+            created_at: r.created_at,
             ended_at: g.ended_at,
-            metered_through: g.metered_through,
+            metered_through: r.metered_through,
         }
     }
 }
@@ -404,8 +406,8 @@ pub struct Instance {
     pub created_at: Millis,
 }
 
-impl From<instances::Instance> for Instance {
-    fn from(i: instances::Instance) -> Instance {
+impl From<InstanceRow> for Instance {
+    fn from(i: InstanceRow) -> Instance {
         Instance {
             instance_id: i.instance_id,
             tenant_id: i.tenant_id,
@@ -413,12 +415,12 @@ impl From<instances::Instance> for Instance {
             pool_id: i.pool_id,
             flavor: i.flavor,
             name: i.name,
-            billing: i.billing,
+            billing: i.billing.as_str().to_owned(),
             state: i.state.as_str(),
             placement: Placement {
-                kind: i.placement.kind,
-                grant_id: i.placement.grant_id,
-                reservation_id: i.placement.reservation_id,
+                kind: i.placement_kind,
+                grant_id: i.grant_id,
+                reservation_id: i.reservation_id,
             },
             created_at: i.created_at,
         }

@@ -23,18 +23,18 @@
 
 use std::sync::Arc;
 
-use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::{Value, json};
-use storage::model::idempotency::KeyedRequest;
-use storage::model::instance::InstanceRow;
-use storage::model::{grant::GrantRow, reservation::ReservationRow};
-use storage::ops::accounts::Account;
-use storage::schema::{
-    events, grants, idempotency_keys as ik, instances, placement_segments as seg, pool_offers,
-    pools, provider_accounts as pa, quotas, reservations, tenants,
-};
+use storage::locks;
+use storage::model::events::{self, NewEvent};
+use storage::model::grant::{GrantRow, NewGrantRow};
+use storage::model::idempotency::{self, Claim, KeyedRequest};
+use storage::model::instance::{InstanceRow, NewInstanceRow};
+use storage::model::quota;
+use storage::model::reservation::ReservationRow;
+use storage::model::states::{InstanceBilling, InstanceState, ReservationStatus};
+use storage::ops::instances::{self, Target};
+use storage::ops::{accounts, grants, pools, timeline};
 
 use crate::load::Op;
 use crate::setup::{FLAVOR, HOUR_MS, InstTarget, Platform, TENANT};
@@ -203,157 +203,60 @@ impl Op for InstanceStorage {
     }
 }
 
-/// The idempotency claim (`idempotency::claim`, new key).
+/// The error of a storage building block, for the bench's `anyhow` flow.
+fn sql(e: storage::StorageError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+/// `idempotency::claim` of a new key.
 async fn claim(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    method: &str,
-    key: &str,
-    hash: &[u8],
+    key: KeyedRequest<'_>,
     object_id: &str,
     now: i64,
 ) -> anyhow::Result<()> {
-    let inserted = diesel::insert_into(ik::table)
-        .values((
-            ik::tenant_id.eq(tenant),
-            ik::method.eq(method),
-            ik::idem_key.eq(key),
-            ik::request_hash.eq(hash),
-            ik::object_id.eq(object_id),
-            ik::created_at.eq(now),
-        ))
-        .on_conflict_do_nothing()
-        .execute(conn)
-        .await?;
-    anyhow::ensure!(inserted == 1, "idempotency key {key} already used");
-    Ok(())
-}
-
-/// `locks::tenant_shared`: the tenant's row `FOR SHARE`, which must be
-/// active (`locks::named_tenant`, `locks::acting_tenant`).
-async fn lock_tenant(conn: &mut AsyncPgConnection, tenant: &str) -> anyhow::Result<()> {
-    let state: Option<String> = tenants::table
-        .find(tenant)
-        .select(tenants::state)
-        .for_share()
-        .first(conn)
+    let claim = idempotency::claim(conn, key, object_id, now)
         .await
-        .optional()?;
+        .map_err(sql)?;
     anyhow::ensure!(
-        state.as_deref() == Some("active"),
-        "tenant {tenant} not active"
+        matches!(claim, Claim::New),
+        "idempotency key {} already used",
+        key.key
     );
     Ok(())
 }
 
-/// `pools::is_visible` for a tenant other than root: the offer count.
-async fn offered(conn: &mut AsyncPgConnection, pool_id: &str, tenant: &str) -> anyhow::Result<()> {
-    let n: i64 = pool_offers::table
-        .filter(pool_offers::pool_id.eq(pool_id))
-        .filter(pool_offers::tenant_id.eq(tenant))
-        .count()
-        .get_result(conn)
-        .await?;
-    anyhow::ensure!(n > 0, "pool {pool_id} not offered to {tenant}");
-    Ok(())
-}
-
-/// `locks::reservation`.
+/// `locks::reservation`, which must exist and be ready.
 async fn lock_reservation(
     conn: &mut AsyncPgConnection,
     account_id: &str,
     reservation_id: &str,
 ) -> anyhow::Result<ReservationRow> {
-    Ok(reservations::table
-        .find((account_id, reservation_id))
-        .select(ReservationRow::as_select())
-        .for_update()
-        .first(conn)
-        .await?)
+    let res = locks::reservation(conn, account_id, reservation_id)
+        .await
+        .map_err(sql)?
+        .ok_or_else(|| anyhow::anyhow!("no reservation {reservation_id}"))?;
+    anyhow::ensure!(
+        res.status == ReservationStatus::Ready,
+        "reservation not ready"
+    );
+    Ok(res)
 }
 
-/// `locks::open_grants` (row-locked, after the reservation).
-async fn open_grants(
-    conn: &mut AsyncPgConnection,
-    res: &ReservationRow,
-) -> anyhow::Result<Vec<GrantRow>> {
-    Ok(grants::table
-        .filter(grants::account_id.eq(&res.account_id))
-        .filter(grants::reservation_id.eq(&res.reservation_id))
-        .filter(grants::settled_state.eq_any(["scheduled", "active"]))
-        .order((grants::starts_at.asc(), grants::grant_id.asc()))
-        .select(GrantRow::as_select())
-        .for_update()
-        .load(conn)
-        .await?)
-}
-
-/// `instances::seated`.
-async fn seated(
-    conn: &mut AsyncPgConnection,
-    res: &ReservationRow,
-) -> anyhow::Result<Vec<InstanceRow>> {
-    Ok(instances::table
-        .filter(instances::account_id.eq(&res.account_id))
-        .filter(instances::reservation_id.eq(&res.reservation_id))
-        .filter(instances::state.ne("deleted"))
-        .order((instances::created_at.asc(), instances::instance_id.asc()))
-        .select(InstanceRow::as_select())
-        .load(conn)
-        .await?)
-}
-
-/// `timeline::settle` without the pure step: the reads (no transition is
-/// due in these workloads, so it writes nothing).
+/// `timeline::settle` without the pure step: its reads, `locks::open_grants`
+/// then the seated instances (no transition is due in these workloads, so it
+/// writes nothing).
 async fn settle_reads(conn: &mut AsyncPgConnection, res: &ReservationRow) -> anyhow::Result<()> {
-    let open = open_grants(conn, res).await?;
+    let open = locks::open_grants(conn, res).await.map_err(sql)?;
     if !open.is_empty() {
-        seated(conn, res).await?;
+        InstanceRow::seated(conn, res).await.map_err(sql)?;
     }
     Ok(())
 }
 
-#[derive(QueryableByName)]
-struct Head {
-    #[diesel(sql_type = BigInt)]
-    last_seq: i64,
-}
-
-/// `events::publish` of one event.
-async fn publish_one(
-    conn: &mut AsyncPgConnection,
-    tenant: &str,
-    event_type: &str,
-    data: &Value,
-    now: i64,
-) -> anyhow::Result<()> {
-    let head: Head = diesel::sql_query(
-        "INSERT INTO event_heads (tenant_id, last_seq) VALUES ($1, $2) \
-         ON CONFLICT (tenant_id) \
-         DO UPDATE SET last_seq = event_heads.last_seq + EXCLUDED.last_seq \
-         RETURNING last_seq",
-    )
-    .bind::<Text, _>(tenant)
-    .bind::<BigInt, _>(1i64)
-    .get_result(conn)
-    .await?;
-    let rows = vec![(
-        events::tenant_id.eq(tenant),
-        events::seq.eq(head.last_seq),
-        events::event_id.eq(storage::ids::new_id("evt", now)),
-        events::event_type.eq(event_type),
-        events::data.eq(data),
-        events::occurred_at.eq(now),
-    )];
-    diesel::insert_into(events::table)
-        .values(rows)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 /// The statements of `reservationGrants.create` (a new key, a grantee
-/// other than root, no project, a term in the future).
+/// other than root, no project, a term in the future), composed from the
+/// storage building blocks `grants::create` calls, without its pure checks.
 pub struct GrantSql {
     /// Its connection.
     pub conn: AsyncPgConnection,
@@ -370,84 +273,59 @@ impl Op for GrantSql {
         self.conn
             .transaction::<_, anyhow::Error, _>(async move |conn| {
                 let id = storage::ids::new_id("rgrant", now);
-                let method = "reservationGrants.create";
-                claim(conn, ROOT, method, &key, &hash, &id, now).await?;
+                let keyed = KeyedRequest {
+                    tenant_id: ROOT,
+                    method: "reservationGrants.create",
+                    key: &key,
+                    request_hash: &hash,
+                };
+                claim(conn, keyed, &id, now).await?;
                 // the grantee's row first (the lock order)
-                lock_tenant(conn, TENANT).await?;
-                // accounts::get
-                let _account: Account = pa::table
-                    .find(&c.account_id)
-                    .filter(pa::tenant_id.eq(ROOT))
-                    .select(Account::as_select())
-                    .first(conn)
-                    .await?;
+                locks::named_tenant(conn, TENANT).await.map_err(sql)?;
+                accounts::get(conn, ROOT, &c.account_id)
+                    .await
+                    .map_err(sql)?;
                 let res = lock_reservation(conn, &c.account_id, &c.reservation_id).await?;
-                anyhow::ensure!(
-                    res.status == storage::model::states::ReservationStatus::Ready,
-                    "reservation not ready"
-                );
                 let pool_id = res
                     .pool_id
                     .clone()
                     .ok_or_else(|| anyhow::anyhow!("reservation not bound"))?;
-                offered(conn, &pool_id, TENANT).await?;
+                let offered = pools::is_visible(conn, TENANT, ROOT, &pool_id)
+                    .await
+                    .map_err(sql)?;
+                anyhow::ensure!(offered, "pool {pool_id} not offered to {TENANT}");
                 settle_reads(conn, &res).await?;
-                // grants::commitments
-                let _commitments: Vec<(i64, i64, i32)> = grants::table
-                    .filter(grants::account_id.eq(&res.account_id))
-                    .filter(grants::reservation_id.eq(&res.reservation_id))
-                    .filter(grants::settled_state.ne("cancelled"))
-                    .select((grants::starts_at, grants::ends_at, grants::slots))
-                    .load(conn)
-                    .await?;
-                let row: GrantRow = diesel::insert_into(grants::table)
-                    .values((
-                        grants::grant_id.eq(&id),
-                        grants::account_id.eq(&c.account_id),
-                        grants::reservation_id.eq(&c.reservation_id),
-                        grants::pool_id.eq(&pool_id),
-                        grants::tenant_id.eq(TENANT),
-                        grants::project_id.eq(None::<&str>),
-                        grants::slots.eq(1),
-                        grants::starts_at.eq(c.starts_at),
-                        grants::ends_at.eq(c.ends_at),
-                        grants::settled_state.eq("scheduled"),
-                        grants::created_at.eq(now),
-                        grants::metered_through.eq(c.starts_at),
-                    ))
-                    .returning(GrantRow::as_returning())
-                    .get_result(conn)
-                    .await?;
-                let data = row.event_data(None);
+                grants::commitments(conn, &res.account_id, &res.reservation_id)
+                    .await
+                    .map_err(sql)?;
+                let new = NewGrantRow {
+                    grant_id: &id,
+                    account_id: &c.account_id,
+                    reservation_id: &c.reservation_id,
+                    pool_id: &pool_id,
+                    tenant_id: TENANT,
+                    project_id: None,
+                    slots: 1,
+                    starts_at: c.starts_at,
+                    ends_at: c.ends_at,
+                    created_at: now,
+                };
+                let row = GrantRow::insert(conn, new).await.map_err(sql)?;
+                let created = "reservation-grant.created";
+                let event = NewEvent::new(TENANT, created, row.event_data(None), now);
                 // The term is in the future: create settles only once.
-                publish_one(conn, TENANT, "reservation-grant.created", &data, now).await?;
-                let _reloaded: GrantRow = grants::table
-                    .find(&id)
-                    .select(GrantRow::as_select())
-                    .first(conn)
-                    .await?;
+                events::publish(conn, now, vec![event]).await.map_err(sql)?;
+                GrantRow::find(conn, &id).await.map_err(sql)?;
                 Ok(())
             })
             .await
     }
 }
 
-/// `quotas_core::instance_charges`: one instance and its flavor's vCPUs,
-/// memory and GPUs, the zero amounts left out.
-fn instance_charges(f: &storage::ops::pools::Flavor) -> Vec<(&'static str, i64)> {
-    [
-        ("instances", 1),
-        ("vcpus", f.vcpus),
-        ("memoryGib", f.memory_gib),
-        ("gpus", f.gpus),
-    ]
-    .into_iter()
-    .filter(|(_, amount)| *amount > 0)
-    .collect()
-}
-
 /// The statements of `instances.create` (a new key, no project, placed in
-/// the tenant's grant on the pool's one reservation; it publishes no event).
+/// the tenant's grant on the pool's one reservation; it publishes no event),
+/// composed from the storage building blocks `instances::create` calls,
+/// without its pure decisions (`quotas_core::charge`, `grants_core::place_on`).
 pub struct InstanceSql {
     /// Its connection.
     pub conn: AsyncPgConnection,
@@ -466,164 +344,82 @@ impl Op for InstanceSql {
                 let target = c.target(i);
                 let pool_id = target.pool_id.as_str();
                 let id = storage::ids::new_id("inst", now);
-                claim(conn, TENANT, "instances.create", &key, &hash, &id, now).await?;
+                let keyed = KeyedRequest {
+                    tenant_id: TENANT,
+                    method: "instances.create",
+                    key: &key,
+                    request_hash: &hash,
+                };
+                claim(conn, keyed, &id, now).await?;
                 // the acting tenant's row first (the lock order)
-                lock_tenant(conn, TENANT).await?;
-                // pools::get: is_visible, pool_row, offered_to
-                offered(conn, pool_id, TENANT).await?;
-                type PoolRow = (String, String, String, String, String, Value, i64);
-                let pool: PoolRow = pools::table
-                    .find(pool_id)
-                    .select((
-                        pools::pool_id,
-                        pools::name,
-                        pools::region,
-                        pools::provider,
-                        pools::account_id,
-                        pools::flavors,
-                        pools::created_at,
-                    ))
-                    .first(conn)
-                    .await?;
-                let _offered: Vec<String> = pool_offers::table
-                    .filter(pool_offers::pool_id.eq(pool_id))
-                    .order(pool_offers::tenant_id.asc())
-                    .select(pool_offers::tenant_id)
-                    .load(conn)
-                    .await?;
-                let flavors: Vec<storage::ops::pools::Flavor> = serde_json::from_value(pool.5)?;
-                let f = flavors
-                    .iter()
-                    .find(|f| f.name == FLAVOR)
+                locks::acting_tenant(conn, TENANT).await.map_err(sql)?;
+                let pool = pools::get(conn, TENANT, ROOT, pool_id).await.map_err(sql)?;
+                let f = pool
+                    .flavor(FLAVOR)
                     .ok_or_else(|| anyhow::anyhow!("no flavor"))?;
-                let charges = instance_charges(f);
-                let resources: Vec<&str> = charges.iter().map(|c| c.0).collect();
-                // locks::quota_rows
-                let rows: Vec<(String, i64, i64)> = quotas::table
-                    .filter(quotas::tenant_id.eq(TENANT))
-                    .filter(quotas::pool_id.eq(pool_id))
-                    .filter(quotas::resource.eq_any(&resources))
-                    .order(quotas::resource.asc())
-                    .select((quotas::resource, quotas::max_value, quotas::used))
-                    .for_update()
-                    .load(conn)
-                    .await?;
+                let charges = quotas_core::instance_charges(f.vcpus, f.memory_gib, f.gpus);
+                let resources: Vec<&str> = charges.iter().map(|c| c.resource.as_str()).collect();
+                let rows = locks::quota_rows(conn, TENANT, pool_id, &resources)
+                    .await
+                    .map_err(sql)?;
                 // decide: the candidates, the hint of where the tenant has a
                 // live grant, then the first candidate locked, settled, viewed
-                let candidates: Vec<(String, String)> = reservations::table
-                    .filter(reservations::pool_id.eq(pool_id))
-                    .filter(reservations::flavor.eq(FLAVOR))
-                    .filter(reservations::status.eq("ready"))
-                    .order((
-                        reservations::reservation_id.asc(),
-                        reservations::account_id.asc(),
-                    ))
-                    .select((reservations::account_id, reservations::reservation_id))
-                    .load(conn)
-                    .await?;
-                // granted_candidates
-                let _granted: Vec<(String, String)> = grants::table
-                    .filter(grants::tenant_id.eq(TENANT))
-                    .filter(grants::settled_state.eq_any(["scheduled", "active"]))
-                    .filter(grants::starts_at.le(now))
-                    .filter(grants::ends_at.gt(now))
-                    .select((grants::account_id, grants::reservation_id))
-                    .load(conn)
-                    .await?;
+                let candidates = ReservationRow::candidates(conn, pool_id, FLAVOR)
+                    .await
+                    .map_err(sql)?;
+                GrantRow::live_reservations_of(conn, TENANT, now)
+                    .await
+                    .map_err(sql)?;
                 let (account_id, reservation_id) = candidates
                     .into_iter()
                     .next()
                     .ok_or_else(|| anyhow::anyhow!("no candidate"))?;
                 anyhow::ensure!(reservation_id == target.reservation_id, "wrong reservation");
                 let res = lock_reservation(conn, &account_id, &reservation_id).await?;
-                anyhow::ensure!(
-                    res.status == storage::model::states::ReservationStatus::Ready,
-                    "reservation not ready"
-                );
                 settle_reads(conn, &res).await?;
-                // view: seated, timeline::live_grants
-                seated(conn, &res).await?;
-                let live = open_grants(conn, &res).await?;
+                // the placement view: seated, live grants
+                InstanceRow::seated(conn, &res).await.map_err(sql)?;
+                let live = timeline::live_grants(conn, &res, now).await.map_err(sql)?;
                 let grant_id = live
                     .iter()
                     .find(|g| g.tenant_id == TENANT)
                     .map(|g| g.grant_id.clone())
                     .ok_or_else(|| anyhow::anyhow!("no live grant"))?;
                 anyhow::ensure!(grant_id == target.grant_id, "wrong grant");
-                // write_quota_rows: the rows whose use changes
+                // the quota rows whose use changes
                 for (resource, _max, used) in &rows {
-                    let amount = charges.iter().find(|c| c.0 == resource).map_or(0, |c| c.1);
+                    let amount = charges
+                        .iter()
+                        .find(|c| &c.resource == resource)
+                        .map_or(0, |c| c.amount);
                     if amount == 0 {
                         continue;
                     }
-                    diesel::update(quotas::table.find((TENANT, pool_id, resource)))
-                        .set(quotas::used.eq(used + amount))
-                        .execute(conn)
-                        .await?;
+                    quota::set_used(conn, TENANT, pool_id, resource, used + amount)
+                        .await
+                        .map_err(sql)?;
                 }
-                let row: InstanceRow = diesel::insert_into(instances::table)
-                    .values((
-                        instances::instance_id.eq(&id),
-                        instances::tenant_id.eq(TENANT),
-                        instances::project_id.eq(None::<&str>),
-                        instances::pool_id.eq(pool_id),
-                        instances::flavor.eq(FLAVOR),
-                        instances::name.eq(&id),
-                        instances::billing.eq("standard"),
-                        instances::state.eq("running"),
-                        instances::placement_kind.eq("none"),
-                        instances::created_at.eq(now),
-                        instances::usage_metered_through.eq(now),
-                    ))
-                    .returning(InstanceRow::as_returning())
-                    .get_result(conn)
-                    .await?;
-                // place_at
-                diesel::update(instances::table.find(&row.instance_id))
-                    .set((
-                        instances::placement_kind.eq("grant"),
-                        instances::grant_id.eq(Some(grant_id.as_str())),
-                        instances::account_id.eq(Some(account_id.as_str())),
-                        instances::reservation_id.eq(Some(reservation_id.as_str())),
-                        instances::state.eq("running"),
-                        instances::deleted_at.eq(row.deleted_at),
-                    ))
-                    .execute(conn)
-                    .await?;
-                diesel::update(
-                    seg::table
-                        .filter(seg::instance_id.eq(&row.instance_id))
-                        .filter(seg::to_ms.is_null())
-                        .filter(seg::from_ms.lt(now)),
-                )
-                .set(seg::to_ms.eq(now))
-                .execute(conn)
-                .await?;
-                diesel::delete(
-                    seg::table
-                        .filter(seg::instance_id.eq(&row.instance_id))
-                        .filter(seg::to_ms.is_null()),
-                )
-                .execute(conn)
-                .await?;
-                diesel::insert_into(seg::table)
-                    .values((
-                        seg::instance_id.eq(&row.instance_id),
-                        seg::from_ms.eq(now),
-                        seg::kind.eq("grant"),
-                        seg::running.eq(true),
-                        seg::grant_id.eq(Some(grant_id.as_str())),
-                        seg::account_id.eq(Some(account_id.as_str())),
-                        seg::reservation_id.eq(Some(reservation_id.as_str())),
-                    ))
-                    .execute(conn)
-                    .await?;
+                let new = NewInstanceRow {
+                    instance_id: &id,
+                    tenant_id: TENANT,
+                    project_id: None,
+                    pool_id,
+                    flavor: FLAVOR,
+                    name: &id,
+                    billing: InstanceBilling::Standard,
+                    created_at: now,
+                };
+                let row = InstanceRow::insert(conn, new).await.map_err(sql)?;
+                let seat = Target::Grant {
+                    grant_id,
+                    account_id,
+                    reservation_id,
+                };
+                instances::place_at(conn, &row, &seat, InstanceState::Running, now)
+                    .await
+                    .map_err(sql)?;
                 // instances::get
-                let _reloaded: InstanceRow = instances::table
-                    .find(&id)
-                    .select(InstanceRow::as_select())
-                    .first(conn)
-                    .await?;
+                InstanceRow::find(conn, &id).await.map_err(sql)?;
                 Ok(())
             })
             .await

@@ -10,10 +10,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::prelude::*;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::AsyncPgConnection;
+use storage::Clock;
 use storage::model::grant::GrantRow;
-use storage::schema::{api_keys, grants, manual_clock, tenants};
+use storage::ops::tenancy;
 
 use crate::load::Op;
 use crate::setup::TENANT;
@@ -36,51 +36,22 @@ pub struct ReadSql {
 impl Op for ReadSql {
     async fn run(&mut self, i: u64) -> anyhow::Result<()> {
         let conn = &mut self.conn;
+        let sql = |e: storage::StorageError| anyhow::anyhow!("{e}");
         if self.full {
-            // tenancy::authenticate
-            let hash = storage::ids::hash_secret(&self.secret);
-            type KeyRow = (String, String, String, Option<String>, Vec<u8>);
-            let key: Option<KeyRow> = api_keys::table
-                .inner_join(tenants::table)
-                .filter(api_keys::secret_hash.eq(&hash))
-                .filter(api_keys::revoked_at.is_null())
-                .filter(tenants::state.eq("active"))
-                .select((
-                    api_keys::key_id,
-                    api_keys::tenant_id,
-                    api_keys::role,
-                    api_keys::account_id,
-                    api_keys::secret_hash,
-                ))
-                .first(conn)
+            let key = tenancy::authenticate(conn, &self.secret)
                 .await
-                .optional()?;
+                .map_err(sql)?;
             anyhow::ensure!(key.is_some(), "unknown key");
-            // Clock::Manual.now
-            let _now: i64 = manual_clock::table
-                .select(manual_clock::now_ms)
-                .first(conn)
-                .await?;
+            Clock::Manual.now(conn).await.map_err(sql)?;
         }
         if self.list {
             // grants::list
-            let query = grants::table
-                .order((grants::created_at.desc(), grants::grant_id.desc()))
-                .limit(storage::LIST_LIMIT)
-                .select(GrantRow::as_select())
-                .into_boxed()
-                .filter(grants::tenant_id.eq(TENANT));
-            let rows: Vec<GrantRow> = query.load(conn).await?;
+            let rows = GrantRow::newest(conn, Some(TENANT)).await.map_err(sql)?;
             black_box(rows);
         } else {
             // grants::get
             let id = &self.ids[(i as usize) % self.ids.len()];
-            let row: Option<GrantRow> = grants::table
-                .find(id)
-                .select(GrantRow::as_select())
-                .first(conn)
-                .await
-                .optional()?;
+            let row = GrantRow::find(conn, id).await.map_err(sql)?;
             anyhow::ensure!(row.is_some(), "grant {id} not found");
         }
         Ok(())

@@ -4,10 +4,10 @@ use iam_check::{Permission, TenantRule};
 use providers::gce::GceConfig;
 use providers::policy::AccountOwner;
 use serde_json::{Map, Value, json};
-use storage::model::idempotency::KeyedRequest;
 use storage::ops::accounts::{self, NewAccount};
 use storage::ops::reservations;
 
+use super::VPS;
 use super::examples::{ACCOUNT, KEY, POOL, RESERVATION};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
@@ -21,20 +21,15 @@ fn method(
     summary: &'static str,
     endpoint: crate::registry::Endpoint,
 ) -> Method {
-    Method {
-        module: "providerAccounts",
+    VPS.method(
+        "providerAccounts",
         method,
-        service_module: "vps",
         kind,
         permission,
-        tenant_rule: TenantRule::Acting,
-        phase: "v1.0",
-        status: "registered",
         summary,
         endpoint,
-        errors: &[Code::NotFound],
-        example: json!({ "tenantId": "acme", "accountId": ACCOUNT }),
-    }
+    )
+    .example(json!({ "tenantId": "acme", "accountId": ACCOUNT }))
 }
 
 /// The methods of this module.
@@ -141,12 +136,7 @@ async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
         })?;
     let config = config.to_json();
     let hash = call.request_hash();
-    let key = KeyedRequest {
-        tenant_id: call.tenant(),
-        method: &call.name,
-        key: &input.idempotency_key,
-        request_hash: &hash,
-    };
+    let key = call.keyed(&input.idempotency_key, &hash);
     let new = NewAccount {
         tenant_id: call.tenant(),
         name: &input.name,
@@ -200,19 +190,17 @@ pub fn reservation_methods() -> Vec<Method> {
             endpoint(scan),
         )
         .errors(&[Code::NotFound, Code::InvalidState]),
-        Method {
-            // The reservations that serve pools are the platform's: only the
-            // root tenant binds, and so only reservations of its accounts.
-            tenant_rule: TenantRule::RootOnly,
-            ..method(
-                "bindReservation",
-                Kind::Mutation,
-                Permission::ProvidersManage,
-                "Binds a reservation of a root account to a pool of the same region offering its \
-                 flavor (root only).",
-                endpoint(bind),
-            )
-        }
+        // The reservations that serve pools are the platform's: only the
+        // root tenant binds, and so only reservations of its accounts.
+        method(
+            "bindReservation",
+            Kind::Mutation,
+            Permission::ProvidersManage,
+            "Binds a reservation of a root account to a pool of the same region offering its \
+             flavor (root only).",
+            endpoint(bind),
+        )
+        .tenant_rule(TenantRule::RootOnly)
         .errors(&[Code::NotFound, Code::Conflict, Code::InvalidState])
         .example(json!({
             "tenantId": "root",

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use iam_check::{Permission, TenantRule};
 use serde_json::json;
-use storage::model::idempotency::KeyedRequest;
 use storage::ops::pools::{self, Flavor, NewPool};
 
+use super::CAPACITY;
 use super::examples::{ACCOUNT, KEY, POOL};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
@@ -39,20 +39,10 @@ fn method(
     summary: &'static str,
     endpoint: Endpoint,
 ) -> Method {
-    Method {
-        module,
-        method,
-        service_module: "capacity",
-        kind,
-        permission,
-        tenant_rule: TenantRule::Acting,
-        phase,
-        status: "registered",
-        summary,
-        endpoint,
-        errors: &[Code::NotFound],
-        example: json!({ "tenantId": "acme", "poolId": POOL }),
-    }
+    CAPACITY
+        .method(module, method, kind, permission, summary, endpoint)
+        .phase(phase)
+        .example(json!({ "tenantId": "acme", "poolId": POOL }))
 }
 
 /// The methods of this module.
@@ -123,18 +113,16 @@ pub fn methods() -> Vec<Method> {
             "Returns the tenant's quota rows, ordered by pool then resource.",
             endpoint(get_quotas),
         ),
-        Method {
-            tenant_rule: TenantRule::RootCaller,
-            ..method(
-                "quotas",
-                "set",
-                Kind::Mutation,
-                Permission::QuotasManage,
-                "v0.2",
-                "Sets a tenant's maximum for one resource in one pool (raised to used if below).",
-                endpoint(set_quota),
-            )
-        }
+        method(
+            "quotas",
+            "set",
+            Kind::Mutation,
+            Permission::QuotasManage,
+            "v0.2",
+            "Sets a tenant's maximum for one resource in one pool (raised to used if below).",
+            endpoint(set_quota),
+        )
+        .tenant_rule(TenantRule::RootCaller)
         .errors(&[Code::NotFound, Code::InvalidState])
         .example(json!({
             "tenantId": "acme",
@@ -174,12 +162,7 @@ async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiErro
         }
     }
     let hash = call.request_hash();
-    let key = KeyedRequest {
-        tenant_id: call.tenant(),
-        method: &call.name,
-        key: &input.idempotency_key,
-        request_hash: &hash,
-    };
+    let key = call.keyed(&input.idempotency_key, &hash);
     let quotas = input.quotas.unwrap_or_default();
     let new = NewPool {
         name: &input.name,
@@ -228,7 +211,7 @@ input! {
 async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(
-        pools::get(&mut conn, &input.pool_id, call.tenant(), call.root())
+        pools::get(&mut conn, call.tenant(), call.root(), &input.pool_id)
             .await?
             .into(),
     )

@@ -2,9 +2,9 @@
 
 use iam_check::{Permission, RootOption, TenantRule};
 use serde_json::{Value, json};
-use storage::model::idempotency::KeyedRequest;
 use storage::ops::grants::{self, NewGrant};
 
+use super::VPS;
 use super::examples::{ACCOUNT, GRANT, KEY, PROJECT, RESERVATION, T0, T1};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
@@ -13,30 +13,17 @@ use crate::views::{self, GrantReply, Items};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
-    let m = |method, kind, permission, tenant_rule, summary, endpoint| Method {
-        module: "reservationGrants",
-        method,
-        service_module: "vps",
-        kind,
-        permission,
-        tenant_rule,
-        phase: "v1.0",
-        status: "registered",
-        summary,
-        endpoint,
-        errors: &[Code::NotFound],
-        example: json!({ "tenantId": "root" }),
-    };
     vec![
-        m(
+        VPS.method(
+            "reservationGrants",
             "create",
             Kind::Mutation,
             Permission::ProvidersManage,
-            TenantRule::RootOnly,
             "Commits slots of a reservation to a tenant (optionally one project) for \
              [startsAt, endsAt).",
             endpoint(create),
         )
+        .tenant_rule(TenantRule::RootOnly)
         .errors(&[
             Code::NotFound,
             Code::Conflict,
@@ -54,33 +41,34 @@ pub fn methods() -> Vec<Method> {
             "endsAt": T1,
             "idempotencyKey": KEY,
         })),
-        m(
+        VPS.method(
+            "reservationGrants",
             "get",
             Kind::Read,
             Permission::QuotasRead,
-            TenantRule::Acting,
             "Returns one grant of the tenant (root, in the root tenant, reads any).",
             endpoint(get),
         )
         .example(json!({ "tenantId": "acme", "grantId": GRANT })),
-        m(
+        VPS.method(
+            "reservationGrants",
             "list",
             Kind::Read,
             Permission::QuotasRead,
-            TenantRule::Acting,
             "Lists the tenant's grants, newest first; with all, root lists every tenant's.",
             endpoint(list),
         )
         .errors(&[])
         .example(json!({ "tenantId": "acme" })),
-        m(
+        VPS.method(
+            "reservationGrants",
             "end",
             Kind::Mutation,
             Permission::ProvidersManage,
-            TenantRule::RootOnly,
             "Ends a grant now (cancels it if it has not started).",
             endpoint(end),
         )
+        .tenant_rule(TenantRule::RootOnly)
         .errors(&[Code::NotFound, Code::InvalidState])
         .example(json!({ "tenantId": "root", "accountId": ACCOUNT, "grantId": GRANT })),
     ]
@@ -102,12 +90,7 @@ input! {
 
 async fn create(call: Call, input: Create) -> Result<GrantReply, ApiError> {
     let hash = call.request_hash();
-    let key = KeyedRequest {
-        tenant_id: call.tenant(),
-        method: &call.name,
-        key: &input.idempotency_key,
-        request_hash: &hash,
-    };
+    let key = call.keyed(&input.idempotency_key, &hash);
     let new = NewGrant {
         account_id: &input.account_id,
         reservation_id: &input.reservation_id,

@@ -1,11 +1,11 @@
 //! instances (the vps module).
 
 use grants_core::Billing;
-use iam_check::{Permission, RootOption, TenantRule};
+use iam_check::{Permission, RootOption};
 use serde_json::{Value, json};
-use storage::model::idempotency::KeyedRequest;
 use storage::ops::instances::{self, NewInstance};
 
+use super::VPS;
 use super::examples::{INSTANCE, KEY, POOL, PROJECT};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
@@ -13,20 +13,15 @@ use crate::schema::{Ty, idem_key, input, name, pat, typeid};
 use crate::views::{self, InstanceReply, Items};
 
 fn method(method: &'static str, kind: Kind, summary: &'static str, endpoint: Endpoint) -> Method {
-    Method {
-        module: "instances",
+    VPS.method(
+        "instances",
         method,
-        service_module: "vps",
         kind,
-        permission: Permission::InstancesManage,
-        tenant_rule: TenantRule::Acting,
-        phase: "v1.0",
-        status: "registered",
+        Permission::InstancesManage,
         summary,
         endpoint,
-        errors: &[Code::NotFound],
-        example: json!({ "tenantId": "acme", "instanceId": INSTANCE }),
-    }
+    )
+    .example(json!({ "tenantId": "acme", "instanceId": INSTANCE }))
 }
 
 /// The methods of this module.
@@ -125,12 +120,7 @@ async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
         call.allow(RootOption::Unbilled)?;
     }
     let hash = call.request_hash();
-    let key = KeyedRequest {
-        tenant_id: call.tenant(),
-        method: &call.name,
-        key: &input.idempotency_key,
-        request_hash: &hash,
-    };
+    let key = call.keyed(&input.idempotency_key, &hash);
     let new = NewInstance {
         tenant_id: call.tenant(),
         pool_id: &input.pool_id,

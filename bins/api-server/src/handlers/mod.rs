@@ -9,3 +9,41 @@ pub mod grants;
 pub mod instances;
 pub mod system;
 pub mod tenancy;
+
+use crate::error::Code;
+use crate::registry::Service;
+
+/// Grants, instances and provider accounts.
+const VPS: Service = Service {
+    name: "vps",
+    phase: "v1.0",
+    errors: &[Code::NotFound],
+};
+
+/// Pools and quotas.
+const CAPACITY: Service = Service {
+    name: "capacity",
+    phase: "v0.1",
+    errors: &[Code::NotFound],
+};
+
+/// Tenants, projects and API keys.
+const IAM: Service = Service {
+    name: "iam",
+    phase: "v0.1",
+    errors: &[],
+};
+
+/// The event log.
+const EVENTS: Service = Service {
+    name: "events",
+    phase: "v0.1",
+    errors: &[],
+};
+
+/// Usage records and the clock.
+const BILLING: Service = Service {
+    name: "billing",
+    phase: "v0.1",
+    errors: &[],
+};

@@ -1,100 +1,72 @@
 //! events, usage and clock.
 
-use iam_check::{Permission, RootOption, TenantRule};
-use serde_json::{Value, json};
+use iam_check::{Permission, RootOption};
+use serde_json::json;
 use storage::model::events;
 use storage::ops::metering::{self, UsageFilter};
 
 use super::examples::{GRANT, T0, T1};
+use super::{BILLING, EVENTS};
 use crate::error::{ApiError, Code};
-use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
+use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{TenantOnly, Ty, input, instant, int, pat, typeid};
 use crate::views::{self, ClockReading, Page};
-
-#[expect(clippy::too_many_arguments, reason = "one line per registry column")]
-fn method(
-    module: &'static str,
-    method: &'static str,
-    service_module: &'static str,
-    kind: Kind,
-    permission: Permission,
-    phase: &'static str,
-    summary: &'static str,
-    endpoint: Endpoint,
-    example: Value,
-) -> Method {
-    Method {
-        module,
-        method,
-        service_module,
-        kind,
-        permission,
-        tenant_rule: TenantRule::Acting,
-        phase,
-        status: "registered",
-        summary,
-        endpoint,
-        errors: &[],
-        example,
-    }
-}
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
     vec![
-        method(
-            "events",
-            "list",
-            "events",
-            Kind::Read,
-            Permission::EventsRead,
-            "v0.1",
-            "Pages the tenant's events in commit order with an opaque cursor.",
-            endpoint(list_events),
-            json!({ "tenantId": "acme", "limit": 100, "types": ["reservation-grant.created"] }),
-        ),
-        method(
-            "usage",
-            "list",
-            "billing",
-            Kind::Read,
-            Permission::UsageRead,
-            "v1.0",
-            "Pages the tenant's usage records in the order they were recorded (all \
+        EVENTS
+            .method(
+                "events",
+                "list",
+                Kind::Read,
+                Permission::EventsRead,
+                "Pages the tenant's events in commit order with an opaque cursor.",
+                endpoint(list_events),
+            )
+            .example(
+                json!({ "tenantId": "acme", "limit": 100, "types": ["reservation-grant.created"] }),
+            ),
+        BILLING
+            .method(
+                "usage",
+                "list",
+                Kind::Read,
+                Permission::UsageRead,
+                "Pages the tenant's usage records in the order they were recorded (all \
              tenants' with all, root only).",
-            endpoint(list_usage),
-            json!({
+                endpoint(list_usage),
+            )
+            .phase("v1.0")
+            .example(json!({
                 "tenantId": "acme",
                 "from": T0,
                 "to": T1,
                 "meter": "reservation.slot-hours",
                 "grantId": GRANT,
                 "limit": 100,
-            }),
-        ),
-        method(
-            "clock",
-            "get",
-            "billing",
-            Kind::Read,
-            Permission::FleetAdmin,
-            "v0.1",
-            "Returns the server's now and the clock mode.",
-            endpoint(get_clock),
-            json!({ "tenantId": "root" }),
-        ),
-        method(
-            "clock",
-            "set",
-            "billing",
-            Kind::Mutation,
-            Permission::FleetAdmin,
-            "v0.1",
-            "Moves the manual clock forward (BC_CLOCK=manual only).",
-            endpoint(set_clock),
-            json!({ "tenantId": "root", "now": T0 }),
-        )
-        .errors(&[Code::InvalidState]),
+            })),
+        BILLING
+            .method(
+                "clock",
+                "get",
+                Kind::Read,
+                Permission::FleetAdmin,
+                "Returns the server's now and the clock mode.",
+                endpoint(get_clock),
+            )
+            .example(json!({ "tenantId": "root" })),
+        BILLING
+            .method(
+                "clock",
+                "set",
+                Kind::Mutation,
+                Permission::FleetAdmin,
+                "Moves the manual clock forward (BC_CLOCK=manual only).",
+                endpoint(set_clock),
+            )
+            .example(json!({ "tenantId": "root", "now": T0 }))
+            .errors(&[Code::InvalidState]),
     ]
 }
 

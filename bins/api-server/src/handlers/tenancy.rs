@@ -1,45 +1,22 @@
 //! tenants, projects and apiKeys.
 
-use iam_check::{Permission, Role, TenantRule};
+use iam_check::{Permission, Role};
 use serde_json::json;
 use storage::ops::tenancy;
 
+use super::IAM;
 use super::examples::{ACCOUNT, API_KEY};
 use crate::error::{ApiError, Code};
-use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
+use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{TenantOnly, Ty, input, name, tenant_id, typeid};
 use crate::views::{self, ApiKeyReply, CreatedTenant, IssuedKey, Items, ProjectReply, TenantReply};
 
 const ROLES: &[&str] = &["admin", "provider-admin", "member", "viewer"];
 
-fn method(
-    module: &'static str,
-    method: &'static str,
-    kind: Kind,
-    permission: Permission,
-    summary: &'static str,
-    endpoint: Endpoint,
-) -> Method {
-    Method {
-        module,
-        method,
-        service_module: "iam",
-        kind,
-        permission,
-        tenant_rule: TenantRule::Acting,
-        phase: "v0.1",
-        status: "registered",
-        summary,
-        endpoint,
-        errors: &[],
-        example: json!({ "tenantId": "acme" }),
-    }
-}
-
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
     vec![
-        method(
+        IAM.method(
             "tenants",
             "create",
             Kind::Mutation,
@@ -49,7 +26,7 @@ pub fn methods() -> Vec<Method> {
         )
         .errors(&[Code::Conflict])
         .example(json!({ "tenantId": "root", "name": "acme", "displayName": "Acme Corp" })),
-        method(
+        IAM.method(
             "tenants",
             "delete",
             Kind::Mutation,
@@ -59,7 +36,7 @@ pub fn methods() -> Vec<Method> {
         )
         .errors(&[Code::NotFound, Code::InvalidState])
         .example(json!({ "tenantId": "root", "targetTenantId": "acme" })),
-        method(
+        IAM.method(
             "tenants",
             "list",
             Kind::Read,
@@ -68,7 +45,7 @@ pub fn methods() -> Vec<Method> {
             endpoint(list_tenants),
         )
         .example(json!({ "tenantId": "root" })),
-        method(
+        IAM.method(
             "projects",
             "create",
             Kind::Mutation,
@@ -78,7 +55,7 @@ pub fn methods() -> Vec<Method> {
         )
         .errors(&[Code::Conflict])
         .example(json!({ "tenantId": "acme", "name": "web" })),
-        method(
+        IAM.method(
             "projects",
             "list",
             Kind::Read,
@@ -86,7 +63,7 @@ pub fn methods() -> Vec<Method> {
             "Lists the tenant's projects, newest first.",
             endpoint(list_projects),
         ),
-        method(
+        IAM.method(
             "apiKeys",
             "create",
             Kind::Mutation,
@@ -101,7 +78,7 @@ pub fn methods() -> Vec<Method> {
             "role": "provider-admin",
             "accountId": ACCOUNT,
         })),
-        method(
+        IAM.method(
             "apiKeys",
             "list",
             Kind::Read,
@@ -109,7 +86,7 @@ pub fn methods() -> Vec<Method> {
             "Lists the tenant's API keys (never their secrets).",
             endpoint(list_keys),
         ),
-        method(
+        IAM.method(
             "apiKeys",
             "revoke",
             Kind::Mutation,

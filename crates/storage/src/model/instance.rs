@@ -1,10 +1,35 @@
 //! `instances`: an instance as stored, and how settlement sees it.
 
 use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use grants_core::{Billing, Power, Seat, TimelineInstance};
 
+use crate::error::Result;
+use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceBilling, InstanceState};
 use crate::schema::instances;
+
+/// An instance to insert: running, placed nowhere yet, metered from its
+/// creation.
+#[derive(Debug, Clone, Copy)]
+pub struct NewInstanceRow<'a> {
+    /// `inst_...`
+    pub instance_id: &'a str,
+    /// Owner.
+    pub tenant_id: &'a str,
+    /// Project.
+    pub project_id: Option<&'a str>,
+    /// Pool.
+    pub pool_id: &'a str,
+    /// Flavor.
+    pub flavor: &'a str,
+    /// Name.
+    pub name: &'a str,
+    /// Who pays for its hours.
+    pub billing: InstanceBilling,
+    /// Creation instant.
+    pub created_at: i64,
+}
 
 /// An instance row.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -72,5 +97,57 @@ impl InstanceRow {
                 _ => None,
             },
         }
+    }
+
+    /// One instance, unlocked.
+    pub async fn find(
+        conn: &mut AsyncPgConnection,
+        instance_id: &str,
+    ) -> Result<Option<InstanceRow>> {
+        Ok(instances::table
+            .find(instance_id)
+            .select(InstanceRow::as_select())
+            .first(conn)
+            .await
+            .optional()?)
+    }
+
+    /// Inserts a new instance.
+    pub async fn insert(
+        conn: &mut AsyncPgConnection,
+        new: NewInstanceRow<'_>,
+    ) -> Result<InstanceRow> {
+        Ok(diesel::insert_into(instances::table)
+            .values((
+                instances::instance_id.eq(new.instance_id),
+                instances::tenant_id.eq(new.tenant_id),
+                instances::project_id.eq(new.project_id),
+                instances::pool_id.eq(new.pool_id),
+                instances::flavor.eq(new.flavor),
+                instances::name.eq(new.name),
+                instances::billing.eq(new.billing),
+                instances::state.eq(InstanceState::Running),
+                instances::placement_kind.eq("none"),
+                instances::created_at.eq(new.created_at),
+                instances::usage_metered_through.eq(new.created_at),
+            ))
+            .returning(InstanceRow::as_returning())
+            .get_result(conn)
+            .await?)
+    }
+
+    /// The live instances holding a slot of a reservation, oldest first.
+    pub async fn seated(
+        conn: &mut AsyncPgConnection,
+        res: &ReservationRow,
+    ) -> Result<Vec<InstanceRow>> {
+        Ok(instances::table
+            .filter(instances::account_id.eq(&res.account_id))
+            .filter(instances::reservation_id.eq(&res.reservation_id))
+            .filter(instances::state.ne(InstanceState::Deleted))
+            .order((instances::created_at.asc(), instances::instance_id.asc()))
+            .select(InstanceRow::as_select())
+            .load(conn)
+            .await?)
     }
 }

@@ -6,5 +6,6 @@ pub mod events;
 pub mod grant;
 pub mod idempotency;
 pub mod instance;
+pub mod quota;
 pub mod reservation;
 pub mod states;

@@ -49,4 +49,24 @@ impl ReservationRow {
             .load(conn)
             .await?)
     }
+
+    /// A pool's candidate reservations for `flavor` (bound to it, of the
+    /// flavor, ready) as (account, reservation), in lock order, unlocked.
+    pub async fn candidates(
+        conn: &mut AsyncPgConnection,
+        pool_id: &str,
+        flavor: &str,
+    ) -> Result<Vec<(String, String)>> {
+        Ok(reservations::table
+            .filter(reservations::pool_id.eq(pool_id))
+            .filter(reservations::flavor.eq(flavor))
+            .filter(reservations::status.eq(ReservationStatus::Ready))
+            .order((
+                reservations::reservation_id.asc(),
+                reservations::account_id.asc(),
+            ))
+            .select((reservations::account_id, reservations::reservation_id))
+            .load(conn)
+            .await?)
+    }
 }

@@ -126,6 +126,14 @@ impl InstanceBilling {
             InstanceBilling::None => grants_core::Billing::None,
         }
     }
+
+    /// From the core crates' type.
+    pub fn from_core(billing: grants_core::Billing) -> InstanceBilling {
+        match billing {
+            grants_core::Billing::Standard => InstanceBilling::Standard,
+            grants_core::Billing::None => InstanceBilling::None,
+        }
+    }
 }
 
 impl SettledState {

@@ -9,7 +9,7 @@ use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::events::{self, NewEvent};
-use crate::model::grant::GrantRow;
+use crate::model::grant::{GrantRow, NewGrantRow};
 use crate::model::idempotency::{self, Claim, KeyedRequest};
 use crate::model::states::{ReservationStatus, SettledState};
 use crate::ops::accounts;
@@ -21,37 +21,19 @@ use crate::schema::grants;
 /// How far in the past a new grant's `startsAt` may lie.
 pub const MAX_START_IN_PAST_MS: i64 = 5 * 60 * 1000;
 
-/// A grant as the API shows it: its state is the truth at the server's now.
+/// A grant as the API shows it: the row and what is true of it at the
+/// server's now.
 #[derive(Debug, Clone)]
 pub struct Grant {
-    /// `rgrant_...`
-    pub grant_id: String,
-    /// Provider account of the reservation.
-    pub account_id: String,
-    /// The reservation.
-    pub reservation_id: String,
-    /// The reservation's pool.
-    pub pool_id: String,
-    /// The grantee.
-    pub tenant_id: String,
-    /// The one project served.
-    pub project_id: Option<String>,
-    /// Committed slots.
-    pub slots: i32,
-    /// Term start.
-    pub starts_at: i64,
-    /// Term end.
-    pub ends_at: i64,
-    /// `scheduled`, `active`, `ended` or `cancelled`, at now.
-    pub state: &'static str,
+    /// The stored row (its `reason` and `ended_at` are what settlement has
+    /// recorded so far; read the fields below instead).
+    pub row: GrantRow,
+    /// The state at now.
+    pub state: GrantState,
     /// Why it ended or was cancelled.
     pub reason: Option<String>,
-    /// Creation instant.
-    pub created_at: i64,
     /// End or cancellation instant.
     pub ended_at: Option<i64>,
-    /// Slot-hours written up to here.
-    pub metered_through: i64,
 }
 
 impl Grant {
@@ -68,20 +50,10 @@ impl Grant {
             GrantState::Cancelled => (row.reason.clone(), row.ended_at),
         };
         Grant {
-            grant_id: row.grant_id,
-            account_id: row.account_id,
-            reservation_id: row.reservation_id,
-            pool_id: row.pool_id,
-            tenant_id: row.tenant_id,
-            project_id: row.project_id,
-            slots: row.slots,
-            starts_at: row.starts_at,
-            ends_at: row.ends_at,
-            state: state.as_str(),
+            row,
+            state,
             reason,
-            created_at: row.created_at,
             ended_at,
-            metered_through: row.metered_through,
         }
     }
 }
@@ -105,15 +77,6 @@ pub struct NewGrant<'a> {
     pub ends_at: i64,
 }
 
-async fn load(conn: &mut AsyncPgConnection, grant_id: &str) -> Result<Option<GrantRow>> {
-    Ok(grants::table
-        .find(grant_id)
-        .select(GrantRow::as_select())
-        .first(conn)
-        .await
-        .optional()?)
-}
-
 /// `reservationGrants.create`, by root, idempotent under `key`.
 pub async fn create(
     conn: &mut AsyncPgConnection,
@@ -125,7 +88,7 @@ pub async fn create(
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("rgrant", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
-            let row = load(conn, &existing)
+            let row = GrantRow::find(conn, &existing)
                 .await?
                 .ok_or_else(|| StorageError::not_found("grant", &existing))?;
             return Ok(Grant::at(row, now));
@@ -157,7 +120,7 @@ pub async fn create(
             );
         };
         // The grantee may use the pool, and the project is the grantee's.
-        if !pools::is_visible(conn, &pool_id, new.grant_tenant_id, root).await? {
+        if !pools::is_visible(conn, new.grant_tenant_id, root, &pool_id).await? {
             return Err(StorageError::invalid(
                 "grantTenantId",
                 "pool-not-offered",
@@ -214,24 +177,22 @@ pub async fn create(
             .with("total", short.total)
             .with("granted", short.granted)
         })?;
-        let row: GrantRow = diesel::insert_into(grants::table)
-            .values((
-                grants::grant_id.eq(&id),
-                grants::account_id.eq(new.account_id),
-                grants::reservation_id.eq(new.reservation_id),
-                grants::pool_id.eq(&pool_id),
-                grants::tenant_id.eq(new.grant_tenant_id),
-                grants::project_id.eq(new.project_id),
-                grants::slots.eq(new.slots),
-                grants::starts_at.eq(new.starts_at),
-                grants::ends_at.eq(new.ends_at),
-                grants::settled_state.eq(SettledState::Scheduled),
-                grants::created_at.eq(now),
-                grants::metered_through.eq(new.starts_at),
-            ))
-            .returning(GrantRow::as_returning())
-            .get_result(conn)
-            .await?;
+        let row = GrantRow::insert(
+            conn,
+            NewGrantRow {
+                grant_id: &id,
+                account_id: new.account_id,
+                reservation_id: new.reservation_id,
+                pool_id: &pool_id,
+                tenant_id: new.grant_tenant_id,
+                project_id: new.project_id,
+                slots: new.slots,
+                starts_at: new.starts_at,
+                ends_at: new.ends_at,
+                created_at: now,
+            },
+        )
+        .await?;
         events.push(NewEvent::new(
             &row.tenant_id,
             "reservation-grant.created",
@@ -253,7 +214,7 @@ pub async fn create(
             ends_at = new.ends_at,
             "grant created"
         );
-        let row = load(conn, &id)
+        let row = GrantRow::find(conn, &id)
             .await?
             .ok_or_else(|| StorageError::internal("grant vanished"))?;
         Ok(Grant::at(row, now))
@@ -288,7 +249,7 @@ pub async fn get(
     grant_id: &str,
     now: i64,
 ) -> Result<Grant> {
-    match load(conn, grant_id).await? {
+    match GrantRow::find(conn, grant_id).await? {
         Some(row) if row.tenant_id == tenant || tenant == root => Ok(Grant::at(row, now)),
         _ => Err(StorageError::not_found("grant", grant_id)),
     }
@@ -302,15 +263,7 @@ pub async fn list(
     all: bool,
     now: i64,
 ) -> Result<Vec<Grant>> {
-    let mut query = grants::table
-        .order((grants::created_at.desc(), grants::grant_id.desc()))
-        .limit(crate::LIST_LIMIT)
-        .select(GrantRow::as_select())
-        .into_boxed();
-    if !all {
-        query = query.filter(grants::tenant_id.eq(tenant));
-    }
-    let rows: Vec<GrantRow> = query.load(conn).await?;
+    let rows = GrantRow::newest(conn, (!all).then_some(tenant)).await?;
     Ok(rows.into_iter().map(|r| Grant::at(r, now)).collect())
 }
 
@@ -325,7 +278,7 @@ pub async fn end(
 ) -> Result<Grant> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, root, account_id).await?;
-        let row = match load(conn, grant_id).await? {
+        let row = match GrantRow::find(conn, grant_id).await? {
             Some(row) if row.account_id == account_id => row,
             _ => return Err(StorageError::not_found("grant", grant_id)),
         };
@@ -344,7 +297,7 @@ pub async fn end(
         )
         .await?;
         events::publish(conn, now, events).await?;
-        let row = load(conn, grant_id)
+        let row = GrantRow::find(conn, grant_id)
             .await?
             .ok_or_else(|| StorageError::internal("grant vanished"))?;
         tracing::info!(grant = %grant_id, state = %row.settled_state, "grant end requested");

@@ -17,71 +17,16 @@ use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::events::{self, NewEvent};
+use crate::model::grant::GrantRow;
 use crate::model::idempotency::{self, Claim, KeyedRequest};
-use crate::model::instance::InstanceRow;
+use crate::model::instance::{InstanceRow, NewInstanceRow};
+use crate::model::quota;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceBilling, InstanceState, ReservationStatus, SettledState};
 use crate::ops::pools::{self, Pool};
 use crate::ops::tenancy;
 use crate::ops::timeline::{self};
-use crate::schema::{grants, instances, placement_segments as seg, quotas, reservations};
-
-/// Where an instance is placed.
-#[derive(Debug, Clone)]
-pub struct PlacementView {
-    /// `grant`, `reservation`, `ondemand` or `none`.
-    pub kind: String,
-    /// The grant.
-    pub grant_id: Option<String>,
-    /// The reservation.
-    pub reservation_id: Option<String>,
-}
-
-/// An instance as the API shows it.
-#[derive(Debug, Clone)]
-pub struct Instance {
-    /// `inst_...`
-    pub instance_id: String,
-    /// Owner.
-    pub tenant_id: String,
-    /// Project.
-    pub project_id: Option<String>,
-    /// Pool.
-    pub pool_id: String,
-    /// Flavor.
-    pub flavor: String,
-    /// Name.
-    pub name: String,
-    /// `standard` or `none`.
-    pub billing: String,
-    /// Power and lifecycle state.
-    pub state: InstanceState,
-    /// Where it is.
-    pub placement: PlacementView,
-    /// Creation instant.
-    pub created_at: i64,
-}
-
-impl From<InstanceRow> for Instance {
-    fn from(r: InstanceRow) -> Self {
-        Instance {
-            instance_id: r.instance_id,
-            tenant_id: r.tenant_id,
-            project_id: r.project_id,
-            pool_id: r.pool_id,
-            flavor: r.flavor,
-            name: r.name,
-            billing: r.billing.as_str().to_owned(),
-            state: r.state,
-            placement: PlacementView {
-                kind: r.placement_kind,
-                grant_id: r.grant_id,
-                reservation_id: r.reservation_id,
-            },
-            created_at: r.created_at,
-        }
-    }
-}
+use crate::schema::{grants, instances, placement_segments as seg};
 
 /// Where to put an instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,21 +174,6 @@ pub async fn place_at(
     Ok(())
 }
 
-/// The live instances holding a slot of the reservation.
-pub async fn seated(
-    conn: &mut AsyncPgConnection,
-    res: &ReservationRow,
-) -> Result<Vec<InstanceRow>> {
-    Ok(instances::table
-        .filter(instances::account_id.eq(&res.account_id))
-        .filter(instances::reservation_id.eq(&res.reservation_id))
-        .filter(instances::state.ne(InstanceState::Deleted))
-        .order((instances::created_at.asc(), instances::instance_id.asc()))
-        .select(InstanceRow::as_select())
-        .load(conn)
-        .await?)
-}
-
 /// Applies a settlement move of one instance on `res` at `at`.
 pub async fn apply_move(
     conn: &mut AsyncPgConnection,
@@ -252,7 +182,7 @@ pub async fn apply_move(
     to: &Destination,
     at: i64,
 ) -> Result<()> {
-    let inst = load(conn, instance_id)
+    let inst = InstanceRow::find(conn, instance_id)
         .await?
         .ok_or_else(|| StorageError::internal(format!("move of unknown instance {instance_id}")))?;
     let target = Target::from_destination(to, res);
@@ -273,22 +203,13 @@ pub async fn take_in(
     Ok(())
 }
 
-async fn load(conn: &mut AsyncPgConnection, instance_id: &str) -> Result<Option<InstanceRow>> {
-    Ok(instances::table
-        .find(instance_id)
-        .select(InstanceRow::as_select())
-        .first(conn)
-        .await
-        .optional()?)
-}
-
 /// The placement view of a locked, settled reservation at `now`.
 async fn view(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     now: i64,
 ) -> Result<ReservationView> {
-    let seated = seated(conn, res).await?;
+    let seated = InstanceRow::seated(conn, res).await?;
     let live = timeline::live_grants(conn, res, now).await?;
     let live_grants = live
         .into_iter()
@@ -336,29 +257,9 @@ fn capacity_error(view: &ReservationView) -> StorageError {
     .with("available", view.available())
 }
 
-/// The pool's candidate reservations for `flavor` (bound, of the flavor,
-/// ready), in the order `decide` considers them.
-async fn candidates(
-    conn: &mut AsyncPgConnection,
-    pool_id: &str,
-    flavor: &str,
-) -> Result<Vec<(String, String)>> {
-    Ok(reservations::table
-        .filter(reservations::pool_id.eq(pool_id))
-        .filter(reservations::flavor.eq(flavor))
-        .filter(reservations::status.eq(ReservationStatus::Ready))
-        .order((
-            reservations::reservation_id.asc(),
-            reservations::account_id.asc(),
-        ))
-        .select((reservations::account_id, reservations::reservation_id))
-        .load(conn)
-        .await?)
-}
-
 /// Locks the candidate reservations `decide` would lock, in its order.
 async fn lock_candidates(conn: &mut AsyncPgConnection, pool_id: &str, flavor: &str) -> Result<()> {
-    for (account_id, reservation_id) in candidates(conn, pool_id, flavor).await? {
+    for (account_id, reservation_id) in ReservationRow::candidates(conn, pool_id, flavor).await? {
         locks::reservation(conn, &account_id, &reservation_id).await?;
     }
     Ok(())
@@ -384,7 +285,7 @@ async fn decide(
     // so the walk stops at the first ordinary slot past the last such
     // reservation, and a pool's placements without grants do not all queue
     // on every reservation of the pool.
-    let candidates = candidates(conn, pool_id, flavor).await?;
+    let candidates = ReservationRow::candidates(conn, pool_id, flavor).await?;
     let hinted = granted_candidates(conn, &candidates, request, now).await?;
     let mut rows = Vec::new();
     let mut views = Vec::new();
@@ -432,16 +333,11 @@ async fn granted_candidates(
     if request.billing != Billing::Standard || candidates.is_empty() {
         return Ok(vec![false; candidates.len()]);
     }
-    let granted: HashSet<(String, String)> = grants::table
-        .filter(grants::tenant_id.eq(&request.tenant_id))
-        .filter(grants::settled_state.eq_any(SettledState::OPEN))
-        .filter(grants::starts_at.le(now))
-        .filter(grants::ends_at.gt(now))
-        .select((grants::account_id, grants::reservation_id))
-        .load::<(String, String)>(conn)
-        .await?
-        .into_iter()
-        .collect();
+    let granted: HashSet<(String, String)> =
+        GrantRow::live_reservations_of(conn, &request.tenant_id, now)
+            .await?
+            .into_iter()
+            .collect();
     Ok(candidates.iter().map(|c| granted.contains(c)).collect())
 }
 
@@ -474,10 +370,7 @@ async fn write_quota_rows(
         {
             continue;
         }
-        diesel::update(quotas::table.find((tenant, pool_id, &row.resource)))
-            .set(quotas::used.eq(row.used))
-            .execute(conn)
-            .await?;
+        quota::set_used(conn, tenant, pool_id, &row.resource, row.used).await?;
     }
     Ok(())
 }
@@ -513,7 +406,7 @@ pub async fn create(
     new: NewInstance<'_>,
     key: KeyedRequest<'_>,
     now: i64,
-) -> Result<Instance> {
+) -> Result<InstanceRow> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("inst", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
@@ -523,7 +416,7 @@ pub async fn create(
         // since the key was authenticated refuses the admission instead of
         // leaving a live instance behind; one that starts now waits for it.
         locks::acting_tenant(conn, new.tenant_id).await?;
-        let pool = pools::get(conn, new.pool_id, new.tenant_id, root).await?;
+        let pool = pools::get(conn, new.tenant_id, root, new.pool_id).await?;
         if pool.flavor(new.flavor).is_none() {
             return Err(StorageError::invalid(
                 "flavor",
@@ -563,23 +456,20 @@ pub async fn create(
         );
         let target = decide(conn, new.pool_id, new.flavor, &request, now, &mut events).await?;
         write_quota_rows(conn, new.tenant_id, new.pool_id, &rows, &charged).await?;
-        let row: InstanceRow = diesel::insert_into(instances::table)
-            .values((
-                instances::instance_id.eq(&id),
-                instances::tenant_id.eq(new.tenant_id),
-                instances::project_id.eq(new.project_id),
-                instances::pool_id.eq(new.pool_id),
-                instances::flavor.eq(new.flavor),
-                instances::name.eq(new.name.unwrap_or(&id)),
-                instances::billing.eq(new.billing.as_str()),
-                instances::state.eq(InstanceState::Running),
-                instances::placement_kind.eq("none"),
-                instances::created_at.eq(now),
-                instances::usage_metered_through.eq(now),
-            ))
-            .returning(InstanceRow::as_returning())
-            .get_result(conn)
-            .await?;
+        let row = InstanceRow::insert(
+            conn,
+            NewInstanceRow {
+                instance_id: &id,
+                tenant_id: new.tenant_id,
+                project_id: new.project_id,
+                pool_id: new.pool_id,
+                flavor: new.flavor,
+                name: new.name.unwrap_or(&id),
+                billing: InstanceBilling::from_core(new.billing),
+                created_at: now,
+            },
+        )
+        .await?;
         place_at(conn, &row, &target, InstanceState::Running, now).await?;
         events::publish(conn, now, events).await?;
         tracing::info!(
@@ -598,9 +488,9 @@ pub async fn get(
     conn: &mut AsyncPgConnection,
     tenant: &str,
     instance_id: &str,
-) -> Result<Instance> {
-    match load(conn, instance_id).await? {
-        Some(r) if r.tenant_id == tenant => Ok(Instance::from(r)),
+) -> Result<InstanceRow> {
+    match InstanceRow::find(conn, instance_id).await? {
+        Some(r) if r.tenant_id == tenant => Ok(r),
         _ => Err(StorageError::not_found("instance", instance_id)),
     }
 }
@@ -610,7 +500,7 @@ pub async fn list(
     conn: &mut AsyncPgConnection,
     tenant: &str,
     project_id: Option<&str>,
-) -> Result<Vec<Instance>> {
+) -> Result<Vec<InstanceRow>> {
     let mut q = instances::table
         .filter(instances::tenant_id.eq(tenant))
         .order((instances::created_at.desc(), instances::instance_id.desc()))
@@ -620,11 +510,7 @@ pub async fn list(
     if let Some(p) = project_id {
         q = q.filter(instances::project_id.eq(p));
     }
-    Ok(q.load(conn)
-        .await?
-        .into_iter()
-        .map(Instance::from)
-        .collect())
+    Ok(q.load(conn).await?)
 }
 
 /// Locks the instance's reservation (settled to `now`) and then the instance
@@ -638,7 +524,7 @@ async fn lock_instance(
     events: &mut Vec<NewEvent>,
 ) -> Result<(InstanceRow, Option<ReservationRow>)> {
     for attempt in 0.. {
-        let current = match load(conn, instance_id).await? {
+        let current = match InstanceRow::find(conn, instance_id).await? {
             Some(r) if r.tenant_id == tenant => r,
             _ => return Err(StorageError::not_found("instance", instance_id)),
         };
@@ -682,7 +568,7 @@ pub async fn stop(
     tenant: &str,
     instance_id: &str,
     now: i64,
-) -> Result<Instance> {
+) -> Result<InstanceRow> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
@@ -690,7 +576,7 @@ pub async fn stop(
             InstanceState::Deleted => return Err(deleted_instance()),
             InstanceState::Stopped => {
                 events::publish(conn, now, events).await?;
-                return Ok(Instance::from(inst));
+                return Ok(inst);
             }
             _ => {}
         }
@@ -716,13 +602,13 @@ pub async fn start(
     tenant: &str,
     instance_id: &str,
     now: i64,
-) -> Result<Instance> {
+) -> Result<InstanceRow> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut events = Vec::new();
         // Lock order: an instance off any reservation may be placed on any
         // candidate of its pool, so those are locked before its row (as
         // `decide` will lock them), never after it.
-        if let Some(peek) = load(conn, instance_id)
+        if let Some(peek) = InstanceRow::find(conn, instance_id)
             .await?
             .filter(|r| r.tenant_id == tenant)
             && peek.reservation_id.is_none()
@@ -734,7 +620,7 @@ pub async fn start(
             InstanceState::Deleted => return Err(deleted_instance()),
             InstanceState::Running => {
                 events::publish(conn, now, events).await?;
-                return Ok(Instance::from(inst));
+                return Ok(inst);
             }
             _ => {}
         }
@@ -788,10 +674,10 @@ pub async fn delete(
     tenant: &str,
     instance_id: &str,
     now: i64,
-) -> Result<Instance> {
+) -> Result<InstanceRow> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         // Quota rows come first in the lock order.
-        let Some(peek) = load(conn, instance_id)
+        let Some(peek) = InstanceRow::find(conn, instance_id)
             .await?
             .filter(|r| r.tenant_id == tenant)
         else {

@@ -152,9 +152,9 @@ fn to_pool(row: PoolRow, offered: Vec<String>) -> Result<Pool> {
 /// Whether `tenant` may use the pool: root always, others when offered.
 pub async fn is_visible(
     conn: &mut AsyncPgConnection,
-    pool_id: &str,
     tenant: &str,
     root: &str,
+    pool_id: &str,
 ) -> Result<bool> {
     if tenant == root {
         return Ok(pool_row(conn, pool_id).await?.is_some());
@@ -171,11 +171,11 @@ pub async fn is_visible(
 /// `pools.get`: `NOT_FOUND` unless the pool is visible to `tenant`.
 pub async fn get(
     conn: &mut AsyncPgConnection,
-    pool_id: &str,
     tenant: &str,
     root: &str,
+    pool_id: &str,
 ) -> Result<Pool> {
-    if !is_visible(conn, pool_id, tenant, root).await? {
+    if !is_visible(conn, tenant, root, pool_id).await? {
         return Err(StorageError::not_found("pool", pool_id));
     }
     let row = pool_row(conn, pool_id)
@@ -311,7 +311,7 @@ pub async fn create(
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("pool", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
-            return get(conn, &existing, root, root).await;
+            return get(conn, root, root, &existing).await;
         }
         accounts::get(conn, root, new.account_id).await?;
         diesel::insert_into(pools::table)
@@ -332,7 +332,7 @@ pub async fn create(
             batch.push(quota_event(root, &id, resource, *max, now));
         }
         events::publish(conn, now, batch).await?;
-        get(conn, &id, root, root).await
+        get(conn, root, root, &id).await
     })
     .await
 }
@@ -368,7 +368,7 @@ pub async fn offer(
             }
         }
         events::publish(conn, now, batch).await?;
-        get(conn, pool_id, root, root).await
+        get(conn, root, root, pool_id).await
     })
     .await
 }
@@ -426,7 +426,7 @@ pub async fn get_quotas(
     let rows: Vec<(String, String, i64, i64)> = query.load(conn).await?;
     if let Some(pool_id) = pool_id
         && rows.is_empty()
-        && !is_visible(conn, pool_id, tenant, root).await?
+        && !is_visible(conn, tenant, root, pool_id).await?
     {
         return Err(StorageError::not_found("pool", pool_id));
     }

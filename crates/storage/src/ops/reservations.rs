@@ -14,6 +14,7 @@ use crate::db::DbPool;
 use crate::error::{ErrorKind, Result, StorageError};
 use crate::locks;
 use crate::model::events::{self, NewEvent};
+use crate::model::instance::InstanceRow;
 use crate::model::states::{InstanceState, ReservationStatus, SettledState};
 use crate::model::{grant::GrantRow, reservation::ReservationRow};
 use crate::ops::accounts::{self, Account};
@@ -617,7 +618,7 @@ pub async fn delete_account(
         events::publish(conn, now, events).await?;
         // Instances on the account's reservations are billed on-demand from now.
         for res in &locked {
-            for inst in instances::seated(conn, res).await? {
+            for inst in InstanceRow::seated(conn, res).await? {
                 let to = if inst.state == InstanceState::Running {
                     Destination::OnDemand
                 } else {

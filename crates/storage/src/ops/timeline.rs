@@ -26,7 +26,7 @@ async fn seated_instances(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
 ) -> Result<Vec<TimelineInstance>> {
-    Ok(instances::seated(conn, res)
+    Ok(InstanceRow::seated(conn, res)
         .await?
         .iter()
         .map(InstanceRow::to_timeline)
