@@ -4,13 +4,18 @@ body is also a contract-valid one. Each hook names the rule it encodes.
 """
 
 import itertools
+import json
+import os
+import urllib.request
 
 import schemathesis
 
 # clock.set moves the manual clock forward only (contract 5): a smaller `now`
-# than the clock's is INVALID_INPUT, which depends on state. Every generated
-# `now` is replaced by the next value of one increasing series, so each
-# clock.set the fuzzer sends moves the clock forward by a second.
+# than the clock's is INVALID_INPUT, which depends on state. Just before each
+# clock.set is sent (a replayed case included), an in-range `now` is replaced
+# by the next value of one increasing series, so every clock.set moves the
+# clock forward by a second. Run with one worker (the default): two workers
+# could send two values out of order.
 _CLOCK = itertools.count(1_900_000_000_000, 1_000)
 
 
@@ -34,13 +39,58 @@ def _integral(value):
 @schemathesis.hook
 def map_case(ctx, case):
     case.body = _integral(case.body)
+    return case
+
+
+def _call(method, body):
+    """One call of the API under test, as the fuzzer's root caller."""
+    url = f"http://{os.environ['BC_LISTEN']}/api/compute/{method}"
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={
+            "Authorization": f"Bearer {os.environ['BC_BOOTSTRAP_TOKEN']}",
+            "Content-Type": "application/json",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.load(answer)
+    except Exception:  # any failure: leave the case as generated
+        return None
+
+
+@schemathesis.hook
+def before_call(ctx, case, **kwargs):
     body = case.body
-    if case.operation.path.endswith("/clock/set") and isinstance(body, dict):
+    if not isinstance(body, dict):
+        return
+    path = case.operation.path
+    if path.endswith("/clock/set"):
         now = body.get("now")
         # Only an in-range `now` (a negative case's bad value stays bad).
         if isinstance(now, int) and not isinstance(now, bool) and now >= 0:
             body["now"] = next(_CLOCK)
-    return case
+    elif path.endswith("/instances/create"):
+        # Contract 3.3: the flavor must be one the pool offers and the project
+        # the tenant's (INVALID_INPUT otherwise), which depends on the pools
+        # and projects the run made. A flavor or project that exists is put
+        # in, so generated creations reach placement instead of stopping at
+        # validation.
+        tenant, pool = body.get("tenantId"), body.get("poolId")
+        if not (isinstance(tenant, str) and isinstance(pool, str)):
+            return
+        answer = _call("pools/get", {"tenantId": tenant, "poolId": pool})
+        flavors = ((answer or {}).get("pool") or {}).get("flavors") or []
+        if flavors and isinstance(body.get("flavor"), str):
+            names = [f["name"] for f in flavors]
+            if body["flavor"] not in names:
+                body["flavor"] = names[len(body["flavor"]) % len(names)]
+        if isinstance(body.get("projectId"), str):
+            projects = _call("projects/list", {"tenantId": tenant}) or {}
+            ids = [p.get("projectId") for p in projects.get("items") or []]
+            if body["projectId"] not in ids:
+                del body["projectId"]
 
 
 @schemathesis.hook
