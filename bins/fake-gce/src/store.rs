@@ -41,12 +41,31 @@ struct Project {
     zones: BTreeSet<String>,
 }
 
+/// How an injected failure answers (`POST /fake/fail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// The HTTP status, 400 to 599.
+    pub status: u16,
+    /// The `Retry-After` header in seconds, if any.
+    pub retry_after_s: Option<u64>,
+}
+
+impl Default for Failure {
+    fn default() -> Self {
+        Failure {
+            status: 503,
+            retry_after_s: None,
+        }
+    }
+}
+
 /// All projects' reservations, the failures still to inject, the read
 /// calls counted and the delay applied to them.
 #[derive(Debug)]
 pub struct Store {
     projects: BTreeMap<String, Project>,
     failures_left: u64,
+    failure: Failure,
     next_id: u64,
     /// Read calls per project (as named in the request path).
     calls: BTreeMap<String, u64>,
@@ -58,6 +77,7 @@ impl Default for Store {
         Store {
             projects: BTreeMap::new(),
             failures_left: 0,
+            failure: Failure::default(),
             next_id: 1_000_000_000_000_000_001,
             calls: BTreeMap::new(),
             delay: Duration::ZERO,
@@ -109,9 +129,11 @@ impl Store {
             .is_some()
     }
 
-    /// Makes the next `count` read calls fail (replacing any count left).
-    pub fn fail_next(&mut self, count: u64) {
+    /// Makes the next `count` read calls fail as `failure` says (replacing
+    /// any count left).
+    pub fn fail_next(&mut self, count: u64, failure: Failure) {
         self.failures_left = count;
+        self.failure = failure;
     }
 
     /// Counts a read call of `project`; answers how long it must wait.
@@ -135,13 +157,13 @@ impl Store {
         self.delay = delay;
     }
 
-    /// Whether this read call is one that must fail; counts it down.
-    pub fn take_failure(&mut self) -> bool {
+    /// How this read call must fail, if it must; counts it down.
+    pub fn take_failure(&mut self) -> Option<Failure> {
         if self.failures_left > 0 {
             self.failures_left -= 1;
-            true
+            Some(self.failure)
         } else {
-            false
+            None
         }
     }
 
@@ -314,9 +336,13 @@ mod tests {
     #[test]
     fn failures_count_down_and_replace() {
         let mut s = Store::default();
-        s.fail_next(5);
-        s.fail_next(1);
-        assert!(s.take_failure());
-        assert!(!s.take_failure());
+        s.fail_next(5, Failure::default());
+        let teapot = Failure {
+            status: 418,
+            retry_after_s: Some(2),
+        };
+        s.fail_next(1, teapot);
+        assert_eq!(s.take_failure(), Some(teapot));
+        assert_eq!(s.take_failure(), None);
     }
 }

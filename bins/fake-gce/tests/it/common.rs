@@ -30,6 +30,10 @@ impl FakeGceProcess {
         command
             .env("BC_FAKE_GCE_LISTEN", "127.0.0.1:0")
             .env_remove("BC_FAKE_GCE_TOKEN")
+            .env_remove("BC_FAKE_GCE_REQUIRE_AUTH")
+            .env_remove("BC_FAKE_GCE_TOKEN_TTL_S")
+            .env_remove("BC_FAKE_GCE_TLS_CERT")
+            .env_remove("BC_FAKE_GCE_TLS_KEY")
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -62,6 +66,12 @@ impl FakeGceProcess {
             base,
             http: reqwest::Client::new(),
         }
+    }
+
+    /// Replaces the HTTP client (e.g. with one trusting a test CA).
+    pub fn with_http(mut self, http: reqwest::Client) -> Self {
+        self.http = http;
+        self
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,8 +1,10 @@
 //! Integration tests: each starts the real `fake-gce` binary on an ephemeral
-//! loopback port and talks HTTP to it, directly (`endpoints`) or through the
-//! `providers` GCE adapter (`gce_adapter`). One test binary, so the helpers in
-//! `common` are shared without dead-code warnings.
+//! loopback port and talks HTTP to it, directly (`endpoints`, `auth`, `tls`)
+//! or through the `providers` GCE adapter (`gce_adapter`). One test binary,
+//! so the helpers in `common` are shared without dead-code warnings.
 
+mod auth;
 mod common;
 mod endpoints;
 mod gce_adapter;
+mod tls;
