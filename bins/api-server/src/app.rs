@@ -27,6 +27,8 @@ pub struct App {
     /// Builds the provider adapter of an account, under the server's
     /// provider policy (contract 3.5).
     pub providers: std::sync::Arc<providers::ProviderFactory>,
+    /// The secret store's keys (contract 3.9).
+    pub keyring: storage::crypto::Keyring,
 }
 
 impl App {

@@ -34,6 +34,12 @@ pub struct Config {
     /// What provider accounts may reach (`BC_PROVIDER_ENDPOINTS`,
     /// `BC_CREDENTIAL_ENV`, `BC_CREDENTIAL_DIR`; contract 3.5).
     pub provider_policy: Arc<ProviderPolicy>,
+    /// How adapters reach providers: `BC_PROVIDER_CA_FILE`,
+    /// `GCE_METADATA_HOST` (contract 7).
+    pub provider_options: providers::gce::GceProviderOptions,
+    /// The secret store's keys: `BC_SECRETS_KEY`, `BC_SECRETS_OLD_KEYS`
+    /// (contract 3.9).
+    pub keyring: storage::crypto::Keyring,
 }
 
 impl Config {
@@ -54,6 +60,9 @@ impl Config {
                 .context("BC_DB_POOL_SIZE")?
                 .unwrap_or(16),
             provider_policy: Arc::new(ProviderPolicy::from_env().context("the provider policy")?),
+            provider_options: providers::gce::GceProviderOptions::from_env()
+                .map_err(anyhow::Error::msg)?,
+            keyring: storage::crypto::Keyring::from_env()?,
         })
     }
 }
@@ -112,9 +121,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         providers: providers::policy_factory(
             &config.root_tenant,
             config.provider_policy.clone(),
-            Default::default(),
+            config.provider_options.clone(),
         ),
+        keyring: config.keyring.clone(),
     });
+    if config.keyring.current_id().is_none() {
+        tracing::warn!("BC_SECRETS_KEY is not set: secrets.put is refused (no-secrets-key)");
+    }
     let listener = TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

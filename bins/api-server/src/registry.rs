@@ -274,6 +274,7 @@ impl Registry {
         methods.extend(crate::handlers::accounts::reservation_methods());
         methods.extend(crate::handlers::grants::methods());
         methods.extend(crate::handlers::instances::methods());
+        methods.extend(crate::handlers::secrets::methods());
         methods.extend(crate::handlers::system::methods());
         let by_path = methods
             .iter()

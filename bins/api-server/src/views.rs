@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use storage::model::events;
 use storage::model::instance::InstanceRow;
 use storage::model::reservation::ReservationRow;
-use storage::ops::{accounts, grants, metering, pools, tenancy};
+use storage::ops::{accounts, grants, metering, pools, secrets, tenancy};
 
 /// Epoch milliseconds (UTC).
 type Millis = i64;
@@ -580,6 +580,8 @@ replies! {
     ProjectReply { project: Project as "project" }
     /// `{ "apiKey": ApiKey }`
     ApiKeyReply { api_key: ApiKey as "apiKey" }
+    /// `{ "secret": Secret }`
+    SecretReply { secret: Secret as "secret" }
 }
 
 /// `tenants.create`: the tenant and its first admin key.
@@ -590,6 +592,48 @@ pub struct CreatedTenant {
     pub tenant: Tenant,
     /// Its first admin key, with the secret shown once.
     pub admin_key: IssuedKey,
+}
+
+/// A secret of the tenant (contract 3.9): never its value.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Secret {
+    /// Its name.
+    pub name: String,
+    /// The owning tenant.
+    pub tenant_id: String,
+    /// What the value is.
+    #[schemars(extend("enum" = ["service-account", "token"]))]
+    pub kind: String,
+    /// The first 16 hex digits of the value's SHA-256.
+    #[schemars(extend("pattern" = "^[0-9a-f]{16}$"))]
+    pub fingerprint: String,
+    /// Creation instant.
+    pub created_at: Millis,
+    /// Last `secrets.put`.
+    pub updated_at: Millis,
+}
+
+impl From<secrets::SecretInfo> for Secret {
+    fn from(s: secrets::SecretInfo) -> Secret {
+        Secret {
+            name: s.name,
+            tenant_id: s.tenant_id,
+            kind: s.kind,
+            fingerprint: s.fingerprint,
+            created_at: s.created_at,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+/// `secrets.delete`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SecretDeleted {
+    /// The deleted secret.
+    pub name: String,
+    /// Always true.
+    pub deleted: bool,
 }
 
 /// `providerAccounts.delete`.

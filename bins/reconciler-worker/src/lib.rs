@@ -38,6 +38,11 @@ pub struct Config {
     pub only: Vec<String>,
     /// What provider accounts may reach (contract 3.5), as the api-server.
     pub provider_policy: Arc<ProviderPolicy>,
+    /// How adapters reach providers (`BC_PROVIDER_CA_FILE`,
+    /// `GCE_METADATA_HOST`), as the api-server.
+    pub provider_options: providers::gce::GceProviderOptions,
+    /// The secret store's keys (`BC_SECRETS_KEY`, `BC_SECRETS_OLD_KEYS`).
+    pub keyring: storage::crypto::Keyring,
     /// `BC_SCAN_LEASE_MS` (default 300000): how long a scan's claim keeps
     /// other replicas off its account; a replica that dies mid-listing
     /// delays that account's next scan by at most this.
@@ -84,6 +89,9 @@ impl Config {
             once,
             only,
             provider_policy: Arc::new(ProviderPolicy::from_env().context("the provider policy")?),
+            provider_options: providers::gce::GceProviderOptions::from_env()
+                .map_err(anyhow::Error::msg)?,
+            keyring: storage::crypto::Keyring::from_env()?,
             scan_lease: Duration::from_millis(
                 var("BC_SCAN_LEASE_MS")
                     .map(|v| v.parse::<u64>())
@@ -157,8 +165,9 @@ pub async fn run(
         providers: providers::policy_factory(
             &config.root_tenant,
             config.provider_policy.clone(),
-            Default::default(),
+            config.provider_options.clone(),
         ),
+        keyring: config.keyring.clone(),
     };
     tokio::pin!(shutdown);
     loop {

@@ -21,6 +21,8 @@ pub struct PassContext {
     pub scan_rules: storage::ops::reservations::ClaimRules,
     /// Builds the provider adapter of an account, under the provider policy.
     pub providers: std::sync::Arc<providers::ProviderFactory>,
+    /// The secret store's keys, to resolve `secret:NAME` (contract 3.9).
+    pub keyring: storage::crypto::Keyring,
 }
 
 /// What a pass did, for its log line and metrics.
@@ -145,6 +147,7 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
             &ctx.root_tenant,
             &claim,
             ctx.providers.as_ref(),
+            &ctx.keyring,
         )
         .await;
         match scanned {

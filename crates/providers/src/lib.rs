@@ -5,6 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
+pub mod auth;
 mod credentials;
 pub mod gce;
 mod guard;
@@ -148,12 +149,7 @@ pub fn build(
     options: gce::GceProviderOptions,
 ) -> Result<Box<dyn ReservationProvider>, ProviderError> {
     match provider_name {
-        gce::PROVIDER_NAME => {
-            let config = gce::GceConfig::from_json(config).map_err(|e| {
-                ProviderError::NotAllowed(format!("the stored gce account config is invalid: {e}"))
-            })?;
-            Ok(Box::new(gce::GceProvider::new(config, options, access)?))
-        }
+        gce::PROVIDER_NAME => Ok(Box::new(gce_provider(config, access, options)?)),
         other => {
             let printable = other.len() <= 64
                 && other
@@ -168,16 +164,32 @@ pub fn build(
     }
 }
 
+fn gce_provider(
+    config: &serde_json::Value,
+    access: ProviderAccess,
+    options: gce::GceProviderOptions,
+) -> Result<gce::GceProvider, ProviderError> {
+    let config = gce::GceConfig::from_json(config).map_err(|e| {
+        ProviderError::NotAllowed(format!("the stored gce account config is invalid: {e}"))
+    })?;
+    gce::GceProvider::new(config, options, access)
+}
+
 /// What an account's adapter is built from: whose account it is, its
 /// provider's name and its stored config.
 #[derive(Debug, Clone, Copy)]
 pub struct AccountSpec<'a> {
+    /// The account (`pacct_...`): the token cache's key.
+    pub account_id: &'a str,
     /// The owning tenant (decides the policy: root's or a tenant's).
     pub tenant_id: &'a str,
     /// The provider's name (`gce`).
     pub provider: &'a str,
     /// The config as stored.
     pub config: &'a serde_json::Value,
+    /// The account's `secret:NAME`, resolved in its own tenant, when that is
+    /// its credentials reference.
+    pub secret: Option<&'a auth::ResolvedSecret>,
 }
 
 /// Builds the adapter of an account. The binaries build one with
@@ -198,12 +210,15 @@ pub fn policy_factory(
     let root = root.to_owned();
     std::sync::Arc::new(move |account: AccountSpec<'_>| {
         let owner = AccountOwner::of(account.tenant_id, &root);
-        build(
-            account.provider,
-            account.config,
-            ProviderAccess::new(owner, policy.clone()),
-            options.clone(),
-        )
+        let access = ProviderAccess::new(owner, policy.clone());
+        match account.provider {
+            gce::PROVIDER_NAME => {
+                let provider = gce_provider(account.config, access, options.clone())?
+                    .for_account(account.account_id, account.secret.cloned());
+                Ok(Box::new(provider) as Box<dyn ReservationProvider>)
+            }
+            other => build(other, account.config, access, options.clone()),
+        }
     })
 }
 

@@ -264,11 +264,9 @@ impl ProviderPolicy {
     ///
     /// Credentials (`config.credentials`, reason `credential-not-allowed`):
     /// - `none`: every account.
-    /// - `secret:NAME`: refused for now, for every account: the secret store
-    ///   comes in a later change (as one more source behind the adapters'
-    ///   internal credential-source seam; this rule then allows every owner).
-    /// - `adc`: the root tenant's accounts only, and refused for now there
-    ///   too: Application Default Credentials come in a later change.
+    /// - `secret:NAME`: every account (`NAME` is looked up in the account's
+    ///   own tenant only).
+    /// - `adc`: the root tenant's accounts only.
     /// - `env:NAME`: the root tenant's accounts only, and only a `NAME`
     ///   matching `BC_CREDENTIAL_ENV` (and not one of the platform's own
     ///   secrets).
@@ -307,18 +305,12 @@ impl ProviderPolicy {
         let tenant = owner == AccountOwner::Tenant;
         match credentials {
             Credentials::None => Ok(()),
-            // The secret store (contract 3.9) is a later change. When it comes,
-            // this arm allows every owner (the name's existence in the
-            // account's tenant is the api-server's check at create, and the
-            // store answers at use), and the store is one more
-            // `CredentialSource`; nothing else here changes.
-            Credentials::Secret(_) => {
-                refuse("secret: references are not available yet (no secret store)".into())
-            }
+            // A secret of the account's own tenant: the api-server checks at
+            // create that it exists, and the store resolves it at use only
+            // within the account's tenant.
+            Credentials::Secret(_) => Ok(()),
             Credentials::Adc if tenant => refuse(root_only("adc")),
-            // Application Default Credentials are a later change, like the
-            // secret store: this arm then answers Ok for the root tenant.
-            Credentials::Adc => refuse("adc is not available yet".into()),
+            Credentials::Adc => Ok(()),
             Credentials::Env(_) if tenant => refuse(root_only("env:")),
             Credentials::File(_) if tenant => refuse(root_only("file:")),
             // The file system is looked at only for the root tenant's accounts.
@@ -363,6 +355,17 @@ impl ProviderPolicy {
         } else {
             refuse("the endpoint's origin is not listed in BC_PROVIDER_ENDPOINTS")
         }
+    }
+
+    /// Whether a service-account key of an account of `owner` may send its
+    /// assertion to `token_uri` (contract 3.5): any http or https URL for the
+    /// root tenant's accounts; for other tenants', Google's token endpoint or
+    /// an origin listed in `BC_PROVIDER_ENDPOINTS`, as for endpoints.
+    pub fn check_token_uri(&self, token_uri: &str, owner: AccountOwner) -> Result<(), ConfigError> {
+        if owner == AccountOwner::Tenant && token_uri == crate::auth::GOOGLE_TOKEN_URI {
+            return Ok(());
+        }
+        self.check_endpoint(token_uri, owner)
     }
 
     /// Whether `env:NAME` may be read (root accounts); the reason if not.

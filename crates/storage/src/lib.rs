@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod crypto;
 pub mod db;
 pub mod error;
 pub mod ids;

@@ -5,6 +5,8 @@
 //! 1. **tenant rows**: `FOR SHARE` by every write that names a tenant (the
 //!    acting tenant, a grantee, a quota target), `FOR UPDATE` by
 //!    `tenants.delete`, first;
+//!    then **a secret row** of that tenant: `FOR SHARE` by an account create
+//!    naming it, its own row lock by `secrets.put` and `secrets.delete`;
 //! 2. **a provider account row**: a scan's application, an account deletion;
 //! 3. **a tenant's quota rows of a pool**, by resource (all of a tenant's,
 //!    by pool then resource, for its deletion);
@@ -25,7 +27,7 @@ use crate::model::instance::InstanceRow;
 use crate::model::states::{InstanceState, SettledState, TenantState};
 use crate::model::{grant::GrantRow, reservation::ReservationRow};
 use crate::ops::tenancy::Tenant;
-use crate::schema::{grants, instances, provider_accounts, quotas, reservations, tenants};
+use crate::schema::{grants, instances, provider_accounts, quotas, reservations, secrets, tenants};
 
 // 1. Tenant rows.
 
@@ -84,6 +86,21 @@ pub async fn tenant_for_delete(
         .first(conn)
         .await
         .optional()?)
+}
+
+/// Locks a tenant's secret row `FOR SHARE` and answers whether it exists.
+/// An account create naming `secret:NAME` takes it, so a `secrets.delete`
+/// racing it either commits first (and the create finds no secret) or waits
+/// and then sees the new account referencing it.
+pub async fn secret_shared(conn: &mut AsyncPgConnection, tenant: &str, name: &str) -> Result<bool> {
+    Ok(secrets::table
+        .find((tenant, name))
+        .select(secrets::name)
+        .for_share()
+        .first::<String>(conn)
+        .await
+        .optional()?
+        .is_some())
 }
 
 // 2. A provider account row.

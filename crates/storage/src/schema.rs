@@ -175,6 +175,20 @@ diesel::table! {
 }
 
 diesel::table! {
+    secrets (tenant_id, name) {
+        tenant_id -> Text,
+        name -> Text,
+        kind -> Text,
+        fingerprint -> Text,
+        key_id -> Text,
+        nonce -> Bytea,
+        ciphertext -> Bytea,
+        created_at -> Int8,
+        updated_at -> Int8,
+    }
+}
+
+diesel::table! {
     tenants (tenant_id) {
         tenant_id -> Text,
         display_name -> Text,
@@ -227,6 +241,7 @@ diesel::joinable!(quotas -> pools (pool_id));
 diesel::joinable!(quotas -> tenants (tenant_id));
 diesel::joinable!(reservations -> pools (pool_id));
 diesel::joinable!(reservations -> provider_accounts (account_id));
+diesel::joinable!(secrets -> tenants (tenant_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
@@ -243,6 +258,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     provider_accounts,
     quotas,
     reservations,
+    secrets,
     tenants,
     usage_head,
     usage_records,

@@ -247,6 +247,7 @@ async fn scan(call: Call, input: AccountRef) -> Result<Items<views::Reservation>
         call.tenant(),
         &input.account_id,
         call.app.providers.as_ref(),
+        &call.app.keyring,
     )
     .await?;
     tracing::info!(account = %input.account_id, ?outcome, "scan applied");

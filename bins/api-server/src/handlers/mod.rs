@@ -7,6 +7,7 @@ pub mod capacity;
 pub mod examples;
 pub mod grants;
 pub mod instances;
+pub mod secrets;
 pub mod system;
 pub mod tenancy;
 

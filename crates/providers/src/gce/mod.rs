@@ -14,14 +14,16 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue};
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue, RETRY_AFTER};
 
 pub use config::{
     ConfigError, ConfigReason, Credentials, DEFAULT_ENDPOINT, GceConfig, config_schema,
 };
 pub use wire::{region_of_zone, status_from_gce};
 
-use crate::credentials::{CredentialSource, LocalCredentials};
+use crate::auth::{self, ResolvedSecret, TokenCache};
+use crate::credentials::{BearerToken, LocalCredentials, Material};
 use crate::guard::{self, GuardedResolver};
 use crate::policy::{AccountOwner, ProviderAccess, ProviderPolicy};
 use crate::{ProviderError, ProviderFuture, ProviderReservation, ReservationProvider};
@@ -35,9 +37,11 @@ const MAX_PAGES: usize = 10_000;
 /// The largest page body accepted.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 const USER_AGENT: &str = concat!("bc-compute-providers/", env!("CARGO_PKG_VERSION"));
+/// The longest `Retry-After` honoured between two tries of a page.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// How [`GceProvider`] talks to the API.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct GceProviderOptions {
     /// The limit on establishing a connection, name resolution included
     /// (default 5 s).
@@ -53,6 +57,20 @@ pub struct GceProviderOptions {
     /// not trusted: for a tenant account, the address guard filters them like
     /// any DNS answer, so `evil.example → 127.0.0.1` is still refused.
     pub dns_overrides: BTreeMap<String, Vec<IpAddr>>,
+    /// PEM certificates trusted besides the Mozilla roots
+    /// (`BC_PROVIDER_CA_FILE`; default none).
+    pub extra_roots: Vec<reqwest::Certificate>,
+    /// How often a page request answered 429 or 5xx, or not answered, is
+    /// tried again before the listing fails (default 3).
+    pub retries: usize,
+    /// The first wait between two tries; it doubles each time, with jitter
+    /// (default 500 ms). A `Retry-After` (up to 30 s) replaces it.
+    pub retry_delay: Duration,
+    /// The metadata server's host for `adc` (`GCE_METADATA_HOST`, default
+    /// `metadata.google.internal`).
+    pub metadata_host: String,
+    /// Access tokens, shared by every adapter built with these options.
+    pub token_cache: Arc<TokenCache>,
 }
 
 impl Default for GceProviderOptions {
@@ -62,6 +80,66 @@ impl Default for GceProviderOptions {
             request_timeout: Duration::from_secs(30),
             page_size: None,
             dns_overrides: BTreeMap::new(),
+            extra_roots: Vec::new(),
+            retries: 3,
+            retry_delay: Duration::from_millis(500),
+            metadata_host: auth::DEFAULT_METADATA_HOST.to_owned(),
+            token_cache: Arc::new(TokenCache::default()),
+        }
+    }
+}
+
+impl GceProviderOptions {
+    /// The defaults with what the process environment sets:
+    /// `BC_PROVIDER_CA_FILE` (PEM certificates added to the roots),
+    /// `BC_PROVIDER_RETRY_DELAY_MS` (the first wait between tries) and
+    /// `GCE_METADATA_HOST`. A CA file that cannot be read or holds no
+    /// certificate is an error naming the variable.
+    pub fn from_env() -> Result<GceProviderOptions, String> {
+        let mut options = GceProviderOptions::default();
+        if let Ok(path) = std::env::var("BC_PROVIDER_CA_FILE")
+            && !path.trim().is_empty()
+        {
+            let pem = std::fs::read(path.trim())
+                .map_err(|e| format!("BC_PROVIDER_CA_FILE cannot be read: {e}"))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| format!("BC_PROVIDER_CA_FILE is not PEM certificates: {e}"))?;
+            if certs.is_empty() {
+                return Err("BC_PROVIDER_CA_FILE holds no certificate".into());
+            }
+            options.extra_roots = certs;
+        }
+        if let Ok(ms) = std::env::var("BC_PROVIDER_RETRY_DELAY_MS")
+            && !ms.trim().is_empty()
+        {
+            let ms: u64 = ms
+                .trim()
+                .parse()
+                .ok()
+                .filter(|ms| *ms <= 60_000)
+                .ok_or("BC_PROVIDER_RETRY_DELAY_MS must be milliseconds from 0 to 60000")?;
+            options.retry_delay = Duration::from_millis(ms);
+        }
+        if let Ok(host) = std::env::var("GCE_METADATA_HOST")
+            && !host.trim().is_empty()
+        {
+            options.metadata_host = host.trim().to_owned();
+        }
+        Ok(options)
+    }
+}
+
+/// A page request's failure, with the provider's `Retry-After` if it sent one.
+struct PageError {
+    error: ProviderError,
+    retry_after: Option<Duration>,
+}
+
+impl From<ProviderError> for PageError {
+    fn from(error: ProviderError) -> Self {
+        PageError {
+            error,
+            retry_after: None,
         }
     }
 }
@@ -80,11 +158,13 @@ impl Default for GceProviderOptions {
 #[derive(Debug, Clone)]
 pub struct GceProvider {
     config: GceConfig,
-    page_size: Option<u32>,
+    options: GceProviderOptions,
     client: reqwest::Client,
     list_url: reqwest::Url,
     access: ProviderAccess,
-    credentials: Arc<dyn CredentialSource>,
+    credentials: LocalCredentials,
+    account_id: String,
+    secret: Option<ResolvedSecret>,
 }
 
 impl GceProvider {
@@ -112,6 +192,9 @@ impl GceProvider {
             // A proxy would connect on the client's behalf, past the guard.
             builder = builder.no_proxy();
         }
+        for root in &options.extra_roots {
+            builder = builder.add_root_certificate(root.clone());
+        }
         let client = builder
             .build()
             .map_err(|e| ProviderError::Transport(describe(&e)))?;
@@ -126,15 +209,25 @@ impl GceProvider {
             config.endpoint, config.project
         ))
         .map_err(|_| ProviderError::NotAllowed("config.endpoint: pattern".into()))?;
-        let credentials = Arc::new(LocalCredentials::new(Arc::clone(&access.policy)));
+        let credentials = LocalCredentials::new(Arc::clone(&access.policy));
         Ok(GceProvider {
             config,
-            page_size: options.page_size,
+            options,
             client,
             list_url,
             access,
             credentials,
+            account_id: String::new(),
+            secret: None,
         })
+    }
+
+    /// The same adapter for the account `account_id` (the token cache's
+    /// key), with its `secret:NAME` resolved, if that is its reference.
+    pub fn for_account(mut self, account_id: &str, secret: Option<ResolvedSecret>) -> Self {
+        self.account_id = account_id.to_owned();
+        self.secret = secret;
+        self
     }
 
     /// The account config this adapter was built from.
@@ -170,37 +263,33 @@ impl GceProvider {
             );
             return Err(e);
         }
-        let authorization = self.authorization().await?;
+        let material = self
+            .credentials
+            .material(&self.config.credentials, self.secret.as_ref())?;
+        let mut authorization = self.authorization(&material, false).await?;
+        let mut refreshed = false;
         let mut reservations = Vec::new();
         let mut page_token: Option<String> = None;
-        for page in 1..=MAX_PAGES {
-            let mut request = self
-                .client
-                .get(self.list_url.clone())
-                .header(ACCEPT, "application/json");
-            if let Some(size) = self.page_size {
-                request = request.query(&[("maxResults", size)]);
-            }
-            if let Some(token) = &page_token {
-                request = request.query(&[("pageToken", token)]);
-            }
-            if let Some(value) = &authorization {
-                request = request.header(AUTHORIZATION, value.clone());
-            }
-            let response = request.send().await.map_err(from_reqwest)?;
-            let status = response.status();
-            if !status.is_success() {
-                tracing::debug!(
-                    project = %self.config.project,
-                    page,
-                    status = status.as_u16(),
-                    "gce list failed"
-                );
-                return Err(ProviderError::Status {
-                    status: status.as_u16(),
-                });
-            }
-            let body = read_body(response).await?;
+        let mut page = 0;
+        while page < MAX_PAGES {
+            let body = match self.fetch_page(page_token.as_deref(), &authorization).await {
+                Err(ProviderError::Status { status: 401 })
+                    if !refreshed
+                        && matches!(material, Material::Key { .. } | Material::Metadata) =>
+                {
+                    // A token revoked or expired early: drop it, take a fresh
+                    // one and ask for this page once more.
+                    tracing::info!(
+                        project = %self.config.project,
+                        "gce answered 401: refreshing the access token once"
+                    );
+                    refreshed = true;
+                    authorization = self.authorization(&material, true).await?;
+                    continue;
+                }
+                other => other?,
+            };
+            page += 1;
             let parsed = wire::parse_page(&body, &self.config.project)?;
             reservations.extend(parsed.reservations);
             match parsed.next_page_token {
@@ -226,11 +315,152 @@ impl GceProvider {
         )))
     }
 
-    /// The `Authorization` header for this call, marked sensitive so that
+    /// One page, tried again on 429, 5xx and transport errors with
+    /// exponential backoff and jitter (a `Retry-After` up to 30 s replaces
+    /// the wait). Pages already read are never asked for again.
+    async fn fetch_page(
+        &self,
+        page_token: Option<&str>,
+        authorization: &Option<HeaderValue>,
+    ) -> Result<Vec<u8>, ProviderError> {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(self.options.retry_delay)
+            .with_max_delay(MAX_RETRY_AFTER)
+            .with_max_times(self.options.retries)
+            .with_jitter();
+        let once = || self.fetch_page_once(page_token, authorization);
+        once.retry(backoff)
+            .when(|e: &PageError| e.error.is_retryable() && e.error.status() != Some(408))
+            .adjust(|e: &PageError, wait| {
+                wait.map(|w| e.retry_after.map_or(w, |r| r.min(MAX_RETRY_AFTER)))
+            })
+            .notify(|e: &PageError, wait| {
+                tracing::info!(
+                    project = %self.config.project,
+                    error = %e.error,
+                    wait_ms = wait.as_millis() as u64,
+                    "gce page request failed: trying again"
+                );
+            })
+            .await
+            .map_err(|e| e.error)
+    }
+
+    async fn fetch_page_once(
+        &self,
+        page_token: Option<&str>,
+        authorization: &Option<HeaderValue>,
+    ) -> Result<Vec<u8>, PageError> {
+        let mut request = self
+            .client
+            .get(self.list_url.clone())
+            .header(ACCEPT, "application/json");
+        if let Some(size) = self.options.page_size {
+            request = request.query(&[("maxResults", size)]);
+        }
+        if let Some(token) = page_token {
+            request = request.query(&[("pageToken", token)]);
+        }
+        if let Some(value) = authorization {
+            request = request.header(AUTHORIZATION, value.clone());
+        }
+        let response = request.send().await.map_err(from_reqwest)?;
+        let status = response.status();
+        if !status.is_success() {
+            tracing::debug!(
+                project = %self.config.project,
+                status = status.as_u16(),
+                "gce list failed"
+            );
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            return Err(PageError {
+                error: ProviderError::Status {
+                    status: status.as_u16(),
+                },
+                retry_after,
+            });
+        }
+        Ok(read_body(response).await?)
+    }
+
+    /// The bearer token of `material`: as it is, or an access token from the
+    /// cache or freshly asked for (`fresh`: the cached one was refused).
+    async fn token(
+        &self,
+        material: &Material,
+        fresh: bool,
+    ) -> Result<Option<BearerToken>, ProviderError> {
+        let cache = &self.options.token_cache;
+        let (fingerprint, key) = match material {
+            Material::None => return Ok(None),
+            Material::Static(token) => return Ok(Some(token.clone())),
+            Material::Key { key, fingerprint } => (fingerprint.as_str(), Some(key)),
+            Material::Metadata => ("metadata", None),
+        };
+        if fresh {
+            cache.forget(&self.account_id, fingerprint);
+        } else if let Some(token) = cache.get(&self.account_id, fingerprint) {
+            return Ok(Some(token));
+        }
+        let (token, expires_in) = match key {
+            Some(key) => {
+                self.admit_token_uri(&key.token_uri)?;
+                auth::exchange(&self.client, key).await?
+            }
+            None => auth::metadata_token(&self.client, &self.options.metadata_host).await?,
+        };
+        tracing::info!(
+            project = %self.config.project,
+            account = %self.account_id,
+            expires_in,
+            "gce access token obtained"
+        );
+        cache.put(&self.account_id, fingerprint, &token, expires_in);
+        Ok(Some(BearerToken::new(token)))
+    }
+
+    /// A tenant's key may send its assertion only where its endpoint could go
+    /// (contract 3.5): Google's token endpoint or a listed origin, never an
+    /// internal address (the client's guard refuses those at connect time).
+    fn admit_token_uri(&self, token_uri: &str) -> Result<(), ProviderError> {
+        let policy: &ProviderPolicy = &self.access.policy;
+        policy
+            .check_token_uri(token_uri, self.access.owner)
+            .map_err(|e| {
+                let why = e.message.unwrap_or_else(|| e.reason.to_string());
+                ProviderError::NotAllowed(format!("the key's token_uri is not allowed: {why}"))
+            })?;
+        if self.access.owner == AccountOwner::Tenant {
+            let url = reqwest::Url::parse(token_uri)
+                .map_err(|_| ProviderError::NotAllowed("token_uri: not a URL".into()))?;
+            guard::check_ip_literal(&url, policy)?;
+        }
+        Ok(())
+    }
+
+    /// The header a listing would send now (tests).
+    #[cfg(test)]
+    async fn current_authorization(&self) -> Result<Option<HeaderValue>, ProviderError> {
+        let material = self
+            .credentials
+            .material(&self.config.credentials, self.secret.as_ref())?;
+        self.authorization(&material, false).await
+    }
+
+    /// The `Authorization` header for this listing, marked sensitive so that
     /// it is never printed. Errors name the reference, never the token.
-    async fn authorization(&self) -> Result<Option<HeaderValue>, ProviderError> {
+    async fn authorization(
+        &self,
+        material: &Material,
+        fresh: bool,
+    ) -> Result<Option<HeaderValue>, ProviderError> {
         let reference = &self.config.credentials;
-        let Some(token) = self.credentials.bearer_token(reference).await? else {
+        let Some(token) = self.token(material, fresh).await? else {
             return Ok(None);
         };
         let mut value =
@@ -261,7 +491,7 @@ async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, ProviderE
     Ok(body)
 }
 
-fn from_reqwest(e: reqwest::Error) -> ProviderError {
+pub(crate) fn from_reqwest(e: reqwest::Error) -> ProviderError {
     if let Some(refused) = guard::refusal_in(&e) {
         ProviderError::NotAllowed(refused.to_string())
     } else if e.is_timeout() {

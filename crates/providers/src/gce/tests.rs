@@ -131,7 +131,7 @@ fn defaults() {
 #[tokio::test]
 async fn no_credentials_no_header() {
     let p = root_provider(Credentials::None, Arc::default());
-    assert_eq!(p.authorization().await, Ok(None));
+    assert_eq!(p.current_authorization().await, Ok(None));
 }
 
 #[tokio::test]
@@ -142,7 +142,7 @@ async fn token_from_a_file_is_sensitive_and_trimmed() {
     let provider = || root_provider(Credentials::File(path.clone()), Arc::clone(&policy));
     std::fs::write(&path, "tok-123\n").expect("write");
     let value = provider()
-        .authorization()
+        .current_authorization()
         .await
         .expect("token")
         .expect("header");
@@ -151,15 +151,21 @@ async fn token_from_a_file_is_sensitive_and_trimmed() {
     assert!(!format!("{value:?}").contains("tok-123"));
 
     std::fs::write(&path, "line one\nline two").expect("write");
-    let err = provider().authorization().await.expect_err("not a token");
+    let err = provider()
+        .current_authorization()
+        .await
+        .expect_err("not a token");
     assert!(!err.to_string().contains("line"), "{err}");
     std::fs::write(&path, "  \n").expect("write");
     assert!(matches!(
-        provider().authorization().await,
+        provider().current_authorization().await,
         Err(ProviderError::Credentials(_))
     ));
     std::fs::remove_file(&path).expect("remove");
-    let err = provider().authorization().await.expect_err("missing");
+    let err = provider()
+        .current_authorization()
+        .await
+        .expect_err("missing");
     assert!(err.to_string().contains("cannot read token file"), "{err}");
 }
 
@@ -170,7 +176,7 @@ async fn missing_env_var_is_a_credentials_error() {
         Credentials::Env(name.into()),
         policy(&[("BC_CREDENTIAL_ENV", "PROVIDERS_TEST_*")]),
     )
-    .authorization()
+    .current_authorization()
     .await
     .expect_err("unset");
     assert_eq!(

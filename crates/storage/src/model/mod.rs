@@ -8,4 +8,5 @@ pub mod idempotency;
 pub mod instance;
 pub mod quota;
 pub mod reservation;
+pub mod secret;
 pub mod states;

@@ -55,6 +55,18 @@ pub async fn create(
             Claim::Replay(existing) => get(conn, new.tenant_id, &existing).await,
             Claim::New => {
                 locks::acting_tenant(conn, new.tenant_id).await?;
+                // `secret:NAME` names a secret of the account's own tenant
+                // (contract 3.5), held `FOR SHARE` until this commits.
+                let secret = new.config.get("credentials").and_then(|c| c.as_str());
+                if let Some(name) = secret.and_then(|c| c.strip_prefix("secret:"))
+                    && !locks::secret_shared(conn, new.tenant_id, name).await?
+                {
+                    return Err(StorageError::invalid(
+                        "config.credentials",
+                        "credential-not-allowed",
+                        format!("the tenant has no secret named {name}"),
+                    ));
+                }
                 Ok(diesel::insert_into(pa::table)
                     .values((
                         pa::account_id.eq(&id),

@@ -10,5 +10,6 @@ pub mod lifecycle;
 pub mod metering;
 pub mod pools;
 pub mod reservations;
+pub mod secrets;
 pub mod tenancy;
 pub mod timeline;

@@ -10,6 +10,7 @@ use providers::{AccountSpec, ProviderError, ProviderFactory, ProviderReservation
 use serde_json::json;
 
 use crate::clock::Clock;
+use crate::crypto::Keyring;
 use crate::db::DbPool;
 use crate::error::{ErrorKind, Result, StorageError};
 use crate::locks;
@@ -19,6 +20,7 @@ use crate::model::states::{InstanceState, ReservationStatus, SettledState};
 use crate::model::{grant::GrantRow, reservation::ReservationRow};
 use crate::ops::accounts::{self, Account};
 use crate::ops::instances;
+use crate::ops::secrets;
 use crate::ops::timeline::{self};
 use crate::schema::{api_keys, grants, idempotency_keys, pools, provider_accounts, reservations};
 
@@ -397,14 +399,35 @@ pub async fn run_scan(
     root: &str,
     claim: &ScanClaim,
     factory: &ProviderFactory,
+    keyring: &Keyring,
 ) -> Result<ScanOutcome> {
-    let account = AccountSpec {
-        tenant_id: &claim.account.tenant_id,
-        provider: &claim.account.provider,
-        config: &claim.account.config,
-    };
-    let listed = match factory(account) {
-        Ok(provider) => provider.list_reservations().await,
+    let account = &claim.account;
+    // A `secret:NAME` is read in the account's own tenant and decrypted for
+    // this listing only; the connection is back in the pool before the
+    // provider is called.
+    let secret = match account.config.get("credentials").and_then(|c| c.as_str()) {
+        Some(reference) if reference.starts_with("secret:") => {
+            let name = &reference["secret:".len()..];
+            let mut conn = pool.get().await?;
+            Some(secrets::resolve(&mut conn, keyring, &account.tenant_id, name).await)
+        }
+        _ => None,
+    }
+    .transpose();
+    let listed = match secret {
+        Ok(secret) => {
+            let spec = AccountSpec {
+                account_id: &account.account_id,
+                tenant_id: &account.tenant_id,
+                provider: &account.provider,
+                config: &account.config,
+                secret: secret.as_ref(),
+            };
+            match factory(spec) {
+                Ok(provider) => provider.list_reservations().await,
+                Err(e) => Err(e),
+            }
+        }
         Err(e) => Err(e),
     };
     let mut conn = pool.get().await?;
@@ -434,6 +457,7 @@ pub async fn scan(
     tenant: &str,
     account_id: &str,
     factory: &ProviderFactory,
+    keyring: &Keyring,
 ) -> Result<(ScanOutcome, Vec<ReservationRow>)> {
     let claim = {
         let mut conn = pool.get().await?;
@@ -442,7 +466,7 @@ pub async fn scan(
             .await?
             .ok_or_else(|| StorageError::not_found("provider account", account_id))?
     };
-    let outcome = run_scan(pool, clock, root, &claim, factory).await?;
+    let outcome = run_scan(pool, clock, root, &claim, factory, keyring).await?;
     let mut conn = pool.get().await?;
     let items = ReservationRow::of_account(&mut conn, account_id).await?;
     Ok((outcome, items))

@@ -13,6 +13,10 @@ pub const ZONE: &str = "us-central1-a";
 /// The flavor of the test pools and reservations.
 pub const FLAVOR: &str = "n2-standard-4";
 
+/// The read calls one page request makes at most: the first and the
+/// adapter's 3 retries (contract 7).
+pub const ATTEMPTS: u32 = 4;
+
 /// A running fake.
 pub struct Gce {
     /// `http://127.0.0.1:PORT`
@@ -24,12 +28,23 @@ pub struct Gce {
 impl Gce {
     /// Starts a fake on an ephemeral port.
     pub async fn start() -> Gce {
+        Gce::start_with(fake_gce::FakeGceConfig::default()).await
+    }
+
+    /// Starts a fake with `config` (authentication, token lifetime, TLS) on
+    /// an ephemeral port; `url` is `https://localhost:PORT` when it serves
+    /// TLS (the test certificates name `localhost`).
+    pub async fn start_with(config: fake_gce::FakeGceConfig) -> Gce {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let port = listener.local_addr().expect("addr").port();
+        let fake = fake_gce::FakeGce::new(config);
+        let url = match fake.scheme() {
+            "https" => format!("https://localhost:{port}"),
+            scheme => format!("{scheme}://127.0.0.1:{port}"),
+        };
         let (tx, rx) = oneshot::channel::<()>();
-        let fake = fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default());
         tokio::spawn(async move {
             let _ = fake_gce::serve(listener, fake, async move {
                 let _ = rx.await;
@@ -38,9 +53,59 @@ impl Gce {
         });
         Gce {
             url,
-            client: reqwest::Client::new(),
+            client: reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .build()
+                .expect("control client"),
             _stop: tx,
         }
+    }
+
+    /// `host:port` of the fake (for `GCE_METADATA_HOST`).
+    pub fn host(&self) -> &str {
+        self.url.split_once("://").map_or(&self.url, |(_, h)| h)
+    }
+
+    /// GETs `/fake/{what}` and answers its JSON.
+    pub async fn get(&self, what: &str) -> Value {
+        self.client
+            .get(format!("{}/fake/{what}", self.url))
+            .send()
+            .await
+            .expect(what)
+            .json()
+            .await
+            .expect("json")
+    }
+
+    /// `(issued by /token, issued by the metadata endpoint)` so far.
+    pub async fn tokens(&self) -> (u64, u64) {
+        let v = self.get("tokens").await;
+        (
+            v["issued"].as_u64().expect("issued"),
+            v["metadataIssued"].as_u64().expect("metadataIssued"),
+        )
+    }
+
+    /// Registers the public key of a service account.
+    pub async fn register_key(&self, email: &str, public_pem: &str) {
+        let resp = self
+            .client
+            .put(format!("{}/fake/service-accounts/{email}", self.url))
+            .json(&json!({ "publicKeyPem": public_pem }))
+            .send()
+            .await
+            .expect("register key");
+        assert!(
+            resp.status().is_success(),
+            "register key: {}",
+            resp.status()
+        );
+    }
+
+    /// Revokes every token issued so far.
+    pub async fn revoke_tokens(&self) {
+        self.control("revoke-tokens", json!({})).await;
     }
 
     /// The full id of reservation `name` in [`ZONE`].
@@ -116,9 +181,20 @@ impl Gce {
         assert!(resp.status().is_success(), "fake {what}: {}", resp.status());
     }
 
-    /// The next `n` read calls fail with 503.
+    /// The next `n` listings fail with 503: each is one read call and the
+    /// adapter's retries of it ([`ATTEMPTS`] calls in all).
     pub async fn fail(&self, n: u32) {
-        self.control("fail", json!({ "count": n })).await;
+        self.fail_calls(n * ATTEMPTS, 503, None).await;
+    }
+
+    /// The next `calls` read calls answer `status`, with `Retry-After:
+    /// retry_after_s` when given.
+    pub async fn fail_calls(&self, calls: u32, status: u16, retry_after_s: Option<u64>) {
+        let mut body = json!({ "count": calls, "status": status });
+        if let Some(s) = retry_after_s {
+            body["retryAfterS"] = json!(s);
+        }
+        self.control("fail", body).await;
     }
 
     /// Delays every later listing by `ms` (0: none).

@@ -114,6 +114,8 @@ impl Server {
             .env("BC_PROVIDER_ENDPOINTS", TEST_PROVIDER_ENDPOINTS)
             // Root's accounts in tests may read their token from GCE_TOKEN.
             .env("BC_CREDENTIAL_ENV", "GCE_TOKEN")
+            // Provider retries wait 10 ms, not 500 ms, between tries.
+            .env("BC_PROVIDER_RETRY_DELAY_MS", "10")
             .env(
                 "RUST_LOG",
                 std::env::var("TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()),

@@ -34,6 +34,8 @@ pub fn command(s: &Server) -> Command {
         .env("BC_INTERVAL_MS", "50")
         .env("BC_PROVIDER_ENDPOINTS", TEST_PROVIDER_ENDPOINTS)
         .env("BC_CREDENTIAL_ENV", "GCE_TOKEN")
+        // Provider retries wait 10 ms, not 500 ms, between tries.
+        .env("BC_PROVIDER_RETRY_DELAY_MS", "10")
         .env(
             "RUST_LOG",
             std::env::var("TEST_WORKER_LOG").unwrap_or_else(|_| "warn".into()),
@@ -76,7 +78,14 @@ pub async fn once(s: &Server, only: &[&str]) {
 
 /// As [`once`] with plain-text info logs; returns its stderr.
 pub async fn once_logged(s: &Server, only: &[&str]) -> String {
-    once_ok(s, only, &[("RUST_LOG", "info"), ("NO_COLOR", "1")]).await
+    once_logged_with(s, only, &[]).await
+}
+
+/// As [`once_logged`] with extra env.
+pub async fn once_logged_with(s: &Server, only: &[&str], env: &[(&str, &str)]) -> String {
+    let mut all = vec![("RUST_LOG", "info"), ("NO_COLOR", "1")];
+    all.extend_from_slice(env);
+    once_ok(s, only, &all).await
 }
 
 /// A long-running worker process whose stderr is collected.

@@ -1,0 +1,184 @@
+//! The secret store (contract 3.9): `secrets.put`, `list`, `delete`, and the
+//! resolution of an account's `secret:NAME` at use.
+//!
+//! Values are sealed by [`crate::crypto::Keyring`] before they reach a
+//! statement and opened only to hand them to the account's adapter; no
+//! function here returns, logs or puts a value in an error.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use providers::auth::{ResolvedSecret, SecretKind, fingerprint};
+
+use crate::crypto::{KeyError, Keyring};
+use crate::error::{Result, StorageError};
+use crate::locks;
+use crate::model::secret::SecretRow;
+use crate::schema::{provider_accounts as pa, secrets};
+
+/// What the API shows of a secret: never its value.
+#[derive(Debug, Clone)]
+pub struct SecretInfo {
+    /// Its name.
+    pub name: String,
+    /// The owning tenant.
+    pub tenant_id: String,
+    /// `service-account` or `token`.
+    pub kind: String,
+    /// The first 16 hex digits of the value's SHA-256.
+    pub fingerprint: String,
+    /// Creation instant.
+    pub created_at: i64,
+    /// Last put.
+    pub updated_at: i64,
+}
+
+impl From<SecretRow> for SecretInfo {
+    fn from(r: SecretRow) -> Self {
+        SecretInfo {
+            name: r.name,
+            tenant_id: r.tenant_id,
+            kind: r.kind,
+            fingerprint: r.fingerprint,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// `secrets.put`: creates or replaces the acting tenant's secret `name`,
+/// sealed under the current key. `kind` is what the caller decided the
+/// value is ([`providers::auth::classify_secret`]).
+pub async fn put(
+    conn: &mut AsyncPgConnection,
+    keyring: &Keyring,
+    tenant: &str,
+    name: &str,
+    value: &str,
+    kind: SecretKind,
+    now: i64,
+) -> Result<SecretInfo> {
+    let sealed = keyring.seal(tenant, name, value).map_err(|e| match e {
+        KeyError::NoKey => StorageError::invalid_state(
+            "the server has no BC_SECRETS_KEY: secrets cannot be stored",
+        )
+        .with("reason", "no-secrets-key"),
+        other => StorageError::internal(other.to_string()),
+    })?;
+    let fp = fingerprint(value);
+    conn.transaction::<_, StorageError, _>(async move |conn| {
+        locks::acting_tenant(conn, tenant).await?;
+        let row: SecretRow = diesel::insert_into(secrets::table)
+            .values((
+                secrets::tenant_id.eq(tenant),
+                secrets::name.eq(name),
+                secrets::kind.eq(kind.as_str()),
+                secrets::fingerprint.eq(&fp),
+                secrets::key_id.eq(&sealed.key_id),
+                secrets::nonce.eq(&sealed.nonce),
+                secrets::ciphertext.eq(&sealed.ciphertext),
+                secrets::created_at.eq(now),
+                secrets::updated_at.eq(now),
+            ))
+            .on_conflict((secrets::tenant_id, secrets::name))
+            .do_update()
+            .set((
+                secrets::kind.eq(kind.as_str()),
+                secrets::fingerprint.eq(&fp),
+                secrets::key_id.eq(&sealed.key_id),
+                secrets::nonce.eq(&sealed.nonce),
+                secrets::ciphertext.eq(&sealed.ciphertext),
+                secrets::updated_at.eq(now),
+            ))
+            .returning(SecretRow::as_returning())
+            .get_result(conn)
+            .await?;
+        tracing::info!(
+            tenant = %tenant,
+            secret = %name,
+            kind = kind.as_str(),
+            fingerprint = %row.fingerprint,
+            key_id = %row.key_id,
+            "secret stored"
+        );
+        Ok(SecretInfo::from(row))
+    })
+    .await
+}
+
+/// `secrets.list`: the tenant's secrets by name, without values.
+pub async fn list(conn: &mut AsyncPgConnection, tenant: &str) -> Result<Vec<SecretInfo>> {
+    Ok(SecretRow::of_tenant(conn, tenant)
+        .await?
+        .into_iter()
+        .map(SecretInfo::from)
+        .collect())
+}
+
+/// The credentials reference of an account that names the secret `name`.
+fn reference(name: &str) -> String {
+    format!("secret:{name}")
+}
+
+/// `secrets.delete`: `NOT_FOUND` for an unknown name, `INVALID_STATE` with
+/// `details.accountIds` while an account of the tenant references it.
+pub async fn delete(conn: &mut AsyncPgConnection, tenant: &str, name: &str) -> Result<()> {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
+        locks::acting_tenant(conn, tenant).await?;
+        // The delete takes the row's lock first: an account create naming the
+        // secret holds it `FOR SHARE` until it commits, so the check below
+        // sees every account that will reference it.
+        let deleted = diesel::delete(secrets::table.find((tenant, name)))
+            .execute(conn)
+            .await?;
+        if deleted == 0 {
+            return Err(StorageError::not_found("secret", name));
+        }
+        let using: Vec<String> = pa::table
+            .filter(pa::tenant_id.eq(tenant))
+            .filter(
+                diesel::dsl::sql::<diesel::sql_types::Bool>("config->>'credentials' = ")
+                    .bind::<diesel::sql_types::Text, _>(reference(name)),
+            )
+            .order(pa::account_id.asc())
+            .select(pa::account_id)
+            .load(conn)
+            .await?;
+        if !using.is_empty() {
+            return Err(StorageError::invalid_state(format!(
+                "secret {name} is referenced by {} provider account(s)",
+                using.len()
+            ))
+            .with("accountIds", using));
+        }
+        tracing::info!(tenant = %tenant, secret = %name, "secret deleted");
+        Ok(())
+    })
+    .await
+}
+
+/// The secret `name` of `tenant`, decrypted for its account's adapter.
+/// Errors say which secret and why, never its value.
+pub async fn resolve(
+    conn: &mut AsyncPgConnection,
+    keyring: &Keyring,
+    tenant: &str,
+    name: &str,
+) -> std::result::Result<ResolvedSecret, providers::ProviderError> {
+    let unusable =
+        |why: String| providers::ProviderError::Credentials(format!("secret:{name}: {why}"));
+    let row = SecretRow::find(conn, tenant, name)
+        .await
+        .map_err(|e| unusable(format!("cannot be read: {e}")))?
+        .ok_or_else(|| unusable("does not exist".into()))?;
+    let kind =
+        SecretKind::parse(&row.kind).ok_or_else(|| unusable("has an unknown kind".into()))?;
+    let value = keyring
+        .open(tenant, name, &row.sealed())
+        .map_err(|e| unusable(e.to_string()))?;
+    Ok(ResolvedSecret {
+        name: row.name,
+        kind,
+        fingerprint: row.fingerprint,
+        value,
+    })
+}
