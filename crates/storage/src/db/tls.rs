@@ -274,7 +274,13 @@ fn split_key_values(s: &str) -> ConnectionResult<Target> {
 /// settings.
 fn split(url: &str) -> ConnectionResult<Target> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        split_url(url, url.find('?'))
+        // As tokio-postgres reads it: the credentials run to the first `@`
+        // (a password may hold a `?`), the parameters from the next `?`.
+        let after_credentials = url.find('@').map_or(0, |i| i + 1);
+        let query = url[after_credentials..]
+            .find('?')
+            .map(|i| after_credentials + i);
+        split_url(url, query)
     } else {
         split_key_values(url)
     }
@@ -645,6 +651,20 @@ mod tests {
         // The rest, password included, is left as written for tokio-postgres.
         assert_eq!(t.rest, "postgres://u:p%40ss@h/app");
         assert!(error("postgres://h/d?sslrootcert=%zz").contains("percent-encoding"));
+    }
+
+    #[test]
+    fn a_question_mark_in_the_password_is_not_the_query() {
+        let t = target("postgres://u:pa?ss@h/app?sslmode=require");
+        assert_eq!(t.rest, "postgres://u:pa?ss@h/app");
+        assert_eq!(t.mode, SslMode::Require);
+        let config = parse_rest(&t).expect("tokio-postgres reads the rest");
+        assert_eq!(config.get_password(), Some(&b"pa?ss"[..]));
+        let t = target("postgres://u:pa?ss@h/app");
+        assert_eq!(
+            (t.rest.as_str(), t.mode),
+            ("postgres://u:pa?ss@h/app", SslMode::Prefer)
+        );
     }
 
     #[test]
