@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -68,7 +68,7 @@ impl Database {
     /// Creates an empty database `bench_{tag}_{pid}` (dropping a leftover).
     pub async fn create(server_url: &str, tag: &str) -> anyhow::Result<Database> {
         let name = format!("bench_{tag}_{}", std::process::id());
-        let mut conn = AsyncPgConnection::establish(server_url)
+        let mut conn = storage::db::establish(server_url)
             .await
             .with_context(|| format!("connecting to {server_url}"))?;
         diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -86,7 +86,7 @@ impl Database {
 
     /// A new connection to it.
     pub async fn connect(&self) -> anyhow::Result<AsyncPgConnection> {
-        Ok(AsyncPgConnection::establish(&self.url).await?)
+        Ok(storage::db::establish(&self.url).await?)
     }
 
     /// `n` new connections.
@@ -100,7 +100,7 @@ impl Database {
 
     /// Drops it.
     pub async fn drop_now(self) -> anyhow::Result<()> {
-        let mut conn = AsyncPgConnection::establish(&self.server_url).await?;
+        let mut conn = storage::db::establish(&self.server_url).await?;
         diesel::sql_query(format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             self.name

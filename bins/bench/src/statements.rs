@@ -53,7 +53,7 @@ fn normalized(shown: &str) -> String {
 
 /// A new connection to `url` whose statements go to the returned log.
 async fn recorded(url: &str) -> (AsyncPgConnection, Log) {
-    let mut conn = AsyncPgConnection::establish(url)
+    let mut conn = storage::db::establish(url)
         .await
         .expect("connect to the test database");
     let log = Log::default();
@@ -142,7 +142,7 @@ impl World {
             tokio::time::sleep(Duration::from_millis(20)).await;
             waited += Duration::from_millis(20);
         }
-        let mut conn = AsyncPgConnection::establish(db.url())
+        let mut conn = storage::db::establish(db.url())
             .await
             .expect("connect to the test database");
         let now = storage::Clock::Manual

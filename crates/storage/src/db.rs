@@ -1,10 +1,15 @@
-//! Connection pool and migrations.
+//! Connections (libpq's `sslmode` and `sslrootcert` over rustls), the pool
+//! and migrations.
 
-use diesel::sql_types::BigInt;
-use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel::sql_types::{BigInt, Bool, Text};
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
-use diesel_async::{AsyncConnection, AsyncMigrationHarness, AsyncPgConnection, RunQueryDsl};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::{AsyncMigrationHarness, AsyncPgConnection, RunQueryDsl};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+mod tls;
+
+pub use tls::{check, describe, establish};
 
 /// The migrations of `migrations/`, embedded at build time.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
@@ -19,9 +24,15 @@ pub type Conn = Object<AsyncPgConnection>;
 /// The connection pool.
 pub type DbPool = Pool<AsyncPgConnection>;
 
-/// Builds a pool of at most `max_size` connections to `url`.
+/// Builds a pool of at most `max_size` connections to `url`, each opened by
+/// [`establish`]. The URL's errors (a bad `sslmode`, an unreadable
+/// `sslrootcert`) are reported here, before any connection is tried.
 pub fn pool(url: &str, max_size: usize) -> anyhow::Result<DbPool> {
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
+    check(url)?;
+    tracing::info!(settings = %describe(url)?, "database connections");
+    let mut config = ManagerConfig::<AsyncPgConnection>::default();
+    config.custom_setup = Box::new(|url| Box::pin(establish(url)));
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
     Ok(Pool::builder(manager)
         .max_size(max_size)
         .wait_timeout(Some(std::time::Duration::from_secs(10)))
@@ -32,7 +43,8 @@ pub fn pool(url: &str, max_size: usize) -> anyhow::Result<DbPool> {
 /// Applies pending migrations on a dedicated connection, under a session
 /// advisory lock. Returns the versions applied by this call.
 pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
-    let mut conn = AsyncPgConnection::establish(url).await?;
+    let mut conn = establish(url).await?;
+    log_session_tls(&mut conn, url).await;
     diesel::sql_query("SELECT pg_advisory_lock($1)")
         .bind::<BigInt, _>(MIGRATION_LOCK)
         .execute(&mut conn)
@@ -49,6 +61,37 @@ pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
         .execute(&mut conn)
         .await?;
     applied.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))
+}
+
+/// Logs whether the session runs over TLS, as the server sees it.
+async fn log_session_tls(conn: &mut AsyncPgConnection, url: &str) {
+    #[derive(diesel::QueryableByName)]
+    struct Session {
+        #[diesel(sql_type = Bool)]
+        ssl: bool,
+        #[diesel(sql_type = Text)]
+        version: String,
+    }
+    let settings = describe(url).unwrap_or_default();
+    match diesel::sql_query(
+        "SELECT ssl, coalesce(version, '') AS version FROM pg_stat_ssl \
+         WHERE pid = pg_backend_pid()",
+    )
+    .get_result::<Session>(conn)
+    .await
+    {
+        Ok(s) => tracing::info!(
+            tls = s.ssl,
+            tls_version = %s.version,
+            settings = %settings,
+            "connected to the database"
+        ),
+        Err(e) => tracing::info!(
+            settings = %settings,
+            error = %e,
+            "connected to the database (its TLS state is not readable)"
+        ),
+    }
 }
 
 /// True when the database answers and has no pending migration.

@@ -7,7 +7,7 @@
 //! test shares rows with another, whatever runner or process runs it.
 
 use diesel::sql_types::{BigInt, Text};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 
 use crate::db;
 
@@ -16,6 +16,8 @@ pub struct TestDatabase {
     name: String,
     url: String,
     server_url: String,
+    /// Whether dropping the value drops the database.
+    owned: bool,
 }
 
 /// The server URL from `DATABASE_URL`.
@@ -60,7 +62,7 @@ struct Exists {
 
 async fn ensure_template(server: &str) -> anyhow::Result<String> {
     let template = template_name();
-    let mut conn = AsyncPgConnection::establish(server).await?;
+    let mut conn = db::establish(server).await?;
     diesel::sql_query("SELECT pg_advisory_lock(7362846105)")
         .execute(&mut conn)
         .await?;
@@ -101,7 +103,7 @@ impl TestDatabase {
             .await
             .expect("test template database");
         let name = format!("bc_test_{}", crate::ids::new_secret()[4..24].to_owned());
-        let mut conn = AsyncPgConnection::establish(&server_url)
+        let mut conn = db::establish(&server_url)
             .await
             .expect("connect to the test server");
         diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {template}"))
@@ -113,6 +115,18 @@ impl TestDatabase {
             name,
             url,
             server_url,
+            owned: true,
+        }
+    }
+
+    /// A database the caller manages (a server a test started itself):
+    /// neither created nor dropped by this value.
+    pub fn existing(url: &str) -> TestDatabase {
+        TestDatabase {
+            name: String::new(),
+            url: url.to_owned(),
+            server_url: url.to_owned(),
+            owned: false,
         }
     }
 
@@ -121,7 +135,7 @@ impl TestDatabase {
         &self.url
     }
 
-    /// The database's name.
+    /// The database's name (empty for [`TestDatabase::existing`]).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -129,6 +143,9 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let name = self.name.clone();
         let server = self.server_url.clone();
         // Dropping needs a connection; do it on a thread with its own runtime
@@ -141,7 +158,7 @@ impl Drop for TestDatabase {
                 return;
             };
             rt.block_on(async move {
-                if let Ok(mut conn) = AsyncPgConnection::establish(&server).await {
+                if let Ok(mut conn) = db::establish(&server).await {
                     let _ =
                         diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                             .execute(&mut conn)

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 
 use diesel::sql_types::Text;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -99,7 +99,7 @@ async fn scan_as(s: &Server, token: &str, account: &str) -> Answer {
 /// Inserts an account as it may have been stored before the policy existed,
 /// bypassing today's create-time check.
 async fn legacy_account(s: &Server, id: &str, tenant: &str, config: Value) {
-    let mut conn = AsyncPgConnection::establish(s.db.url()).await.expect("db");
+    let mut conn = storage::db::establish(s.db.url()).await.expect("db");
     diesel::sql_query(
         "INSERT INTO provider_accounts (account_id, tenant_id, name, provider, config, created_at) \
          VALUES ($1, $2, 'legacy', 'gce', $3::jsonb, 0)",

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 use providers::{ProviderReservation, ReservationStatus};
 use serde_json::json;
 
@@ -124,7 +124,7 @@ async fn a_scan_claimed_earlier_never_overwrites_one_claimed_later() {
     let s = Server::start().await;
     s.set_clock(T0).await;
     let account = root_account(&s).await;
-    let mut conn = AsyncPgConnection::establish(s.db.url()).await.expect("db");
+    let mut conn = storage::db::establish(s.db.url()).await.expect("db");
     let rules = storage::ops::reservations::ClaimRules::EXPLICIT;
     let older = storage::ops::reservations::claim_scan(&mut conn, "root", &account, rules)
         .await
@@ -231,7 +231,7 @@ async fn a_claim_left_by_a_dead_replica_is_taken_over_once_its_lease_expires() {
     worker::path();
     // A replica claims the account with an 8 s lease and dies before
     // answering (nothing releases the claim).
-    let mut conn = AsyncPgConnection::establish(s.db.url()).await.expect("db");
+    let mut conn = storage::db::establish(s.db.url()).await.expect("db");
     let rules = storage::ops::reservations::ClaimRules::pass(0, 8000);
     storage::ops::reservations::claim_scan(&mut conn, "root", &account, rules)
         .await

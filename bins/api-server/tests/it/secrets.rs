@@ -36,10 +36,7 @@ async fn stored(s: &Server, tenant: &str, name: &str) -> Stored {
 }
 
 async fn stored_in(url: &str, tenant: &str, name: &str) -> Stored {
-    use diesel_async::AsyncConnection;
-    let mut conn = diesel_async::AsyncPgConnection::establish(url)
-        .await
-        .expect("connect");
+    let mut conn = storage::db::establish(url).await.expect("connect");
     diesel::sql_query(
         "SELECT kind, fingerprint, key_id, nonce, ciphertext FROM secrets \
          WHERE tenant_id = $1 AND name = $2",

@@ -138,7 +138,7 @@ async fn three_replicas_write_every_record_and_event_exactly_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_end_racing_a_metering_pass_bills_nothing_past_ends_at() {
     use diesel::sql_types::{BigInt, Text};
-    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+    use diesel_async::RunQueryDsl;
 
     #[derive(diesel::QueryableByName)]
     struct Count {
@@ -152,9 +152,7 @@ async fn an_end_racing_a_metering_pass_bills_nothing_past_ends_at() {
     let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
     s.set_clock(T0 + HOUR - SEC).await;
 
-    let mut lock = AsyncPgConnection::establish(s.db.url())
-        .await
-        .expect("connect");
+    let mut lock = storage::db::establish(s.db.url()).await.expect("connect");
     diesel::sql_query("BEGIN")
         .execute(&mut lock)
         .await
@@ -178,9 +176,7 @@ async fn an_end_racing_a_metering_pass_bills_nothing_past_ends_at() {
             .await
             .expect("body")
     });
-    let mut watch = AsyncPgConnection::establish(s.db.url())
-        .await
-        .expect("connect");
+    let mut watch = storage::db::establish(s.db.url()).await.expect("connect");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let c: Count = diesel::sql_query(

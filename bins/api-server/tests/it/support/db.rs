@@ -4,7 +4,7 @@
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
 use super::server::Server;
@@ -76,7 +76,7 @@ pub fn seg_off(from: i64, to: Option<i64>, kind: &str, running: bool) -> Segment
 
 /// A connection to the server's database.
 pub async fn db(s: &Server) -> AsyncPgConnection {
-    AsyncPgConnection::establish(s.db.url())
+    storage::db::establish(s.db.url())
         .await
         .expect("connect to the test database")
 }

@@ -103,29 +103,10 @@ impl Server {
 
     /// Starts a server on an existing database.
     pub async fn start_on(db: TestDatabase, opts: Options) -> Server {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_api-server"));
-        cmd.env("DATABASE_URL", db.url())
-            .env("BC_LISTEN", "127.0.0.1:0")
-            .env("BC_CLOCK", opts.clock)
-            .env("BC_BOOTSTRAP_TOKEN", ROOT_TOKEN)
-            .env("BC_DB_POOL_SIZE", "8")
-            // The fakes listen on loopback: tenants' accounts may name them.
-            // Tests of the endpoint policy set their own list.
-            .env("BC_PROVIDER_ENDPOINTS", TEST_PROVIDER_ENDPOINTS)
-            // Root's accounts in tests may read their token from GCE_TOKEN.
-            .env("BC_CREDENTIAL_ENV", "GCE_TOKEN")
-            // Provider retries wait 10 ms, not 500 ms, between tries.
-            .env("BC_PROVIDER_RETRY_DELAY_MS", "10")
-            .env(
-                "RUST_LOG",
-                std::env::var("TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::piped())
+        let mut cmd = command(db.url(), &opts);
+        cmd.stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        for (k, v) in &opts.env {
-            cmd.env(k, v);
-        }
         let mut child = cmd.spawn().expect("spawn api-server");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
@@ -279,6 +260,32 @@ impl Server {
             .expect("server stops within 30 s")
             .expect("wait")
     }
+}
+
+/// The api-server command the test servers run: `database_url`, an
+/// ephemeral port, the bootstrap token and `opts` (stdio left to the caller).
+pub fn command(database_url: &str, opts: &Options) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_api-server"));
+    cmd.env("DATABASE_URL", database_url)
+        .env("BC_LISTEN", "127.0.0.1:0")
+        .env("BC_CLOCK", opts.clock)
+        .env("BC_BOOTSTRAP_TOKEN", ROOT_TOKEN)
+        .env("BC_DB_POOL_SIZE", "8")
+        // The fakes listen on loopback: tenants' accounts may name them.
+        // Tests of the endpoint policy set their own list.
+        .env("BC_PROVIDER_ENDPOINTS", TEST_PROVIDER_ENDPOINTS)
+        // Root's accounts in tests may read their token from GCE_TOKEN.
+        .env("BC_CREDENTIAL_ENV", "GCE_TOKEN")
+        // Provider retries wait 10 ms, not 500 ms, between tries.
+        .env("BC_PROVIDER_RETRY_DELAY_MS", "10")
+        .env(
+            "RUST_LOG",
+            std::env::var("TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+        );
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    cmd
 }
 
 /// A short random suffix for keys and names.

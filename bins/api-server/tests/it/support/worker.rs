@@ -28,8 +28,13 @@ pub fn path() -> PathBuf {
 
 /// A worker command for the server's database and manual clock.
 pub fn command(s: &Server) -> Command {
+    command_for(s.db.url())
+}
+
+/// A worker command for `database_url` and the manual clock.
+pub fn command_for(database_url: &str) -> Command {
     let mut cmd = Command::new(path());
-    cmd.env("DATABASE_URL", s.db.url())
+    cmd.env("DATABASE_URL", database_url)
         .env("BC_CLOCK", "manual")
         .env("BC_INTERVAL_MS", "50")
         .env("BC_PROVIDER_ENDPOINTS", TEST_PROVIDER_ENDPOINTS)
