@@ -24,6 +24,7 @@ export BC_LISTEN="${BC_FUZZ_LISTEN:-127.0.0.1:8097}"
 export BC_CLOCK=manual
 export BC_CREDENTIAL_ENV=GCE_TOKEN
 export BC_PROVIDER_ENDPOINTS="https://compute.googleapis.com,http://127.0.0.1:*"
+export BC_SECRETS_KEY="$(head -c 32 /dev/urandom | base64)"
 export RUST_LOG=warn
 
 cargo build --quiet -p api-server

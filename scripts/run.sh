@@ -21,6 +21,16 @@ if [ -z "${BC_BOOTSTRAP_TOKEN:-}" ]; then
   BC_BOOTSTRAP_TOKEN="$(cat .data/root-token)"
 fi
 export BC_BOOTSTRAP_TOKEN
+# A development key for the secret store (contract 3.9), made once: secrets
+# put under it stay readable across runs. Production keys come from the
+# operator's secret manager (docs/operations.md).
+if [ -z "${BC_SECRETS_KEY:-}" ]; then
+  if [ ! -s .data/secrets-key ]; then
+    (umask 077; head -c 32 /dev/urandom | base64 > .data/secrets-key)
+  fi
+  BC_SECRETS_KEY="$(cat .data/secrets-key)"
+fi
+export BC_SECRETS_KEY
 export BC_LISTEN="${BC_LISTEN:-127.0.0.1:8080}"
 export BC_FAKE_GCE_LISTEN="${BC_FAKE_GCE_LISTEN:-127.0.0.1:8085}"
 export BC_CLOCK="${BC_CLOCK:-system}"
@@ -66,7 +76,8 @@ cat <<MSG
   reconciler-worker every ${BC_INTERVAL_MS} ms
   database          ${DATABASE_URL}
 
-  root token: $BC_BOOTSTRAP_TOKEN
+  root token: $BC_BOOTSTRAP_TOKEN   (also in .data/root-token)
+  secrets key: .data/secrets-key   (development only)
 
   Try:
     curl -s -X POST http://$BC_LISTEN/api/compute/tenants/list \\

@@ -125,9 +125,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ),
         keyring: config.keyring.clone(),
     });
-    if config.keyring.current_id().is_none() {
-        tracing::warn!("BC_SECRETS_KEY is not set: secrets.put is refused (no-secrets-key)");
-    }
+    config.keyring.log_at_start();
     let listener = TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

@@ -143,6 +143,7 @@ pub async fn run(
         interval_ms = config.interval.as_millis() as u64,
         "reconciler-worker started"
     );
+    config.keyring.log_at_start();
     let metrics = Arc::new(WorkerMetrics::default());
     if let Some(listen) = &config.metrics_listen {
         metrics::serve(listen, metrics.clone()).await?;

@@ -123,6 +123,22 @@ impl Keyring {
         self.current.as_ref().map(|k| k.id.as_str())
     }
 
+    /// The ids of the older keys still read.
+    pub fn old_ids(&self) -> Vec<&str> {
+        self.old.iter().map(|k| k.id.as_str()).collect()
+    }
+
+    /// Logs which keys the process holds (ids only) at start.
+    pub fn log_at_start(&self) {
+        match self.current_id() {
+            Some(id) => tracing::info!(current = id, old = ?self.old_ids(), "secrets key"),
+            None => tracing::warn!(
+                old = ?self.old_ids(),
+                "secrets key: BC_SECRETS_KEY is not set, secrets.put is refused (no-secrets-key)"
+            ),
+        }
+    }
+
     /// Encrypts `plaintext` for the secret `name` of `tenant` under the
     /// current key.
     pub fn seal(&self, tenant: &str, name: &str, plaintext: &str) -> Result<Sealed, KeyError> {

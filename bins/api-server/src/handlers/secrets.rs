@@ -8,7 +8,6 @@ use serde_json::json;
 use storage::ops::secrets;
 
 use super::IAM;
-use super::examples::ACCOUNT;
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{TenantOnly, Ty, input, pat};
@@ -63,7 +62,7 @@ pub fn methods() -> Vec<Method> {
         )
         .phase("v1.0")
         .errors(&[Code::NotFound, Code::InvalidState])
-        .example(json!({ "tenantId": "acme", "name": "gce-reader", "accountId": ACCOUNT })),
+        .example(json!({ "tenantId": "acme", "name": "gce-reader" })),
     ]
 }
 

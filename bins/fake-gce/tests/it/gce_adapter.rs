@@ -244,8 +244,19 @@ async fn injected_503_is_a_retryable_status_error() {
         json!({ "count": 1, "machineType": "n2" }),
     )
     .await;
-    let provider = provider(&fake.base, "none", GceProviderOptions::default());
-    fake.fail_next(1).await;
+    let fast = GceProviderOptions {
+        retry_delay: Duration::from_millis(10),
+        ..GceProviderOptions::default()
+    };
+    let provider = provider(&fake.base, "none", fast);
+    // Three failures are retried away (contract 7: up to 3 retries).
+    fake.fail_next(3).await;
+    assert_eq!(
+        provider.list_reservations().await.expect("retried").len(),
+        1
+    );
+    // A fourth is the listing's answer.
+    fake.fail_next(4).await;
     let err = provider
         .list_reservations()
         .await
@@ -277,6 +288,7 @@ async fn a_silent_server_times_out_quickly() {
         "none",
         GceProviderOptions {
             request_timeout: Duration::from_millis(300),
+            retry_delay: Duration::from_millis(10),
             ..GceProviderOptions::default()
         },
     );

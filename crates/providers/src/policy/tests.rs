@@ -127,27 +127,52 @@ fn none_is_allowed_for_every_owner_under_any_policy() {
 }
 
 #[test]
-fn secret_references_are_not_available_yet_for_anyone() {
+fn secret_references_are_allowed_for_every_owner() {
     let c = with_credentials(Credentials::Secret("gce-key".into()));
     for p in [
         ProviderPolicy::default(),
         policy(&[(CREDENTIAL_ENV_VAR, "GCE_*")]),
     ] {
         for owner in [ROOT, TENANT] {
-            assert_eq!(verdict(&p, &c, owner), credential_refused(), "{owner:?}");
-            assert!(message(&p, &c, owner).contains("not available yet"));
+            assert_eq!(verdict(&p, &c, owner), None, "{owner:?}");
         }
     }
 }
 
 #[test]
-fn adc_is_root_only_and_not_available_yet() {
+fn adc_is_root_only() {
     let c = with_credentials(Credentials::Adc);
     let p = ProviderPolicy::default();
     assert_eq!(verdict(&p, &c, TENANT), credential_refused());
     assert!(message(&p, &c, TENANT).contains("root tenant's accounts only"));
-    assert_eq!(verdict(&p, &c, ROOT), credential_refused());
-    assert!(message(&p, &c, ROOT).contains("adc is not available yet"));
+    assert_eq!(verdict(&p, &c, ROOT), None);
+}
+
+#[test]
+fn a_tenant_key_may_post_only_to_google_or_a_listed_origin() {
+    let p = policy(&[(
+        ENDPOINTS_VAR,
+        "https://compute.googleapis.com,http://127.0.0.1:*",
+    )]);
+    assert!(
+        p.check_token_uri(crate::auth::GOOGLE_TOKEN_URI, TENANT)
+            .is_ok()
+    );
+    assert!(
+        p.check_token_uri("http://127.0.0.1:8085/token", TENANT)
+            .is_ok()
+    );
+    for refused in [
+        "http://169.254.169.254/token",
+        "https://oauth2.googleapis.com.evil.example/token",
+        "http://localhost:8085/token",
+        "file:///etc/passwd",
+    ] {
+        assert!(p.check_token_uri(refused, TENANT).is_err(), "{refused}");
+    }
+    // Root's keys are the platform's own: any http(s) URL.
+    assert!(p.check_token_uri("http://10.0.0.5/token", ROOT).is_ok());
+    assert!(p.check_token_uri("file:///etc/passwd", ROOT).is_err());
 }
 
 #[test]
