@@ -152,6 +152,39 @@ async fn a_tenant_service_account_secret_scans_and_its_token_is_reused() {
     assert_eq!(found["items"][0]["total"], 3);
     assert_eq!(gce.tokens().await, (2, 0));
     assert_eq!(gce.listings().await, 5, "the 401 and its one retry");
+
+    // The worker, another process, decrypts the same secret with the same
+    // key and logs neither the key nor the token it got.
+    let err = worker::once_logged_with(
+        &s,
+        &["vps.reservations"],
+        &[("BC_SECRETS_KEY", SECRETS_KEY), ("RUST_LOG", "debug")],
+    )
+    .await;
+    assert!(err.contains("gce access token obtained"), "{err}");
+    assert_eq!(gce.tokens().await, (3, 0));
+    for leaked in ["PRIVATE KEY", "fake-ya29.", "MII"] {
+        assert!(!err.contains(leaked), "{leaked} in the worker's log");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_root_key_file_is_exchanged_for_tokens() {
+    let gce = Gce::start_with(authenticated()).await;
+    gce.put("res-a", 5, 0, "READY").await;
+    let key = service_account(&gce, "platform@root.iam.gserviceaccount.com").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let canonical = dir.path().canonicalize().expect("canonical");
+    std::fs::write(canonical.join("key.json"), key).expect("write key");
+    let s = Server::start_with(Options {
+        env: vec![("BC_CREDENTIAL_DIR".into(), canonical.display().to_string())],
+        ..Options::default()
+    })
+    .await;
+    let reference = format!("file:{}", canonical.join("key.json").display());
+    let account = account_on(&s, ROOT_TOKEN, ROOT, &gce, &reference).await;
+    assert_eq!(scan(&s, &account).await["items"][0]["total"], 5);
+    assert_eq!(gce.tokens().await, (1, 0));
 }
 
 #[tokio::test(flavor = "multi_thread")]

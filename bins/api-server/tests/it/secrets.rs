@@ -410,3 +410,28 @@ async fn a_delete_racing_an_account_create_never_leaves_a_dangling_reference() {
         assert!(names.iter().any(|n| n == reference), "{reference} dangles");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_tenants_secrets_are_deleted_with_it() {
+    let s = server_with_key().await;
+    let gce = Gce::start().await;
+    let acme = s.tenant("acme").await;
+    put_secret(&s, &acme, "acme", "gce-token", TOKEN).await;
+    put_secret(&s, &acme, "acme", "spare", TOKEN).await;
+    account_on(&s, &acme, "acme", &gce, "secret:gce-token").await;
+    s.root("tenants/delete", json!({ "targetTenantId": "acme" }))
+        .await
+        .ok();
+    let mut conn = db(&s).await;
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let left: Count =
+        diesel::sql_query("SELECT count(*) AS n FROM secrets WHERE tenant_id = 'acme'")
+            .get_result(&mut conn)
+            .await
+            .expect("count");
+    assert_eq!(left.n, 0);
+}

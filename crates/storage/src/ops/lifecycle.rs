@@ -8,6 +8,7 @@ use crate::locks;
 use crate::model::events;
 use crate::model::states::TenantState;
 use crate::ops::instances;
+use crate::ops::secrets;
 use crate::ops::tenancy::{self, Tenant};
 use crate::ops::timeline;
 
@@ -54,8 +55,9 @@ pub async fn delete_tenant(
         }
         let deleted = instances::delete_all_of_tenant(conn, tenant_id, now).await?;
         let tenant = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
+        let secrets = secrets::delete_all_of_tenant(conn, tenant_id).await?;
         events::publish(conn, now, batch).await?;
-        tracing::info!(tenant = %tenant_id, instances = deleted, "tenant deleted");
+        tracing::info!(tenant = %tenant_id, instances = deleted, secrets, "tenant deleted");
         Ok(tenant)
     })
     .await

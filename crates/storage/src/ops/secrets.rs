@@ -156,6 +156,16 @@ pub async fn delete(conn: &mut AsyncPgConnection, tenant: &str, name: &str) -> R
     .await
 }
 
+/// Deletes every secret of a tenant being deleted (inside `tenants.delete`,
+/// under its tenant row lock): a departed tenant's credentials are not kept.
+pub async fn delete_all_of_tenant(conn: &mut AsyncPgConnection, tenant: &str) -> Result<usize> {
+    Ok(
+        diesel::delete(secrets::table.filter(secrets::tenant_id.eq(tenant)))
+            .execute(conn)
+            .await?,
+    )
+}
+
 /// The secret `name` of `tenant`, decrypted for its account's adapter.
 /// Errors say which secret and why, never its value.
 pub async fn resolve(
