@@ -205,6 +205,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFiel
         "/healthz" | "/readyz" | "/metrics" | "/api/openapi.json" | "/api/compute/methods" => {
             not_allowed(&path, "GET")
         }
+        p if crate::console::owns(p) => fixed("console", crate::console::serve(req.method(), p)),
         _ => match app.registry.get(&path) {
             Some(m) if req.method() == HttpMethod::POST => {
                 let mut log = LogFields::default();

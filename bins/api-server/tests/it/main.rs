@@ -9,6 +9,7 @@ mod accounts_clock;
 mod authz_matrix;
 mod billing;
 mod billing_rules;
+mod console;
 mod db_tls;
 mod events;
 mod google_auth;

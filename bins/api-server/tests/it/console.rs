@@ -1,0 +1,789 @@
+//! The operator console (`/console/`) in a real browser: Debian's Chromium,
+//! headless, driven over the DevTools protocol (chromiumoxide) against the
+//! real api-server binary and the fake Compute Engine. The page must load
+//! under its strict CSP with no console error, ask for nothing outside its
+//! own origin, keep the key in sessionStorage only, and show what the API
+//! says: the reservations, the grants, a reservation's timeline with one
+//! bar per grant, and a grant's hours.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chromiumoxide::browser::{Browser, BrowserConfig};
+use chromiumoxide::cdp::browser_protocol::log::{EventEntryAdded, LogEntryLevel, LogEntrySource};
+use chromiumoxide::cdp::browser_protocol::network::EventRequestWillBeSent;
+use chromiumoxide::cdp::browser_protocol::page::AddScriptToEvaluateOnNewDocumentParams;
+use chromiumoxide::cdp::js_protocol::runtime::{
+    ConsoleApiCalledType, EventConsoleApiCalled, EventExceptionThrown,
+};
+use chromiumoxide::handler::viewport::Viewport;
+use chromiumoxide::page::{Page, ScreenshotParams};
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::support::clock::{HOUR, MIN};
+use crate::support::fixtures::{
+    Platform, end_grant, grant, instance, platform, reservations, tenant_with_pool,
+};
+use crate::support::server::{ROOT, ROOT_TOKEN, Server};
+
+const DAY: i64 = 24 * HOUR;
+
+/// How long the page may take to show what a step waits for.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The browser: `CHROMIUM` if set, else Debian's `/usr/bin/chromium`
+/// (`.ci/run` installs it when missing).
+fn chromium() -> PathBuf {
+    if let Some(path) = std::env::var_os("CHROMIUM") {
+        return PathBuf::from(path);
+    }
+    for path in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if Path::new(path).exists() {
+            return PathBuf::from(path);
+        }
+    }
+    panic!(
+        "no Chromium: install Debian's package (`apt-get install chromium`, as .ci/run does) \
+         or set CHROMIUM to the browser's path"
+    );
+}
+
+/// What the page did that the tests check afterwards.
+#[derive(Default)]
+struct Seen {
+    /// Every URL the page requested (Network.requestWillBeSent).
+    requests: Vec<String>,
+    /// Uncaught exceptions and `console.error` / `console.warn` calls.
+    problems: Vec<String>,
+    /// Browser log entries at level error: `(source, text)`.
+    log_errors: Vec<(String, String)>,
+}
+
+/// A headless Chromium with one page, watched from its first request.
+struct Chrome {
+    browser: Browser,
+    page: Page,
+    seen: Arc<Mutex<Seen>>,
+    tasks: Vec<JoinHandle<()>>,
+    _profile: tempfile::TempDir,
+}
+
+/// Records in the page, before any of its own script runs, every CSP
+/// violation it meets (a DevTools script is not subject to the page's CSP).
+const WATCH_CSP: &str = "window.__cspViolations = [];\
+    document.addEventListener('securitypolicyviolation', \
+    (e) => window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));";
+
+impl Chrome {
+    async fn launch() -> Chrome {
+        let profile = tempfile::tempdir().expect("profile dir");
+        let config = BrowserConfig::builder()
+            .chrome_executable(chromium())
+            .new_headless_mode()
+            // CI runs as root, where Chromium's sandbox cannot start.
+            .no_sandbox()
+            .user_data_dir(profile.path())
+            .viewport(Viewport {
+                width: 1280,
+                height: 900,
+                ..Viewport::default()
+            })
+            .window_size(1280, 900)
+            .launch_timeout(Duration::from_secs(60))
+            .request_timeout(Duration::from_secs(30))
+            // Nothing leaves the machine: every host but loopback goes to a
+            // proxy that is not there, and resolves to nothing.
+            .arg(("proxy-server", "http://127.0.0.1:9"))
+            .arg(("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"))
+            .args([
+                "disable-gpu",
+                "disable-component-update",
+                "disable-domain-reliability",
+                "no-pings",
+                "no-default-browser-check",
+            ])
+            .build()
+            .expect("browser config");
+        let (browser, mut handler) = Browser::launch(config).await.expect("launch Chromium");
+        let mut tasks = vec![tokio::spawn(async move {
+            // Messages this protocol version does not know are skipped.
+            while let Some(_event) = handler.next().await {}
+        })];
+        let page = browser.new_page("about:blank").await.expect("new page");
+        page.execute(AddScriptToEvaluateOnNewDocumentParams::new(WATCH_CSP))
+            .await
+            .expect("watch CSP");
+        let seen = Arc::new(Mutex::new(Seen::default()));
+
+        let mut requests = page
+            .event_listener::<EventRequestWillBeSent>()
+            .await
+            .expect("requests");
+        let s = seen.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(ev) = requests.next().await {
+                s.lock()
+                    .expect("seen")
+                    .requests
+                    .push(ev.request.url.clone());
+            }
+        }));
+        let mut exceptions = page
+            .event_listener::<EventExceptionThrown>()
+            .await
+            .expect("exceptions");
+        let s = seen.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(ev) = exceptions.next().await {
+                let d = &ev.exception_details;
+                let what = d.exception.as_ref().and_then(|e| e.description.clone());
+                let text = format!("exception: {} {}", d.text, what.unwrap_or_default());
+                s.lock().expect("seen").problems.push(text);
+            }
+        }));
+        let mut console = page
+            .event_listener::<EventConsoleApiCalled>()
+            .await
+            .expect("console");
+        let s = seen.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(ev) = console.next().await {
+                if matches!(
+                    ev.r#type,
+                    ConsoleApiCalledType::Error | ConsoleApiCalledType::Warning
+                ) {
+                    let args: Vec<String> = ev
+                        .args
+                        .iter()
+                        .map(|a| match (&a.value, &a.description) {
+                            (Some(v), _) => v.to_string(),
+                            (None, Some(d)) => d.clone(),
+                            (None, None) => String::new(),
+                        })
+                        .collect();
+                    let text = format!("console.{:?}: {}", ev.r#type, args.join(" "));
+                    s.lock().expect("seen").problems.push(text);
+                }
+            }
+        }));
+        let mut log = page.event_listener::<EventEntryAdded>().await.expect("log");
+        let s = seen.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(ev) = log.next().await {
+                if ev.entry.level == LogEntryLevel::Error {
+                    let source = format!("{:?}", ev.entry.source);
+                    let text = format!(
+                        "{} {}",
+                        ev.entry.text,
+                        ev.entry.url.clone().unwrap_or_default()
+                    );
+                    s.lock().expect("seen").log_errors.push((source, text));
+                }
+            }
+        }));
+        Chrome {
+            browser,
+            page,
+            seen,
+            tasks,
+            _profile: profile,
+        }
+    }
+
+    async fn goto(&self, url: &str) {
+        self.page.goto(url).await.expect("navigate");
+    }
+
+    /// Evaluates `js` in the page and returns its value.
+    async fn eval<T: DeserializeOwned>(&self, js: &str) -> T {
+        self.page
+            .evaluate(js)
+            .await
+            .unwrap_or_else(|e| panic!("evaluate {js}: {e}"))
+            .into_value()
+            .unwrap_or_else(|e| panic!("value of {js}: {e}"))
+    }
+
+    /// Waits until `js` is true in the page; fails with what the page's
+    /// error box says when it is not within [`PATIENCE`].
+    async fn wait_for(&self, js: &str, what: &str) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if self.eval::<bool>(&format!("!!({js})")).await {
+                return;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let shown: String = self.eval(ERROR_TEXT).await;
+                panic!("the page did not show {what} within {PATIENCE:?} (error box: {shown:?})");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Replaces the text of the input `testid` by typing `text` into it.
+    async fn type_into(&self, testid: &str, text: &str) {
+        let sel = format!("[data-testid={testid}]");
+        self.eval::<Value>(&format!("document.querySelector('{sel}').value = ''"))
+            .await;
+        let input = self.page.find_element(sel).await.expect(testid);
+        input.click().await.expect("focus");
+        input.type_str(text).await.expect("type");
+    }
+
+    /// Clicks the first element matching `selector` with the mouse.
+    async fn click(&self, selector: &str) {
+        let el = self
+            .page
+            .find_element(selector)
+            .await
+            .unwrap_or_else(|e| panic!("find {selector}: {e}"));
+        el.click()
+            .await
+            .unwrap_or_else(|e| panic!("click {selector}: {e}"));
+    }
+
+    /// Signs in with `key` acting in `tenant`.
+    async fn sign_in(&self, tenant: &str, key: &str) {
+        self.wait_for(VISIBLE_FORM, "the key form").await;
+        self.type_into("tenant-input", tenant).await;
+        self.type_into("key-input", key).await;
+        self.click("[data-testid=key-submit]").await;
+    }
+
+    /// `(grantId, tenantId)` of every element matching `selector`, sorted;
+    /// an attribute that is absent reads as "".
+    async fn ids_of(&self, selector: &str) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = self
+            .eval(&format!(
+                "[...document.querySelectorAll('{selector}')].map((e) => \
+                 [e.getAttribute('data-grant-id') || '', e.getAttribute('data-tenant-id') || ''])"
+            ))
+            .await;
+        v.sort();
+        v
+    }
+
+    /// Checks what the page did so far: no uncaught exception, no console
+    /// error or warning, no CSP violation, no browser error but the network
+    /// lines of the `expected_statuses` the test provoked, and no request
+    /// outside `origin` (nor any carrying `key` in its URL).
+    async fn assert_clean(&self, origin: &str, secrets: &[&str], expected_statuses: &[u16]) {
+        let violations: Vec<String> = self.eval("window.__cspViolations").await;
+        assert!(violations.is_empty(), "CSP violations: {violations:?}");
+        let seen = self.seen.lock().expect("seen");
+        assert!(
+            seen.problems.is_empty(),
+            "page problems: {:?}",
+            seen.problems
+        );
+        let unexpected: Vec<&(String, String)> = seen
+            .log_errors
+            .iter()
+            .filter(|(source, text)| {
+                let network = *source == format!("{:?}", LogEntrySource::Network);
+                let expected = expected_statuses
+                    .iter()
+                    .any(|s| text.contains(&format!("status of {s}")));
+                !(network && expected)
+            })
+            .collect();
+        assert!(unexpected.is_empty(), "browser errors: {unexpected:?}");
+        assert!(!seen.requests.is_empty(), "no request was seen");
+        let prefix = format!("{origin}/");
+        for url in &seen.requests {
+            assert!(
+                url.starts_with(&prefix),
+                "a request outside {origin}: {url}"
+            );
+            for secret in secrets {
+                assert!(!url.contains(secret), "a URL carries the key: {url}");
+            }
+        }
+    }
+
+    /// Writes a full-page PNG of the page to `path`.
+    async fn screenshot(&self, path: &Path) {
+        self.eval::<Value>("window.scrollTo(0, 0)").await;
+        let png = self
+            .page
+            .screenshot(ScreenshotParams::builder().full_page(true).build())
+            .await
+            .expect("screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("target dir");
+        std::fs::write(path, &png).expect("write screenshot");
+    }
+
+    async fn close(mut self) {
+        self.browser.close().await.expect("close Chromium");
+        let _ = self.browser.wait().await;
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+const VISIBLE_FORM: &str = "!document.querySelector('[data-testid=key-form]').hidden";
+const ERROR_TEXT: &str = "(() => { const e = document.querySelector('[data-testid=error-message]'); \
+     return e && !e.hidden ? e.textContent : ''; })()";
+
+/// The world the console shows: a reservation of 8 slots bound to a pool,
+/// tenants `acme` (3 slots now, one running instance) and `globex` (2 slots
+/// from in two days, and a cancelled grant), with the manual clock 3.5 hours
+/// past the first grant's start so it has hours to show.
+struct World {
+    p: Platform,
+    globex_token: String,
+}
+
+async fn world(s: &Server) -> World {
+    let wall = i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("time")
+            .as_millis(),
+    )
+    .expect("ms");
+    let start = (s.now().await.max(wall) / HOUR + 1) * HOUR;
+    s.set_clock(start).await;
+    let p = platform(s, 8).await;
+    let globex_token = tenant_with_pool(s, "globex", &p.pool).await;
+    grant(s, &p, "acme", 3, start, start + 10 * DAY).await;
+    grant(s, &p, "globex", 2, start + 2 * DAY, start + 20 * DAY).await;
+    let cancelled = grant(s, &p, "globex", 1, start + 25 * DAY, start + 28 * DAY).await;
+    end_grant(s, &p.account, &cancelled).await.ok();
+    instance(s, &p.tenant_token, "acme", &p.pool).await;
+    s.set_clock(start + 3 * HOUR + 30 * MIN).await;
+    World { p, globex_token }
+}
+
+/// `(grantId, tenantId)` of `grants`, sorted.
+fn pairs(grants: &[Value]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = grants
+        .iter()
+        .map(|g| {
+            (
+                g["grantId"].as_str().expect("grantId").to_owned(),
+                g["tenantId"].as_str().expect("tenantId").to_owned(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every grant as root sees it (`reservationGrants.list {all: true}`).
+async fn all_grants(s: &Server) -> Vec<Value> {
+    let v = s
+        .root("reservationGrants/list", json!({ "all": true }))
+        .await
+        .ok();
+    v["items"].as_array().expect("items").clone()
+}
+
+/// A 6-decimal hours string in micro-hours.
+fn micros(text: &str) -> i64 {
+    let (whole, frac) = text.split_once('.').expect("6 decimals");
+    assert_eq!(frac.len(), 6, "{text}");
+    whole.parse::<i64>().expect("whole") * 1_000_000 + frac.parse::<i64>().expect("frac")
+}
+
+fn fmt_micros(m: i64) -> String {
+    format!("{}.{:06}", m / 1_000_000, m % 1_000_000)
+}
+
+// ------------------------------------------------------------- the assets
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_is_served_from_the_binary_under_a_strict_policy() {
+    let s = Server::start().await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let get = |path: &str| client.get(format!("{}{path}", s.url)).send();
+    let csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+               connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+    for (path, ty, needle) in [
+        (
+            "/console/",
+            "text/html; charset=utf-8",
+            "<script src=\"console.js\"",
+        ),
+        (
+            "/console/index.html",
+            "text/html; charset=utf-8",
+            "data-testid=\"key-form\"",
+        ),
+        (
+            "/console/console.js",
+            "text/javascript; charset=utf-8",
+            "sessionStorage",
+        ),
+        (
+            "/console/console.css",
+            "text/css; charset=utf-8",
+            "svg .bar",
+        ),
+        ("/console/favicon.svg", "image/svg+xml", "<svg"),
+    ] {
+        let resp = get(path).await.expect(path);
+        assert_eq!(resp.status(), 200, "{path}");
+        let h = resp.headers().clone();
+        assert_eq!(h["content-type"], ty, "{path}");
+        assert_eq!(h["cache-control"], "no-cache", "{path}");
+        assert_eq!(h["content-security-policy"], csp, "{path}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["referrer-policy"], "no-referrer", "{path}");
+        assert!(h.contains_key("x-request-id"), "{path}");
+        let body = resp.text().await.expect("body");
+        assert!(body.contains(needle), "{path} lacks {needle:?}");
+    }
+    // The page loads its script and style by relative URL, nothing inline.
+    let html = get("/console/")
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    assert!(html.contains("<link rel=\"stylesheet\" href=\"console.css\">"));
+    assert!(!html.contains("<style") && !html.contains("style=") && !html.contains("onclick"));
+
+    // `/console` sends the browser to `/console/`, so those URLs resolve.
+    let resp = get("/console").await.expect("/console");
+    assert_eq!(resp.status(), 308);
+    assert_eq!(resp.headers()["location"], "/console/");
+    assert_eq!(resp.headers()["content-security-policy"], csp);
+
+    let head = client
+        .head(format!("{}/console/", s.url))
+        .send()
+        .await
+        .expect("HEAD");
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-type"], "text/html; charset=utf-8");
+
+    let post = s.raw(None, "POST", "/console/", Some("{}".into())).await;
+    post.err(405, "METHOD_NOT_ALLOWED");
+    let missing = s.raw(None, "GET", "/console/app.js", None).await;
+    missing.err(404, "NOT_FOUND");
+    // The API beside it is unchanged.
+    let (status, _) = s.get_text("/healthz").await;
+    assert_eq!(status, 200);
+}
+
+// --------------------------------------------------------- in the browser
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_signs_in_sees_reservations_and_grants_and_a_tenant_sees_its_own() {
+    let s = Server::start().await;
+    let w = world(&s).await;
+    let page_url = format!("{}/console/", s.url);
+    let chrome = Chrome::launch().await;
+
+    chrome.goto(&page_url).await;
+    chrome.wait_for(VISIBLE_FORM, "the key form").await;
+    assert_eq!(
+        chrome.eval::<String>("document.title").await,
+        "Compute console"
+    );
+    // Give the icon and any late error a moment, then nothing is wrong yet.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    chrome.assert_clean(&s.url, &[], &[]).await;
+
+    // A wrong key: the error envelope's code, said plainly; nothing kept.
+    let wrong = "bck_thisisnotakeyofthisserver00000000000000000";
+    chrome.sign_in(ROOT, wrong).await;
+    chrome
+        .wait_for(
+            &format!("{ERROR_TEXT}.includes('That key was not accepted (UNAUTHENTICATED)')"),
+            "the wrong-key message",
+        )
+        .await;
+    assert_eq!(chrome.eval::<i64>("sessionStorage.length").await, 0);
+    assert!(chrome.eval::<bool>(VISIBLE_FORM).await, "the form stays");
+
+    // Root's key: pools, the reservation, every grant.
+    chrome.sign_in(ROOT, ROOT_TOKEN).await;
+    let row = format!(
+        "[data-testid=reservation-row][data-reservation-id='{}'][data-account-id='{}']",
+        w.p.reservation, w.p.account
+    );
+    chrome
+        .wait_for(
+            &format!("document.querySelector(\"{row}\")"),
+            "the reservation",
+        )
+        .await;
+    assert_eq!(
+        chrome
+            .eval::<i64>("document.querySelectorAll('[data-testid=reservation-row]').length")
+            .await,
+        1
+    );
+    let text: String = chrome
+        .eval(&format!("document.querySelector(\"{row}\").textContent"))
+        .await;
+    for part in ["res-a", "us-central1-a", "n2-standard-4", "8", "ready"] {
+        assert!(text.contains(part), "row {text:?} lacks {part:?}");
+    }
+    let pool_row = format!("[data-testid=pool-row][data-pool-id='{}']", w.p.pool);
+    assert!(
+        chrome
+            .eval::<bool>(&format!("!!document.querySelector(\"{pool_row}\")"))
+            .await
+    );
+    chrome
+        .wait_for(
+            "document.querySelectorAll('[data-testid=grant-row]').length === 3",
+            "root's three grants",
+        )
+        .await;
+    let listed = pairs(&all_grants(&s).await);
+    assert_eq!(listed.len(), 3);
+    assert_eq!(chrome.ids_of("[data-testid=grant-row]").await, listed);
+    assert!(
+        !chrome.eval::<bool>(VISIBLE_FORM).await,
+        "the form is put away"
+    );
+
+    // The key lives in this tab's sessionStorage only.
+    assert_eq!(
+        chrome
+            .eval::<String>("sessionStorage.getItem('console.apiKey')")
+            .await,
+        ROOT_TOKEN
+    );
+    assert_eq!(chrome.eval::<i64>("localStorage.length").await, 0);
+    assert_eq!(chrome.eval::<String>("document.cookie").await, "");
+    assert!(
+        !chrome
+            .eval::<String>("location.href")
+            .await
+            .contains(ROOT_TOKEN)
+    );
+    assert!(chrome.page.get_cookies().await.expect("cookies").is_empty());
+
+    // Forgetting it clears the tab and asks again.
+    chrome.click("[data-testid=forget-key]").await;
+    chrome.wait_for(VISIBLE_FORM, "the key form again").await;
+    assert_eq!(chrome.eval::<i64>("sessionStorage.length").await, 0);
+    assert_eq!(
+        chrome
+            .eval::<i64>("document.querySelectorAll('[data-testid=grant-row]').length")
+            .await,
+        0
+    );
+
+    // A tenant's key sees its own grants only.
+    chrome.sign_in("globex", &w.globex_token).await;
+    let own = s
+        .call(
+            &w.globex_token,
+            "reservationGrants/list",
+            json!({ "tenantId": "globex" }),
+        )
+        .await
+        .ok();
+    let own = pairs(own["items"].as_array().expect("items"));
+    assert_eq!(own.len(), 2);
+    chrome
+        .wait_for(
+            "document.querySelectorAll('[data-testid=grant-row]').length === 2",
+            "globex's two grants",
+        )
+        .await;
+    assert_eq!(chrome.ids_of("[data-testid=grant-row]").await, own);
+    assert_eq!(
+        chrome
+            .eval::<i64>("document.querySelectorAll('[data-testid=reservation-row]').length")
+            .await,
+        0,
+        "a tenant is not shown root's reservations"
+    );
+
+    // The wrong key's 401 and the tenant's 403 on tenants.list (how the page
+    // tells root from a tenant) are the only failed requests.
+    chrome
+        .assert_clean(&s.url, &[wrong, ROOT_TOKEN, &w.globex_token], &[401, 403])
+        .await;
+    chrome.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_draws_a_reservation_timeline_and_reads_a_grants_hours() {
+    let s = Server::start().await;
+    let w = world(&s).await;
+    let chrome = Chrome::launch().await;
+    chrome.goto(&format!("{}/console/", s.url)).await;
+    chrome.sign_in(ROOT, ROOT_TOKEN).await;
+    let row = format!(
+        "[data-testid=reservation-row][data-reservation-id='{}']",
+        w.p.reservation
+    );
+    chrome
+        .wait_for(
+            &format!("document.querySelector(\"{row}\")"),
+            "the reservation",
+        )
+        .await;
+
+    // The slot accounts of contract 3.10, as listReservations gives them.
+    let listed = reservations(&s, &w.p.account).await;
+    assert_eq!(listed.len(), 1);
+    for field in [
+        "grantedSlots",
+        "heldInGrants",
+        "ordinaryInUse",
+        "ordinaryFree",
+        "physicalInUse",
+    ] {
+        let want = listed[0][field]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{field} in {}", listed[0]));
+        let shown: String = chrome
+            .eval(&format!(
+                "document.querySelector(\"{row} [data-field={field}]\").textContent"
+            ))
+            .await;
+        assert_eq!(shown, want.to_string(), "{field}");
+    }
+
+    // The timeline: one bar per grant on the reservation, named by tenant.
+    chrome
+        .click(&format!("{row} [data-testid=open-timeline]"))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=timeline]')",
+            "the timeline",
+        )
+        .await;
+    let on_reservation: Vec<Value> = all_grants(&s)
+        .await
+        .into_iter()
+        .filter(|g| g["reservationId"] == w.p.reservation.as_str())
+        .collect();
+    assert_eq!(on_reservation.len(), 3);
+    assert_eq!(
+        chrome.ids_of("[data-testid=grant-bar]").await,
+        pairs(&on_reservation)
+    );
+    let cancelled = on_reservation
+        .iter()
+        .find(|g| g["state"] == "cancelled")
+        .expect("the cancelled grant");
+    let state: String = chrome
+        .eval(&format!(
+            "document.querySelector('[data-testid=grant-bar][data-grant-id=\"{}\"]')\
+             .getAttribute('data-state')",
+            cancelled["grantId"].as_str().expect("id")
+        ))
+        .await;
+    assert_eq!(state, "cancelled");
+    for part in ["now-line", "total-line", "committed", "in-grants", "in-use"] {
+        let there: bool = chrome
+            .eval(&format!(
+                "!!document.querySelector('[data-testid=timeline] [data-testid={part}]')"
+            ))
+            .await;
+        assert!(there, "the timeline lacks {part}");
+    }
+
+    // Clicking acme's bar shows that grant's hours, as the API counts them.
+    let acme = on_reservation
+        .iter()
+        .find(|g| g["tenantId"] == "acme")
+        .expect("acme's grant");
+    let acme_id = acme["grantId"].as_str().expect("id");
+    chrome
+        .click(&format!(
+            "[data-testid=grant-bar][data-grant-id='{acme_id}']"
+        ))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelector('table[data-testid=usage-table]')",
+            "the usage table",
+        )
+        .await;
+    let usage = s
+        .root("reservationGrants/usage", json!({ "grantId": acme_id }))
+        .await
+        .ok();
+    let hours = usage["items"].as_array().expect("items");
+    assert!(!hours.is_empty(), "{usage}");
+    assert_eq!(
+        chrome
+            .eval::<usize>("document.querySelectorAll('[data-testid=usage-row]').length")
+            .await,
+        hours.len()
+    );
+    for (testid, field) in [
+        ("usage-total-slot-hours", "slotHours"),
+        ("usage-total-held-hours", "heldHours"),
+        ("usage-total-usage-hours", "usageHours"),
+    ] {
+        let sum: i64 = hours
+            .iter()
+            .map(|i| micros(i[field].as_str().expect(field)))
+            .sum();
+        let shown: String = chrome
+            .eval(&format!(
+                "document.querySelector('[data-testid={testid}]').textContent"
+            ))
+            .await;
+        assert_eq!(shown, fmt_micros(sum), "{field}");
+    }
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshot.png");
+    chrome.screenshot(&target).await;
+
+    // A grantee's view of the same reservation: its own bar by name, the
+    // others' bars anonymous.
+    chrome.click("[data-testid=forget-key]").await;
+    chrome.sign_in("acme", &w.p.tenant_token).await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=grant-row] [data-testid=grant-timeline]')",
+            "acme's grant",
+        )
+        .await;
+    chrome
+        .click("[data-testid=grant-row] [data-testid=grant-timeline]")
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=grant-bar][data-tenant-id=acme]')",
+            "acme's bar",
+        )
+        .await;
+    let bars = chrome.ids_of("[data-testid=grant-bar]").await;
+    let (named, anonymous): (Vec<_>, Vec<_>) = bars.iter().partition(|(g, _)| !g.is_empty());
+    assert_eq!(named, vec![&(acme_id.to_owned(), "acme".to_owned())]);
+    // globex's live grant is there without its id or tenant; whether its
+    // cancelled one is drawn too is the timeline's choice (it commits nothing).
+    assert!(
+        (1..=2).contains(&anonymous.len()) && anonymous.iter().all(|(_, t)| t.is_empty()),
+        "{bars:?}"
+    );
+    chrome
+        .click(&format!(
+            "[data-testid=grant-bar][data-grant-id='{acme_id}']"
+        ))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelectorAll('[data-testid=usage-row]').length > 0",
+            "acme's hours",
+        )
+        .await;
+
+    chrome
+        .assert_clean(&s.url, &[ROOT_TOKEN, &w.p.tenant_token], &[403])
+        .await;
+    chrome.close().await;
+}
