@@ -87,6 +87,8 @@
     try { data = await resp.json(); } catch (_) { data = null; }
     if (resp.ok && data) return data;
     const err = data && data.error;
+    // A key the server no longer accepts is dropped at once, whatever asked.
+    if (resp.status === 401) forget();
     if (err && err.code) throw new ApiError(err.code, err.message, resp.status, requestId);
     throw new ApiError(`HTTP_${resp.status}`, `the server answered HTTP ${resp.status}`,
       resp.status, requestId);
@@ -144,7 +146,6 @@
       if (state.root) await loadRoot();
       else await loadTenant();
     } catch (e) {
-      if (e.code === 'UNAUTHENTICATED') forget();
       showError(e, 'Loading');
     }
   }
@@ -420,7 +421,7 @@
       h('dt', {}, 'Running instance-hours'),
       h('dd', { 'data-testid': 'usage-total-usage-hours' }, fmtMicros(used)),
       h('dt', {}, 'Utilisation (held / committed)'), h('dd', {}, pct));
-    const rows = [...items].reverse().map((i) => h('tr', {
+    const rows = items.map((i) => h('tr', {
       'data-testid': 'usage-row', class: i.periodStart >= now ? 'future' : null,
     },
     h('td', {}, fmtTime(i.periodStart)), h('td', { class: 'n' }, i.slots),
