@@ -328,7 +328,8 @@ impl Chrome {
 }
 
 const VISIBLE_FORM: &str = "!document.querySelector('[data-testid=key-form]').hidden";
-const ERROR_TEXT: &str = "(() => { const e = document.querySelector('[data-testid=error-message]'); \
+const ERROR_TEXT: &str = "(() => { \
+     const e = document.querySelector('[data-testid=error-message]'); \
      return e && !e.hidden ? e.textContent : ''; })()";
 
 /// The world the console shows: a reservation of 8 slots bound to a pool,
