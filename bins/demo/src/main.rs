@@ -241,7 +241,6 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
         .await?;
     }
     let key = |name: &str| keys[name].as_str().unwrap_or_default().to_owned();
-    let (acme, globex) = (key("acme"), key("globex"));
 
     let start = t - 3 * DAY;
     let grant = |tenant: &str, r: &str, slots: i64, from: i64, to: i64, k: &str| {
@@ -294,76 +293,43 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
         w.call("reservationGrants/create", body).await?;
     }
 
-    let instance = |flavor: &str, name: &str| {
-        json!({
-            "tenantId": "acme",
+    // The instances, in story order: (when, tenant, flavor, name).
+    let story = [
+        // Three days ago: three acme instances, taken into the first grant.
+        (t - 3 * DAY, "acme", FLAVOR, "acme-web-1"),
+        (t - 3 * DAY, "acme", FLAVOR, "acme-web-2"),
+        (t - 3 * DAY, "acme", FLAVOR, "acme-web-3"),
+        // Two days ago the active grant has started: two more.
+        (t - 2 * DAY + HOUR, "acme", FLAVOR, "acme-web-4"),
+        (t - 2 * DAY + HOUR, "acme", FLAVOR, "acme-web-5"),
+        // Yesterday (the first grant has ended and handed its instances
+        // over): globex fills its grant, overflows onto an ordinary slot,
+        // and runs a larger flavor no reservation has (on-demand).
+        (t - DAY + 2 * HOUR, "globex", FLAVOR, "globex-db-1"),
+        (t - DAY + 2 * HOUR, "globex", FLAVOR, "globex-db-2"),
+        (t - DAY + 2 * HOUR, "globex", FLAVOR, "globex-overflow"),
+        (t - DAY + 2 * HOUR, "globex", BIG_FLAVOR, "globex-batch"),
+    ];
+    let mut first_acme = None;
+    for (at, tenant, flavor, name) in story {
+        w.at(at).await?;
+        let body = json!({
+            "tenantId": tenant,
             "poolId": pool,
             "flavor": flavor,
             "name": name,
             "idempotencyKey": name,
-        })
-    };
-    let mut acme_ids = Vec::new();
-    // Three days ago: three acme instances, taken into the first grant.
-    for n in 1..=3 {
-        let v = w
-            .call_as(
-                &acme,
-                "instances/create",
-                instance(FLAVOR, &format!("acme-web-{n}")),
-            )
-            .await?;
-        acme_ids.push(id(&v, &["instance", "instanceId"])?);
+        });
+        let created = w.call_as(&key(tenant), "instances/create", body).await?;
+        if first_acme.is_none() && tenant == "acme" {
+            first_acme = Some(id(&created, &["instance", "instanceId"])?);
+        }
     }
-    // Two days ago the active grant starts; two more instances.
-    w.at(t - 2 * DAY + HOUR).await?;
-    for n in 4..=5 {
-        let v = w
-            .call_as(
-                &acme,
-                "instances/create",
-                instance(FLAVOR, &format!("acme-web-{n}")),
-            )
-            .await?;
-        acme_ids.push(id(&v, &["instance", "instanceId"])?);
+    // One acme instance is stopped: it keeps its grant slot (held, unused).
+    if let Some(first) = first_acme {
+        let body = json!({ "tenantId": "acme", "instanceId": first });
+        w.call_as(&key("acme"), "instances/stop", body).await?;
     }
-    // Yesterday: the first grant has ended (its instances move over); one
-    // instance is stopped and keeps its slot; globex's grant has started.
-    w.at(t - DAY + 2 * HOUR).await?;
-    if let Some(first) = acme_ids.first() {
-        w.call_as(
-            &acme,
-            "instances/stop",
-            json!({ "tenantId": "acme", "instanceId": first }),
-        )
-        .await?;
-    }
-    for name in ["globex-db-1", "globex-db-2", "globex-overflow"] {
-        w.call_as(
-            &globex,
-            "instances/create",
-            json!({
-                "tenantId": "globex",
-                "poolId": pool,
-                "flavor": FLAVOR,
-                "name": name,
-                "idempotencyKey": name,
-            }),
-        )
-        .await?;
-    }
-    w.call_as(
-        &globex,
-        "instances/create",
-        json!({
-            "tenantId": "globex",
-            "poolId": pool,
-            "flavor": BIG_FLAVOR,
-            "name": "globex-batch",
-            "idempotencyKey": "globex-batch",
-        }),
-    )
-    .await?;
     println!(
         "{}",
         json!({
