@@ -10,6 +10,7 @@ mod authz_matrix;
 mod billing;
 mod billing_rules;
 mod db_tls;
+mod demo;
 mod events;
 mod google_auth;
 mod grants;
