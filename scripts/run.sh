@@ -50,21 +50,48 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
+wait_ready() {
+  for _ in $(seq 1 150); do
+    curl -fsS "http://$BC_LISTEN/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "api-server did not become ready (see .data/api-server.out)" >&2
+  exit 1
+}
+
 target/debug/fake-gce > .data/fake-gce.out &
 pids+=($!)
+
+# The demo world (BC_DEMO=0 skips it): seeded once, on a database without
+# it, by an api-server on the manual clock so that three days of history are
+# played and then metered; then the servers run on the system clock.
+if [ "${BC_DEMO:-1}" != "0" ]; then
+  BC_CLOCK=manual target/debug/api-server > .data/api-server-seed.out 2>&1 &
+  seeder=$!
+  pids+=("$seeder")
+  wait_ready
+  # A fresh database (only the root tenant): its manual clock goes back three
+  # days, to the hour, so the seeder can play the story's past.
+  if [ "$(psql "$DATABASE_URL" -qtAc "SELECT count(*) FROM tenants")" = "1" ]; then
+    psql "$DATABASE_URL" -qc "UPDATE manual_clock SET now_ms = \
+      (floor(extract(epoch FROM now()) / 3600) * 3600 - 3 * 86400)::bigint * 1000"
+  fi
+  BC_API="http://$BC_LISTEN" BC_TOKEN="$BC_BOOTSTRAP_TOKEN" BC_FAKE_GCE="http://$BC_FAKE_GCE_LISTEN" \
+    target/debug/demo-seed > .data/demo.next.json
+  if grep -q '"seeded":true' .data/demo.next.json; then
+    (umask 077; mv .data/demo.next.json .data/demo.json)
+    echo "demo world seeded; metering its history..." >&2
+    BC_CLOCK=manual target/debug/reconciler-worker --once >> .data/api-server-seed.out 2>&1
+  else
+    rm -f .data/demo.next.json
+  fi
+  kill -TERM "$seeder"; wait "$seeder" 2>/dev/null || true
+  pids=("${pids[@]:0:${#pids[@]}-1}")
+fi
+
 target/debug/api-server > .data/api-server.out &
 pids+=($!)
-
-# Wait for the API to answer (it applies migrations first).
-for _ in $(seq 1 100); do
-  curl -fsS "http://$BC_LISTEN/readyz" >/dev/null 2>&1 && break
-  sleep 0.2
-done
-curl -fsS "http://$BC_LISTEN/readyz" >/dev/null || { echo "api-server did not become ready" >&2; exit 1; }
-
-# A demo reservation in fake-gce, for providerAccounts.scan to find.
-curl -fsS -X PUT "http://$BC_FAKE_GCE_LISTEN/fake/projects/platform-dev/zones/us-central1-a/reservations/demo-n2" \
-  -H 'content-type: application/json' -d '{"count": 8, "inUseCount": 0, "machineType": "n2-standard-4"}' >/dev/null || true
+wait_ready
 
 target/debug/reconciler-worker &
 pids+=($!)
@@ -72,12 +99,14 @@ pids+=($!)
 cat <<MSG
 
   api-server        http://$BC_LISTEN   (clock: $BC_CLOCK)
-  fake-gce          http://$BC_FAKE_GCE_LISTEN   (demo reservation: projects/platform-dev/zones/us-central1-a/reservations/demo-n2)
+  console           http://$BC_LISTEN/console/   (paste the root token below)
+  fake-gce          http://$BC_FAKE_GCE_LISTEN   (demo reservations demo-a, demo-b of project platform-dev)
   reconciler-worker every ${BC_INTERVAL_MS} ms
   database          ${DATABASE_URL}
 
   root token: $BC_BOOTSTRAP_TOKEN   (also in .data/root-token)
   secrets key: .data/secrets-key   (development only)
+  demo tenants' keys: .data/demo.json   (acme, globex)
 
   Try:
     curl -s -X POST http://$BC_LISTEN/api/compute/tenants/list \\

@@ -11,6 +11,7 @@ mod billing;
 mod billing_rules;
 mod console;
 mod db_tls;
+mod demo;
 mod events;
 mod google_auth;
 mod grants;

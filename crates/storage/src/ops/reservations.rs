@@ -405,13 +405,13 @@ pub async fn run_scan(
     // A `secret:NAME` is read in the account's own tenant and decrypted for
     // this listing only; the connection is back in the pool before the
     // provider is called.
-    let secret = match account.config.get("credentials").and_then(|c| c.as_str()) {
-        Some(reference) if reference.starts_with("secret:") => {
-            let name = &reference["secret:".len()..];
+    let reference = account.config.get("credentials").and_then(|c| c.as_str());
+    let secret = match reference.and_then(|r| r.strip_prefix("secret:")) {
+        Some(name) => {
             let mut conn = pool.get().await?;
             Some(secrets::resolve(&mut conn, keyring, &account.tenant_id, name).await)
         }
-        _ => None,
+        None => None,
     }
     .transpose();
     let listed = match secret {

@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod db;
+pub mod demo;
 pub mod fixtures;
 pub mod gce;
 pub mod meter;
