@@ -523,7 +523,7 @@ pub struct TimelineView {
 /// the committed step function of its non-cancelled grants, the in-use step
 /// function up to `now` and the events in it.
 ///
-/// An [`Viewer::Operator`] sees every grant in full. A
+/// A [`Viewer::Operator`] sees every grant in full. A
 /// [`Viewer::Grantee`] sees its own grants in full, other tenants'
 /// non-cancelled ones as [`AnonymousGrant`]s (their cancelled ones not at
 /// all: they commit nothing) and events of other tenants' grants without
@@ -628,9 +628,9 @@ pub fn bucket_count(window: Term) -> u64 {
     if window.is_empty() {
         return 0;
     }
-    let first = bucket_start(window.start);
-    let last = bucket_start(window.end - 1);
-    u64::try_from((last - first) / HOUR_MS + 1).unwrap_or(0)
+    let first = i128::from(bucket_start(window.start));
+    let last = i128::from(bucket_start(window.end - 1));
+    u64::try_from((last - first) / i128::from(HOUR_MS) + 1).unwrap_or(u64::MAX)
 }
 
 /// The rows of a grant of `slots` slots over `term`, one per hour bucket of

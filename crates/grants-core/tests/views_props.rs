@@ -294,7 +294,8 @@ proptest! {
         let settled = preview_settlement(&grants, &instances, t1);
         let stints = project_stints(&open_stints(&instances), &settled.transitions);
         for i in &settled.instances {
-            let mine: Vec<&Stint> = stints.iter().filter(|s| s.instance_id == i.instance_id).collect();
+            let mine: Vec<&Stint> =
+                stints.iter().filter(|s| s.instance_id == i.instance_id).collect();
             // Each instance's segments follow one another without gaps.
             for pair in mine.windows(2) {
                 prop_assert_eq!(pair[0].to, Some(pair[1].from));

@@ -127,13 +127,14 @@ pub async fn timeline(
     let res = ReservationRow::find(conn, account_id, reservation_id)
         .await?
         .ok_or_else(not_found)?;
-    let owner: String = provider_accounts::table
+    let owner: Option<String> = provider_accounts::table
         .find(account_id)
         .select(provider_accounts::tenant_id)
         .first(conn)
-        .await?;
+        .await
+        .optional()?;
     let rows = GrantRow::of_reservation(conn, account_id, reservation_id).await?;
-    let viewer = if owner == tenant {
+    let viewer = if owner.as_deref() == Some(tenant) {
         Viewer::Operator
     } else if rows.iter().any(|g| g.tenant_id == tenant) {
         Viewer::Grantee(tenant)
