@@ -18,6 +18,14 @@ import schemathesis
 # could send two values out of order.
 _CLOCK = itertools.count(1_900_000_000_000, 1_000)
 
+# reservations.timeline covers at most 400 days (contract 3.10).
+_MAX_TIMELINE_MS = 400 * 24 * 3_600_000
+_MAX_INT64 = 2**63 - 1
+
+
+def _instant(value):
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT64
+
 
 def _integral(value):
     """Contract 1.2: integers are JSON integers (no `1.0`). JSON Schema counts
@@ -71,6 +79,18 @@ def before_call(ctx, case, **kwargs):
         # Only an in-range `now` (a negative case's bad value stays bad).
         if isinstance(now, int) and not isinstance(now, bool) and now >= 0:
             body["now"] = next(_CLOCK)
+    elif path.endswith("/reservations/timeline") or path.endswith("/reservationGrants/usage"):
+        # Contract 3.10: `to` is after `from`, and a timeline covers at most
+        # 400 days (INVALID_INPUT on `to` otherwise). Two in-range instants
+        # that break it are made a valid range of the same length, capped.
+        start, end = body.get("from"), body.get("to")
+        if not (_instant(start) and _instant(end)):
+            return
+        cap = _MAX_TIMELINE_MS if path.endswith("/timeline") else _MAX_INT64
+        span = min(max(abs(end - start), 1), cap)
+        if end <= start or end - start > cap:
+            start = min(start, _MAX_INT64 - span)
+            body["from"], body["to"] = start, start + span
     elif path.endswith("/instances/create"):
         # Contract 3.3: the flavor must be one the pool offers and the project
         # the tenant's (INVALID_INPUT otherwise), which depends on the pools

@@ -276,6 +276,7 @@ impl Registry {
         methods.extend(crate::handlers::instances::methods());
         methods.extend(crate::handlers::secrets::methods());
         methods.extend(crate::handlers::system::methods());
+        methods.extend(crate::handlers::views::methods());
         let by_path = methods
             .iter()
             .enumerate()

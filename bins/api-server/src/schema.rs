@@ -145,6 +145,43 @@ pub fn instant() -> Ty {
     int(0, i64::MAX)
 }
 
+/// The opaque cursor of a newest-first list (`reservationGrants.list`,
+/// `instances.list`; `storage::model::keyset`): `k`, a non-negative 64-bit
+/// instant in 13 lower-case base32hex characters (the last one's padding bit
+/// zero), and a TypeID suffix, so every string the pattern allows decodes.
+pub fn keyset_cursor() -> Ty {
+    pat(
+        40,
+        "^k[0-9a-f][0-9a-v]{11}[02468acegikmoqsu][0-7][0-9a-hjkmnp-tv-z]{25}$",
+    )
+}
+
+/// The position a [`keyset_cursor`] `after` carries for ids with `prefix`
+/// (`INVALID_INPUT` on `after` if it is not such a cursor).
+pub fn keyset_after(
+    after: Option<&str>,
+    prefix: &str,
+    method: &str,
+) -> Result<Option<storage::model::keyset::Position>, ApiError> {
+    after
+        .map(|c| {
+            storage::model::keyset::Position::decode(c, prefix).ok_or_else(|| {
+                ApiError::invalid("after", "pattern", format!("not a cursor from {method}"))
+            })
+        })
+        .transpose()
+}
+
+/// A non-empty set of the `allowed` states.
+pub fn states(allowed: &'static [&'static str]) -> Ty {
+    Ty::Arr {
+        item: Box::new(Ty::Enum(allowed)),
+        min_items: 1,
+        max_items: allowed.len(),
+        unique: true,
+    }
+}
+
 /// A method's input type, declared with [`input!`].
 pub trait Input: DeserializeOwned + Send + 'static {
     /// The fields after `tenantId` (which every method takes first).

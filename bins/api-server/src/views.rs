@@ -8,8 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use storage::model::events;
 use storage::model::instance::InstanceRow;
-use storage::model::reservation::ReservationRow;
-use storage::ops::{accounts, grants, metering, pools, secrets, tenancy};
+use storage::ops::{accounts, grants, metering, pools, reservations, secrets, tenancy};
 
 /// Epoch milliseconds (UTC).
 type Millis = i64;
@@ -85,7 +84,8 @@ impl From<grants::Grant> for Grant {
     }
 }
 
-/// A reservation seen by a scan of a provider account (contract 3.6).
+/// A reservation seen by a scan of a provider account (contract 3.5), with
+/// its slot accounts at the server's now (contract 3.10, 4).
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Reservation {
@@ -114,22 +114,218 @@ pub struct Reservation {
     /// When a scan found it gone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gone_at: Option<Millis>,
+    /// The slots of the grants live now (non-cancelled, startsAt <= now <
+    /// endsAt), used or not.
+    pub granted_slots: u64,
+    /// The instances those grants hold, running or stopped.
+    pub held_in_grants: u64,
+    /// Running instances on it outside any grant.
+    pub ordinary_in_use: u64,
+    /// total - grantedSlots - ordinaryInUse, floored at 0: the slots anyone
+    /// may take.
+    pub ordinary_free: u64,
+    /// max(running instances on it, providerInUse).
+    pub physical_in_use: u64,
 }
 
-impl From<ReservationRow> for Reservation {
-    fn from(r: ReservationRow) -> Reservation {
+impl From<reservations::Reservation> for Reservation {
+    fn from(r: reservations::Reservation) -> Reservation {
+        let (row, a) = (r.row, r.accounts);
         Reservation {
-            account_id: r.account_id,
-            reservation_id: r.reservation_id,
-            region: r.region,
-            zone: r.zone,
-            flavor: r.flavor,
-            total: r.total,
-            provider_in_use: r.provider_in_use,
-            status: r.status.as_str(),
-            pool_id: r.pool_id,
-            last_scanned_at: r.last_scanned_at,
-            gone_at: r.gone_at,
+            account_id: row.account_id,
+            reservation_id: row.reservation_id,
+            region: row.region,
+            zone: row.zone,
+            flavor: row.flavor,
+            total: row.total,
+            provider_in_use: row.provider_in_use,
+            status: row.status.as_str(),
+            pool_id: row.pool_id,
+            last_scanned_at: row.last_scanned_at,
+            gone_at: row.gone_at,
+            granted_slots: a.granted_slots,
+            held_in_grants: a.held_in_grants,
+            ordinary_in_use: a.ordinary_in_use,
+            ordinary_free: a.ordinary_free,
+            physical_in_use: a.physical_in_use,
+        }
+    }
+}
+
+/// Another tenant's grant on a reservation's timeline, as a grantee sees
+/// it: its slots and term only, no ids.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("additionalProperties" = false))]
+pub struct AnonymousGrant {
+    /// Committed slots.
+    pub slots: u32,
+    /// Term start.
+    pub starts_at: Millis,
+    /// Term end (exclusive).
+    pub ends_at: Millis,
+}
+
+/// A grant on a reservation's timeline: a full Grant (root's view, and the
+/// reader's own grants), or another tenant's as an AnonymousGrant.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum TimelineGrant {
+    /// In full.
+    Full(Box<Grant>),
+    /// Anonymous.
+    Anonymous(AnonymousGrant),
+}
+
+/// One step of the committed slots.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CommittedStep {
+    /// First instant.
+    pub from: Millis,
+    /// First instant after it.
+    pub to: Millis,
+    /// The slots of the grants live throughout it.
+    pub slots: u64,
+}
+
+/// One step of the running instances.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InUseStep {
+    /// First instant.
+    pub from: Millis,
+    /// First instant after it.
+    pub to: Millis,
+    /// Running instances held in grants.
+    pub in_grants: u64,
+    /// Running instances on ordinary slots.
+    pub ordinary: u64,
+}
+
+/// A grant transition or capacity change on a reservation's timeline.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineEvent {
+    /// When it happened.
+    pub at: Millis,
+    /// `reservation-grant.created`, `.active`, `.ended`, `.cancelled`,
+    /// `reservation-grant.capacity-short`, or `reservation.gone`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The grant it is about (absent for capacity changes, and for other
+    /// tenants' grants when a grantee reads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
+}
+
+/// A reservation's timeline over `[from, to)` (contract 3.10).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationTimeline {
+    /// The reservation.
+    pub reservation_id: String,
+    /// Its slots (from the last scan).
+    pub total: i64,
+    /// The range's start.
+    pub from: Millis,
+    /// The range's end (exclusive).
+    pub to: Millis,
+    /// The grants whose term meets the range, by start.
+    pub grants: Vec<TimelineGrant>,
+    /// Live committed slots over [from, to): contiguous, gapless, merged
+    /// where equal.
+    pub committed: Vec<CommittedStep>,
+    /// Running instances in grants and on ordinary slots over the part of
+    /// the range up to now.
+    pub in_use: Vec<InUseStep>,
+    /// Grant transitions and capacity changes in the range, oldest first.
+    pub events: Vec<TimelineEvent>,
+}
+
+impl From<storage::ops::views::Timeline> for ReservationTimeline {
+    fn from(t: storage::ops::views::Timeline) -> ReservationTimeline {
+        use storage::ops::views::GrantOnTimeline;
+        ReservationTimeline {
+            reservation_id: t.reservation.reservation_id,
+            total: t.reservation.total,
+            from: t.from,
+            to: t.to,
+            grants: t
+                .grants
+                .into_iter()
+                .map(|g| match g {
+                    GrantOnTimeline::Full(g) => TimelineGrant::Full(Box::new((*g).into())),
+                    GrantOnTimeline::Anonymous(a) => TimelineGrant::Anonymous(AnonymousGrant {
+                        slots: a.slots,
+                        starts_at: a.starts_at,
+                        ends_at: a.ends_at,
+                    }),
+                })
+                .collect(),
+            committed: t
+                .committed
+                .into_iter()
+                .map(|s| CommittedStep {
+                    from: s.from,
+                    to: s.to,
+                    slots: s.slots,
+                })
+                .collect(),
+            in_use: t
+                .in_use
+                .into_iter()
+                .map(|s| InUseStep {
+                    from: s.from,
+                    to: s.to,
+                    in_grants: s.in_grants,
+                    ordinary: s.ordinary,
+                })
+                .collect(),
+            events: t
+                .events
+                .into_iter()
+                .map(|e| TimelineEvent {
+                    at: e.at,
+                    event_type: e.event_type,
+                    grant_id: e.grant_id,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One hour bucket of a grant (`reservationGrants.usage`).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantHour {
+    /// The bucket's start.
+    pub period_start: Millis,
+    /// The bucket's end.
+    pub period_end: Millis,
+    /// The grant's slots.
+    pub slots: u32,
+    /// Slot-hours committed and billed in the hour: its
+    /// vm.grant.slot.hours record (6 decimals), also for hours not billed
+    /// yet.
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
+    pub slot_hours: String,
+    /// Instance-hours held in the grant, running or stopped, up to now.
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
+    pub held_hours: String,
+    /// Instance-hours running in the grant, up to now.
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
+    pub usage_hours: String,
+}
+
+impl From<grants_core::views::HourRow> for GrantHour {
+    fn from(r: grants_core::views::HourRow) -> GrantHour {
+        GrantHour {
+            period_start: r.period_start,
+            period_end: r.period_end,
+            slots: r.slots,
+            slot_hours: grants_core::format_micros(r.slot_micros),
+            held_hours: grants_core::format_micros(r.held_micros),
+            usage_hours: grants_core::format_micros(r.usage_micros),
         }
     }
 }
@@ -530,17 +726,30 @@ impl<T> Items<T> {
     }
 }
 
-/// One page of a log, with the cursor to continue from.
+/// One page of a paged list (a log, oldest first, or a newest-first list),
+/// with the cursor to continue from.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "{T}Page")]
 pub struct Page<T> {
-    /// The items, in log order.
+    /// The items, in the list's order.
     pub items: Vec<T>,
     /// Pass as `after` to read on (also when `hasMore` is false, to poll).
     pub next_cursor: String,
     /// Whether more items follow now.
     pub has_more: bool,
+}
+
+impl<T> Page<T> {
+    /// The view of a storage page of a newest-first list of ids with
+    /// `prefix`.
+    pub fn of<D: Into<T>>(page: storage::model::keyset::Page<D>, prefix: &str) -> Page<T> {
+        Page {
+            next_cursor: page.next.encode(prefix),
+            has_more: page.has_more,
+            items: page.items.into_iter().map(Into::into).collect(),
+        }
+    }
 }
 
 /// Declares `{ "<noun>": View }` answers.
@@ -574,6 +783,8 @@ replies! {
     AccountReply { account: Account as "account" }
     /// `{ "reservation": Reservation }`
     ReservationReply { reservation: Reservation as "reservation" }
+    /// `{ "timeline": ReservationTimeline }`
+    TimelineReply { timeline: ReservationTimeline as "timeline" }
     /// `{ "tenant": Tenant }`
     TenantReply { tenant: Tenant as "tenant" }
     /// `{ "project": Project }`

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use diesel_async::AsyncPgConnection;
 use storage::Clock;
-use storage::model::grant::GrantRow;
+use storage::LIST_LIMIT;
+use storage::model::grant::{GrantFilter, GrantRow};
 use storage::ops::tenancy;
 
 use crate::load::Op;
@@ -45,8 +46,11 @@ impl Op for ReadSql {
             Clock::Manual.now(conn).await.map_err(sql)?;
         }
         if self.list {
-            // grants::list
-            let rows = GrantRow::newest(conn, Some(TENANT)).await.map_err(sql)?;
+            // grants::list (its default page: the tenant's newest, one more
+            // than the limit to learn whether more follow)
+            let rows = GrantRow::page(conn, &of_tenant(), None, LIST_LIMIT + 1, 0)
+                .await
+                .map_err(sql)?;
             black_box(rows);
         } else {
             // grants::get
@@ -55,6 +59,14 @@ impl Op for ReadSql {
             anyhow::ensure!(row.is_some(), "grant {id} not found");
         }
         Ok(())
+    }
+}
+
+/// The filter of a plain `reservationGrants.list` of the bench's tenant.
+pub fn of_tenant() -> GrantFilter {
+    GrantFilter {
+        tenant_id: Some(TENANT.to_owned()),
+        ..GrantFilter::default()
     }
 }
 
@@ -80,9 +92,10 @@ pub async fn list_cost(conn: &mut AsyncPgConnection, now: i64) -> anyhow::Result
     let mut grants = Vec::new();
     let start = Instant::now();
     for _ in 0..CALLS {
-        grants = storage::ops::grants::list(conn, TENANT, false, now)
+        grants = storage::ops::grants::list(conn, &of_tenant(), None, LIST_LIMIT, now)
             .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .items;
     }
     let storage = start.elapsed() / CALLS;
 

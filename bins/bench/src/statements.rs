@@ -222,7 +222,8 @@ async fn read_sql_sends_what_the_api_reads_send() {
             .await
             .expect("the manual clock");
         if list {
-            storage::ops::grants::list(&mut conn, TENANT, false, now)
+            let filter = crate::reads::of_tenant();
+            storage::ops::grants::list(&mut conn, &filter, None, storage::LIST_LIMIT, now)
                 .await
                 .expect("grants::list");
         } else {

@@ -5,6 +5,7 @@ pub mod capacity;
 pub mod metering;
 pub mod placement;
 pub mod timeline;
+pub mod views;
 
 mod rules;
 

@@ -231,7 +231,7 @@ pub fn format_micros(micros: i64) -> String {
 
 /// Weighted milliseconds to micro-hours, rounded half-up:
 /// `ms * 1_000_000 / 3_600_000 = ms * 5 / 18`.
-fn round_to_micros(weighted_ms: i128) -> i128 {
+pub(crate) fn round_to_micros(weighted_ms: i128) -> i128 {
     (weighted_ms * 5 + 9).div_euclid(18)
 }
 

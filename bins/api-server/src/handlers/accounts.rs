@@ -233,9 +233,9 @@ async fn list_reservations(
     call: Call,
     input: AccountRef,
 ) -> Result<Items<views::Reservation>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let (mut conn, now) = call.conn_now().await?;
     Ok(Items::of(
-        reservations::list(&mut conn, call.tenant(), &input.account_id).await?,
+        reservations::list(&mut conn, call.tenant(), &input.account_id, now).await?,
     ))
 }
 
@@ -264,13 +264,14 @@ input! {
 }
 
 async fn bind(call: Call, input: Bind) -> Result<ReservationReply, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let (mut conn, now) = call.conn_now().await?;
     let bound = reservations::bind(
         &mut conn,
         call.root(),
         &input.account_id,
         &input.reservation_id,
         &input.pool_id,
+        now,
     )
     .await?;
     Ok(bound.into())

@@ -1,15 +1,21 @@
 //! reservationGrants (the vps module).
 
+use grants_core::GrantState;
 use iam_check::{Permission, RootOption, TenantRule};
 use serde_json::{Value, json};
-use storage::ops::grants::{self, NewGrant};
+use storage::LIST_LIMIT;
+use storage::model::grant::GrantFilter;
+use storage::ops::grants::{self, GRANT_PREFIX, NewGrant};
 
 use super::VPS;
 use super::examples::{ACCOUNT, GRANT, KEY, PROJECT, RESERVATION, T0, T1};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{Ty, idem_key, input, instant, int, reservation_id, tenant_id, typeid};
-use crate::views::{self, GrantReply, Items};
+use crate::schema::{
+    Ty, idem_key, input, instant, int, keyset_after, keyset_cursor, reservation_id, states,
+    tenant_id, typeid,
+};
+use crate::views::{self, GrantReply, Page};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -55,11 +61,17 @@ pub fn methods() -> Vec<Method> {
             "list",
             Kind::Read,
             Permission::QuotasRead,
-            "Lists the tenant's grants, newest first; with all, root lists every tenant's.",
+            "Pages the tenant's grants, newest first, optionally of one reservation or account, \
+             in some states at now or live at an instant; with all, root lists every tenant's.",
             endpoint(list),
         )
         .errors(&[])
-        .example(json!({ "tenantId": "acme" })),
+        .example(json!({
+            "tenantId": "acme",
+            "reservationId": RESERVATION,
+            "states": ["scheduled", "active"],
+            "limit": 100,
+        })),
         VPS.method(
             "reservationGrants",
             "end",
@@ -122,21 +134,43 @@ async fn get(call: Call, input: GrantRef) -> Result<GrantReply, ApiError> {
     )
 }
 
+/// The grant states `reservationGrants.list` filters by.
+const GRANT_STATES: &[&str] = &["scheduled", "active", "ended", "cancelled"];
+
 input! {
     /// `reservationGrants.list`.
     struct List {
         def all: bool = ("all", Ty::Bool, Value::Bool(false)),
+        opt reservation_id: String = ("reservationId", reservation_id()),
+        opt account_id: String = ("accountId", typeid("pacct")),
+        opt states: Vec<String> = ("states", states(GRANT_STATES)),
+        opt active_at: i64 = ("activeAt", instant()),
+        opt after: String = ("after", keyset_cursor()),
+        def limit: i64 = ("limit", int(1, LIST_LIMIT), json!(LIST_LIMIT)),
     }
 }
 
-async fn list(call: Call, input: List) -> Result<Items<views::Grant>, ApiError> {
+async fn list(call: Call, input: List) -> Result<Page<views::Grant>, ApiError> {
     if input.all {
         call.allow(RootOption::AllTenants)?;
     }
+    let after = keyset_after(
+        input.after.as_deref(),
+        GRANT_PREFIX,
+        "reservationGrants.list",
+    )?;
+    let filter = GrantFilter {
+        tenant_id: (!input.all).then(|| call.tenant().to_owned()),
+        account_id: input.account_id,
+        reservation_id: input.reservation_id,
+        states: input
+            .states
+            .map(|states| states.iter().filter_map(|s| GrantState::parse(s)).collect()),
+        active_at: input.active_at,
+    };
     let (mut conn, now) = call.conn_now().await?;
-    Ok(Items::of(
-        grants::list(&mut conn, call.tenant(), input.all, now).await?,
-    ))
+    let page = grants::list(&mut conn, &filter, after, input.limit, now).await?;
+    Ok(Page::of(page, GRANT_PREFIX))
 }
 
 input! {

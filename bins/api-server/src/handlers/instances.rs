@@ -3,14 +3,20 @@
 use grants_core::Billing;
 use iam_check::{Permission, RootOption};
 use serde_json::{Value, json};
-use storage::ops::instances::{self, NewInstance};
+use storage::LIST_LIMIT;
+use storage::model::instance::InstanceFilter;
+use storage::model::states::InstanceState;
+use storage::ops::instances::{self, INSTANCE_PREFIX, NewInstance};
 
 use super::VPS;
 use super::examples::{INSTANCE, KEY, POOL, PROJECT};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
-use crate::schema::{Ty, idem_key, input, name, pat, typeid};
-use crate::views::{self, InstanceReply, Items};
+use crate::schema::{
+    Ty, idem_key, input, int, keyset_after, keyset_cursor, name, pat, reservation_id, states,
+    typeid,
+};
+use crate::views::{self, InstanceReply, Page};
 
 fn method(method: &'static str, kind: Kind, summary: &'static str, endpoint: Endpoint) -> Method {
     VPS.method(
@@ -89,11 +95,17 @@ pub fn methods() -> Vec<Method> {
         method(
             "list",
             Kind::Read,
-            "Lists the tenant's instances, newest first.",
+            "Pages the tenant's instances, newest first, optionally of one project, pool, \
+             reservation or grant and in some states; with all, root lists every tenant's.",
             endpoint(list),
         )
         .errors(&[])
-        .example(json!({ "tenantId": "acme", "projectId": PROJECT })),
+        .example(json!({
+            "tenantId": "acme",
+            "projectId": PROJECT,
+            "states": ["running", "stopped"],
+            "limit": 100,
+        })),
     ]
 }
 
@@ -180,11 +192,35 @@ input! {
     /// `instances.list`.
     struct List {
         opt project_id: String = ("projectId", typeid("prj")),
+        opt pool_id: String = ("poolId", typeid("pool")),
+        opt reservation_id: String = ("reservationId", reservation_id()),
+        opt grant_id: String = ("grantId", typeid("rgrant")),
+        opt states: Vec<String> = ("states", states(&["running", "stopped", "deleted"])),
+        def all: bool = ("all", Ty::Bool, Value::Bool(false)),
+        opt after: String = ("after", keyset_cursor()),
+        def limit: i64 = ("limit", int(1, LIST_LIMIT), json!(LIST_LIMIT)),
     }
 }
 
-async fn list(call: Call, input: List) -> Result<Items<views::Instance>, ApiError> {
+async fn list(call: Call, input: List) -> Result<Page<views::Instance>, ApiError> {
+    if input.all {
+        call.allow(RootOption::AllTenants)?;
+    }
+    let after = keyset_after(input.after.as_deref(), INSTANCE_PREFIX, "instances.list")?;
+    let filter = InstanceFilter {
+        tenant_id: (!input.all).then(|| call.tenant().to_owned()),
+        project_id: input.project_id,
+        pool_id: input.pool_id,
+        reservation_id: input.reservation_id,
+        grant_id: input.grant_id,
+        states: input.states.map(|states| {
+            states
+                .iter()
+                .filter_map(|s| InstanceState::parse(s))
+                .collect()
+        }),
+    };
     let mut conn = call.app.conn().await?;
-    let rows = instances::list(&mut conn, call.tenant(), input.project_id.as_deref()).await?;
-    Ok(Items::of(rows))
+    let page = instances::list(&mut conn, &filter, after, input.limit).await?;
+    Ok(Page::of(page, INSTANCE_PREFIX))
 }

@@ -10,6 +10,7 @@ pub mod instances;
 pub mod secrets;
 pub mod system;
 pub mod tenancy;
+pub mod views;
 
 use crate::error::Code;
 use crate::registry::Service;

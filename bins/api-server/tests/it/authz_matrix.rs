@@ -309,7 +309,18 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
             json!({ "accountId": w.account_of(acting), "grantId": MISSING_GRANT }),
             false,
         ),
-        "reservationGrants.get" => (json!({ "grantId": MISSING_GRANT }), false),
+        "reservationGrants.get" | "reservationGrants.usage" => {
+            (json!({ "grantId": MISSING_GRANT }), false)
+        }
+        "reservations.timeline" => (
+            json!({
+                "accountId": w.account_of(acting),
+                "reservationId": missing_reservation,
+                "from": w.clock,
+                "to": w.clock + 3_600_000,
+            }),
+            false,
+        ),
         "reservationGrants.list" | "instances.list" => (json!({}), false),
         "instances.create" => (
             json!({

@@ -802,7 +802,14 @@ async fn get_list_and_end_validate_their_fields() {
         ("tenantId", Some(json!(long_name(129))), "length"),
         ("all", Some(json!("true")), "type"),
         ("all", Some(json!(1)), "type"),
-        ("limit", Some(json!(10)), "unknown"),
+        ("limit", Some(json!(0)), "range"),
+        ("limit", Some(json!(1001)), "range"),
+        ("after", Some(json!("c0000000000000")), "pattern"),
+        ("activeAt", Some(json!("now")), "type"),
+        ("reservationId", Some(json!("")), "length"),
+        ("accountId", Some(json!("pacct_x")), "pattern"),
+        ("states", Some(json!([])), "length"),
+        ("offset", Some(json!(10)), "unknown"),
     ];
     for (field, value, reason) in list_cases {
         expect_invalid(

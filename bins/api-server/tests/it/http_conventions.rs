@@ -421,6 +421,16 @@ const CONTRACT_2_3: &[(&str, &str, &str)] = &[
         "compute:providers:read",
         "compute-tenant",
     ),
+    (
+        "reservations.timeline",
+        "compute:providers:read",
+        "compute-tenant",
+    ),
+    (
+        "reservationGrants.usage",
+        "compute:providers:read",
+        "compute-tenant",
+    ),
     ("pools.create", "compute:pools:manage", "compute-fleet"),
     ("pools.offer", "compute:pools:manage", "compute-fleet"),
     ("tenants.create", "compute:tenants:manage", "compute-fleet"),
@@ -502,7 +512,10 @@ async fn the_method_list_matches_the_contract() {
             maj.parse::<u32>().is_ok() && min.parse::<u32>().is_ok(),
             "{phase}"
         );
-        let kind = if matches!(method, "get" | "list" | "listReservations") {
+        let kind = if matches!(
+            method,
+            "get" | "list" | "listReservations" | "timeline" | "usage"
+        ) {
             "read"
         } else {
             "mutation"
@@ -515,7 +528,7 @@ async fn the_method_list_matches_the_contract() {
         );
         let expected_service = match module {
             "pools" | "quotas" => Some("capacity"),
-            "providerAccounts" | "reservationGrants" | "instances" => Some("vps"),
+            "providerAccounts" | "reservationGrants" | "instances" | "reservations" => Some("vps"),
             "tenants" | "projects" | "apiKeys" => Some("iam"),
             "events" => Some("events"),
             "usage" => Some("billing"),

@@ -66,6 +66,8 @@ async fn list_reservations_shows_every_field() {
             "accountId": account, "reservationId": a_id, "region": "us-central1",
             "zone": "us-central1-a", "flavor": FLAVOR, "total": 4, "providerInUse": 1,
             "status": "ready", "lastScannedAt": T0,
+            "grantedSlots": 0, "heldInGrants": 0, "ordinaryInUse": 0, "ordinaryFree": 4,
+            "physicalInUse": 1,
         })
     );
     assert_eq!(
@@ -74,6 +76,8 @@ async fn list_reservations_shows_every_field() {
             "accountId": account, "reservationId": eu_id, "region": "europe-west4",
             "zone": EU_ZONE, "flavor": GPU, "total": 2, "providerInUse": 0,
             "status": "not-ready", "lastScannedAt": T0,
+            "grantedSlots": 0, "heldInGrants": 0, "ordinaryInUse": 0, "ordinaryFree": 2,
+            "physicalInUse": 0,
         })
     );
     assert_eq!(reservations(&s, &account).await, scanned);
@@ -106,7 +110,12 @@ async fn list_reservations_shows_every_field() {
             "providerInUse",
             "status",
             "lastScannedAt",
-            "goneAt"
+            "goneAt",
+            "grantedSlots",
+            "heldInGrants",
+            "ordinaryInUse",
+            "ordinaryFree",
+            "physicalInUse"
         ])
     );
 

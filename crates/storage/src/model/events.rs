@@ -1,7 +1,7 @@
 //! The event log: per-tenant sequences in commit order, and cursor paging.
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::{Array, BigInt, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
@@ -153,6 +153,67 @@ pub async fn list(
         next_seq,
         has_more,
     })
+}
+
+/// A grant transition or capacity change of a reservation, as its timeline
+/// shows it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ReservationEvent {
+    /// When it happened.
+    #[diesel(sql_type = BigInt)]
+    pub occurred_at: i64,
+    /// Its type.
+    #[diesel(sql_type = Text)]
+    pub event_type: String,
+    /// The grant it is about (none for a capacity change).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub grant_id: Option<String>,
+    /// The log it is in.
+    #[diesel(sql_type = Text)]
+    pub tenant_id: String,
+    /// Its position there.
+    #[diesel(sql_type = BigInt)]
+    pub seq: i64,
+}
+
+/// The events of a reservation in `[from, to)`, oldest first (then by log
+/// and position, so events of one instant keep their commit order): the
+/// `reservation-grant.*` events of its grants (`grant_ids`) in their
+/// grantees' logs (`grantees`), and the `reservation-grant.capacity-short`
+/// events of the reservation in the root tenant's log. One statement over
+/// the two partial indexes of the operator views.
+#[expect(clippy::too_many_arguments, reason = "one statement's parameters")]
+pub async fn of_reservation(
+    conn: &mut AsyncPgConnection,
+    grantees: &[String],
+    grant_ids: &[String],
+    root: &str,
+    account_id: &str,
+    reservation_id: &str,
+    from: i64,
+    to: i64,
+) -> Result<Vec<ReservationEvent>> {
+    Ok(diesel::sql_query(
+        "SELECT occurred_at, event_type, data->>'grantId' AS grant_id, tenant_id, seq \
+         FROM events \
+         WHERE tenant_id = ANY($1) AND event_type LIKE 'reservation-grant.%' \
+           AND data->>'grantId' = ANY($2) AND occurred_at >= $3 AND occurred_at < $4 \
+         UNION ALL \
+         SELECT occurred_at, event_type, NULL::text AS grant_id, tenant_id, seq FROM events \
+         WHERE tenant_id = $5 AND event_type = 'reservation-grant.capacity-short' \
+           AND data->>'reservationId' = $6 AND data->>'accountId' = $7 \
+           AND occurred_at >= $3 AND occurred_at < $4 \
+         ORDER BY occurred_at, tenant_id, seq",
+    )
+    .bind::<Array<Text>, _>(grantees)
+    .bind::<Array<Text>, _>(grant_ids)
+    .bind::<BigInt, _>(from)
+    .bind::<BigInt, _>(to)
+    .bind::<Text, _>(root)
+    .bind::<Text, _>(reservation_id)
+    .bind::<Text, _>(account_id)
+    .load(conn)
+    .await?)
 }
 
 /// Encodes a log position as an opaque cursor.

@@ -1,13 +1,53 @@
 //! `grants`: a grant as stored, and what settlement and events read of it.
 
+use diesel::pg::Pg;
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use grants_core::{GrantState, TimelineGrant};
 use serde_json::{Value, json};
 
 use crate::error::Result;
+use crate::model::keyset::Position;
 use crate::model::states::SettledState;
 use crate::schema::grants;
+
+/// What a grant listing keeps; every filter is optional and they combine.
+#[derive(Debug, Clone, Default)]
+pub struct GrantFilter {
+    /// Only this grantee's grants (`None`: every tenant's, root's `all`).
+    pub tenant_id: Option<String>,
+    /// Only grants on reservations of this provider account.
+    pub account_id: Option<String>,
+    /// Only grants on this reservation.
+    pub reservation_id: Option<String>,
+    /// Only grants in one of these states at the server's now, as
+    /// [`GrantRow::state_at`] derives them from the term: `cancelled` as
+    /// recorded, otherwise `scheduled` before `startsAt`, `active` in
+    /// `[startsAt, endsAt)`, `ended` from `endsAt`.
+    pub states: Option<Vec<GrantState>>,
+    /// Only grants live at this instant (non-cancelled, `startsAt <= t <
+    /// endsAt`).
+    pub active_at: Option<i64>,
+}
+
+/// A condition on grant rows, boxed so conditions can be combined.
+type BoxedCondition = Box<dyn BoxableExpression<grants::table, Pg, SqlType = Bool>>;
+
+/// The rows in `state` at `now` (the SQL twin of [`GrantRow::state_at`]).
+fn state_at(state: GrantState, now: i64) -> BoxedCondition {
+    let open = grants::settled_state.ne(SettledState::Cancelled);
+    match state {
+        GrantState::Cancelled => Box::new(grants::settled_state.eq(SettledState::Cancelled)),
+        GrantState::Scheduled => Box::new(open.and(grants::starts_at.gt(now))),
+        GrantState::Active => Box::new(
+            open.and(grants::starts_at.le(now))
+                .and(grants::ends_at.gt(now)),
+        ),
+        // `ends_at >= starts_at` always holds (a check constraint).
+        GrantState::Ended => Box::new(open.and(grants::ends_at.le(now))),
+    }
+}
 
 /// A grant to insert: scheduled, metered from its start.
 #[derive(Debug, Clone, Copy)]
@@ -131,21 +171,100 @@ impl GrantRow {
             .optional()?)
     }
 
-    /// The newest grants (of `tenant`, or of every tenant), up to
-    /// [`crate::LIST_LIMIT`], unlocked.
-    pub async fn newest(
+    /// One page of grants matching `filter`, newest first (`createdAt`, then
+    /// grant id, both descending), strictly after position `after`, at most
+    /// `limit`, unlocked. Every filter is a condition of the one statement,
+    /// the page a keyset range of the index: states at `now` are compared
+    /// on the term (see [`GrantFilter::states`]).
+    pub async fn page(
         conn: &mut AsyncPgConnection,
-        tenant: Option<&str>,
+        filter: &GrantFilter,
+        after: Option<&Position>,
+        limit: i64,
+        now: i64,
     ) -> Result<Vec<GrantRow>> {
         let mut query = grants::table
             .order((grants::created_at.desc(), grants::grant_id.desc()))
-            .limit(crate::LIST_LIMIT)
+            .limit(limit)
             .select(GrantRow::as_select())
             .into_boxed();
-        if let Some(tenant) = tenant {
-            query = query.filter(grants::tenant_id.eq(tenant));
+        if let Some(tenant) = &filter.tenant_id {
+            query = query.filter(grants::tenant_id.eq(tenant.clone()));
+        }
+        if let Some(account) = &filter.account_id {
+            query = query.filter(grants::account_id.eq(account.clone()));
+        }
+        if let Some(reservation) = &filter.reservation_id {
+            query = query.filter(grants::reservation_id.eq(reservation.clone()));
+        }
+        if let Some(t) = filter.active_at {
+            query = query.filter(
+                grants::settled_state
+                    .ne(SettledState::Cancelled)
+                    .and(grants::starts_at.le(t))
+                    .and(grants::ends_at.gt(t)),
+            );
+        }
+        if let Some(states) = &filter.states {
+            let mut any: Option<BoxedCondition> = None;
+            for state in states {
+                let this = state_at(*state, now);
+                any = Some(match any {
+                    Some(before) => Box::new(before.or(this)),
+                    None => this,
+                });
+            }
+            if let Some(any) = any {
+                query = query.filter(any);
+            }
+        }
+        if let Some(p) = after {
+            query = query.filter(
+                diesel::dsl::sql::<Bool>("(grants.created_at, grants.grant_id) < (")
+                    .bind::<BigInt, _>(p.created_at)
+                    .sql(", ")
+                    .bind::<Text, _>(p.id.clone())
+                    .sql(")"),
+            );
         }
         Ok(query.load(conn).await?)
+    }
+
+    /// The grants settlement still moves (scheduled or active as recorded)
+    /// on the reservations of a provider account (or on one of them), by
+    /// start then grant id, unlocked: the read-only twin of
+    /// [`crate::locks::open_grants`] for a whole listing at once.
+    pub async fn open_on_account(
+        conn: &mut AsyncPgConnection,
+        account_id: &str,
+        reservation_id: Option<&str>,
+    ) -> Result<Vec<GrantRow>> {
+        let mut query = grants::table
+            .filter(grants::account_id.eq(account_id))
+            .filter(grants::settled_state.eq_any(SettledState::OPEN))
+            .order((grants::starts_at.asc(), grants::grant_id.asc()))
+            .select(GrantRow::as_select())
+            .into_boxed();
+        if let Some(r) = reservation_id {
+            query = query.filter(grants::reservation_id.eq(r));
+        }
+        Ok(query.load(conn).await?)
+    }
+
+    /// Every grant of a reservation, cancelled ones included, by start then
+    /// grant id, unlocked.
+    pub async fn of_reservation(
+        conn: &mut AsyncPgConnection,
+        account_id: &str,
+        reservation_id: &str,
+    ) -> Result<Vec<GrantRow>> {
+        Ok(grants::table
+            .filter(grants::account_id.eq(account_id))
+            .filter(grants::reservation_id.eq(reservation_id))
+            .order((grants::starts_at.asc(), grants::grant_id.asc()))
+            .select(GrantRow::as_select())
+            .load(conn)
+            .await?)
     }
 
     /// Inserts a new grant.

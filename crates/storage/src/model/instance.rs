@@ -1,13 +1,34 @@
 //! `instances`: an instance as stored, and how settlement sees it.
 
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use grants_core::{Billing, Power, Seat, TimelineInstance};
 
 use crate::error::Result;
+use crate::model::keyset::Position;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceBilling, InstanceState};
 use crate::schema::instances;
+
+/// What an instance listing keeps; every filter is optional and they
+/// combine.
+#[derive(Debug, Clone, Default)]
+pub struct InstanceFilter {
+    /// Only this tenant's instances (`None`: every tenant's, root's `all`).
+    pub tenant_id: Option<String>,
+    /// Only this project's.
+    pub project_id: Option<String>,
+    /// Only instances of this pool.
+    pub pool_id: Option<String>,
+    /// Only instances placed on this reservation now (in a grant on it or on
+    /// an ordinary slot).
+    pub reservation_id: Option<String>,
+    /// Only instances held in this grant now.
+    pub grant_id: Option<String>,
+    /// Only instances in one of these states.
+    pub states: Option<Vec<InstanceState>>,
+}
 
 /// An instance to insert: running, placed nowhere yet, metered from its
 /// creation.
@@ -134,6 +155,71 @@ impl InstanceRow {
             .returning(InstanceRow::as_returning())
             .get_result(conn)
             .await?)
+    }
+
+    /// One page of instances matching `filter`, newest first (`createdAt`,
+    /// then instance id, both descending), strictly after position `after`,
+    /// at most `limit`, unlocked; one statement, a keyset range.
+    pub async fn page(
+        conn: &mut AsyncPgConnection,
+        filter: &InstanceFilter,
+        after: Option<&Position>,
+        limit: i64,
+    ) -> Result<Vec<InstanceRow>> {
+        let mut query = instances::table
+            .order((instances::created_at.desc(), instances::instance_id.desc()))
+            .limit(limit)
+            .select(InstanceRow::as_select())
+            .into_boxed();
+        if let Some(tenant) = &filter.tenant_id {
+            query = query.filter(instances::tenant_id.eq(tenant.clone()));
+        }
+        if let Some(project) = &filter.project_id {
+            query = query.filter(instances::project_id.eq(project.clone()));
+        }
+        if let Some(pool) = &filter.pool_id {
+            query = query.filter(instances::pool_id.eq(pool.clone()));
+        }
+        if let Some(reservation) = &filter.reservation_id {
+            query = query.filter(instances::reservation_id.eq(reservation.clone()));
+        }
+        if let Some(grant) = &filter.grant_id {
+            query = query.filter(instances::grant_id.eq(grant.clone()));
+        }
+        if let Some(states) = &filter.states {
+            query = query.filter(instances::state.eq_any(states.clone()));
+        }
+        if let Some(p) = after {
+            query = query.filter(
+                diesel::dsl::sql::<Bool>("(instances.created_at, instances.instance_id) < (")
+                    .bind::<BigInt, _>(p.created_at)
+                    .sql(", ")
+                    .bind::<Text, _>(p.id.clone())
+                    .sql(")"),
+            );
+        }
+        Ok(query.load(conn).await?)
+    }
+
+    /// The live instances holding a slot of a provider account's
+    /// reservations (of one of them with `reservation_id`), unlocked: what
+    /// the slot accounts of a listing are computed from, in one statement.
+    pub async fn seated_on_account(
+        conn: &mut AsyncPgConnection,
+        account_id: &str,
+        reservation_id: Option<&str>,
+    ) -> Result<Vec<InstanceRow>> {
+        let mut query = instances::table
+            .filter(instances::account_id.eq(account_id))
+            .filter(instances::reservation_id.is_not_null())
+            .filter(instances::state.ne(InstanceState::Deleted))
+            .order((instances::created_at.asc(), instances::instance_id.asc()))
+            .select(InstanceRow::as_select())
+            .into_boxed();
+        if let Some(r) = reservation_id {
+            query = query.filter(instances::reservation_id.eq(r));
+        }
+        Ok(query.load(conn).await?)
     }
 
     /// The live instances holding a slot of a reservation, oldest first.

@@ -50,6 +50,20 @@ impl ReservationRow {
             .await?)
     }
 
+    /// One reservation, unlocked.
+    pub async fn find(
+        conn: &mut AsyncPgConnection,
+        account_id: &str,
+        reservation_id: &str,
+    ) -> Result<Option<ReservationRow>> {
+        Ok(reservations::table
+            .find((account_id, reservation_id))
+            .select(ReservationRow::as_select())
+            .first(conn)
+            .await
+            .optional()?)
+    }
+
     /// A pool's candidate reservations for `flavor` (bound to it, of the
     /// flavor, ready) as (account, reservation), in lock order, unlocked.
     pub async fn candidates(

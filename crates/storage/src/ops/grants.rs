@@ -9,8 +9,9 @@ use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::events::{self, NewEvent};
-use crate::model::grant::{GrantRow, NewGrantRow};
+use crate::model::grant::{GrantFilter, GrantRow, NewGrantRow};
 use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::model::keyset::{Page, Position};
 use crate::model::states::{ReservationStatus, SettledState};
 use crate::ops::accounts;
 use crate::ops::pools;
@@ -86,7 +87,7 @@ pub async fn create(
     now: i64,
 ) -> Result<Grant> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        let id = ids::new_id("rgrant", now);
+        let id = ids::new_id(GRANT_PREFIX, now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
             let row = GrantRow::find(conn, &existing)
                 .await?
@@ -255,17 +256,26 @@ pub async fn get(
     }
 }
 
-/// `reservationGrants.list`: the tenant's grants (every tenant's with
-/// `all`), newest first, at most 1000.
+/// `reservationGrants.list`: one page of the grants matching `filter`
+/// (its `tenant_id` is the acting tenant, or `None` for root's `all`),
+/// newest first, after position `after`, at most `limit` (1 to
+/// [`crate::LIST_LIMIT`]), each with its state at `now`.
 pub async fn list(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    all: bool,
+    filter: &GrantFilter,
+    after: Option<Position>,
+    limit: i64,
     now: i64,
-) -> Result<Vec<Grant>> {
-    let rows = GrantRow::newest(conn, (!all).then_some(tenant)).await?;
-    Ok(rows.into_iter().map(|r| Grant::at(r, now)).collect())
+) -> Result<Page<Grant>> {
+    let rows = GrantRow::page(conn, filter, after.as_ref(), limit + 1, now).await?;
+    let page = Page::from_rows(rows, limit, after, GRANT_PREFIX, |r| {
+        Position::of(r.created_at, &r.grant_id)
+    });
+    Ok(page.map(|r| Grant::at(r, now)))
 }
+
+/// The TypeID prefix of grant ids.
+pub const GRANT_PREFIX: &str = "rgrant";
 
 /// `reservationGrants.end`, by root: ends the grant now (cancels it if it
 /// has not started). An ended or cancelled grant is returned unchanged.

@@ -19,7 +19,8 @@ use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
 use crate::model::idempotency::{self, Claim, KeyedRequest};
-use crate::model::instance::{InstanceRow, NewInstanceRow};
+use crate::model::instance::{InstanceFilter, InstanceRow, NewInstanceRow};
+use crate::model::keyset::{Page, Position};
 use crate::model::quota;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceBilling, InstanceState, ReservationStatus, SettledState};
@@ -408,7 +409,7 @@ pub async fn create(
     now: i64,
 ) -> Result<InstanceRow> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        let id = ids::new_id("inst", now);
+        let id = ids::new_id(INSTANCE_PREFIX, now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
             return get(conn, new.tenant_id, &existing).await;
         }
@@ -495,23 +496,24 @@ pub async fn get(
     }
 }
 
-/// `instances.list`: the tenant's instances, newest first, optionally of one project.
+/// `instances.list`: one page of the instances matching `filter` (its
+/// `tenant_id` is the acting tenant, or `None` for root's `all`), newest
+/// first, after position `after`, at most `limit` (1 to
+/// [`crate::LIST_LIMIT`]).
 pub async fn list(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    project_id: Option<&str>,
-) -> Result<Vec<InstanceRow>> {
-    let mut q = instances::table
-        .filter(instances::tenant_id.eq(tenant))
-        .order((instances::created_at.desc(), instances::instance_id.desc()))
-        .limit(crate::LIST_LIMIT)
-        .select(InstanceRow::as_select())
-        .into_boxed();
-    if let Some(p) = project_id {
-        q = q.filter(instances::project_id.eq(p));
-    }
-    Ok(q.load(conn).await?)
+    filter: &InstanceFilter,
+    after: Option<Position>,
+    limit: i64,
+) -> Result<Page<InstanceRow>> {
+    let rows = InstanceRow::page(conn, filter, after.as_ref(), limit + 1).await?;
+    Ok(Page::from_rows(rows, limit, after, INSTANCE_PREFIX, |r| {
+        Position::of(r.created_at, &r.instance_id)
+    }))
 }
+
+/// The TypeID prefix of instance ids.
+pub const INSTANCE_PREFIX: &str = "inst";
 
 /// Locks the instance's reservation (settled to `now`) and then the instance
 /// row, so the instance cannot move under the caller. Returns the row and the

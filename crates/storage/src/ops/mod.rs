@@ -13,3 +13,4 @@ pub mod reservations;
 pub mod secrets;
 pub mod tenancy;
 pub mod timeline;
+pub mod views;

@@ -1,11 +1,14 @@
 //! Provider reservations: what scans see, binding to pools, and the account
 //! lifecycle rules that depend on grants (contract 3.5, 6).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::{Commitment, Destination, ForcedEnd, GrantState, Term};
+use grants_core::views::SlotAccounts;
+use grants_core::{
+    Commitment, Destination, ForcedEnd, GrantState, Term, TimelineGrant, TimelineInstance,
+};
 use providers::{AccountSpec, ProviderError, ProviderFactory, ProviderReservation};
 use serde_json::json;
 
@@ -24,14 +27,79 @@ use crate::ops::secrets;
 use crate::ops::timeline::{self};
 use crate::schema::{api_keys, grants, idempotency_keys, pools, provider_accounts, reservations};
 
-/// `providerAccounts.listReservations`.
+/// A reservation as the API shows it: the row and its slot accounts at the
+/// server's now (contract 3.10).
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    /// The stored row.
+    pub row: ReservationRow,
+    /// `grantedSlots`, `heldInGrants`, `ordinaryInUse`, `ordinaryFree`,
+    /// `physicalInUse` at now.
+    pub accounts: SlotAccounts,
+}
+
+/// The reservations with their slot accounts at `now`, read without
+/// settling anything: the open grants and the seated instances of each
+/// account are read in one statement each (whatever the number of
+/// reservations), and the transitions due since the last settlement are
+/// applied in memory (`grants_core::views::slot_accounts`), so the figures
+/// are those a settlement at `now` would leave.
+pub async fn with_accounts(
+    conn: &mut AsyncPgConnection,
+    rows: Vec<ReservationRow>,
+    now: i64,
+) -> Result<Vec<Reservation>> {
+    // One reservation (bind, unbind) reads only its own grants and instances.
+    let only = match rows.as_slice() {
+        [one] => Some(one.reservation_id.clone()),
+        _ => None,
+    };
+    let accounts: BTreeSet<String> = rows.iter().map(|r| r.account_id.clone()).collect();
+    type Key = (String, String);
+    let mut grants_of: HashMap<Key, Vec<TimelineGrant>> = HashMap::new();
+    let mut instances_of: HashMap<Key, Vec<TimelineInstance>> = HashMap::new();
+    for account in &accounts {
+        for g in GrantRow::open_on_account(conn, account, only.as_deref()).await? {
+            let key = (g.account_id.clone(), g.reservation_id.clone());
+            grants_of.entry(key).or_default().push(g.to_timeline());
+        }
+        for i in InstanceRow::seated_on_account(conn, account, only.as_deref()).await? {
+            let (Some(a), Some(r)) = (i.account_id.clone(), i.reservation_id.clone()) else {
+                continue;
+            };
+            instances_of
+                .entry((a, r))
+                .or_default()
+                .push(i.to_timeline());
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let key = (row.account_id.clone(), row.reservation_id.clone());
+            let accounts = grants_core::views::slot_accounts(
+                u64::try_from(row.total).unwrap_or(0),
+                u64::try_from(row.provider_in_use).unwrap_or(0),
+                grants_of.get(&key).map_or(&[], Vec::as_slice),
+                instances_of.get(&key).map_or(&[], Vec::as_slice),
+                now,
+            );
+            Reservation { row, accounts }
+        })
+        .collect())
+}
+
+/// `providerAccounts.listReservations`: the account's reservations with
+/// their slot accounts at `now`.
 pub async fn list(
     conn: &mut AsyncPgConnection,
     tenant: &str,
     account_id: &str,
-) -> Result<Vec<ReservationRow>> {
+    now: i64,
+) -> Result<Vec<Reservation>> {
     accounts::get(conn, tenant, account_id).await?;
-    ReservationRow::of_account(conn, account_id).await
+    let rows = ReservationRow::of_account(conn, account_id).await?;
+    with_accounts(conn, rows, now).await
 }
 
 /// What one scan changed.
@@ -458,7 +526,7 @@ pub async fn scan(
     account_id: &str,
     factory: &ProviderFactory,
     keyring: &Keyring,
-) -> Result<(ScanOutcome, Vec<ReservationRow>)> {
+) -> Result<(ScanOutcome, Vec<Reservation>)> {
     let claim = {
         let mut conn = pool.get().await?;
         // An explicit claim is refused only when the account is gone.
@@ -468,8 +536,21 @@ pub async fn scan(
     };
     let outcome = run_scan(pool, clock, root, &claim, factory, keyring).await?;
     let mut conn = pool.get().await?;
-    let items = ReservationRow::of_account(&mut conn, account_id).await?;
-    Ok((outcome, items))
+    let now = clock.now(&mut conn).await?;
+    let rows = ReservationRow::of_account(&mut conn, account_id).await?;
+    Ok((outcome, with_accounts(&mut conn, rows, now).await?))
+}
+
+/// One reservation with its slot accounts at `now`.
+async fn one_with_accounts(
+    conn: &mut AsyncPgConnection,
+    row: ReservationRow,
+    now: i64,
+) -> Result<Reservation> {
+    with_accounts(conn, vec![row], now)
+        .await?
+        .pop()
+        .ok_or_else(|| StorageError::internal("a reservation without its accounts"))
 }
 
 /// `providerAccounts.bindReservation`: root only, so `root` is both the
@@ -480,7 +561,8 @@ pub async fn bind(
     account_id: &str,
     reservation_id: &str,
     pool_id: &str,
-) -> Result<ReservationRow> {
+    now: i64,
+) -> Result<Reservation> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, root, account_id).await?;
         let res = locks::reservation(conn, account_id, reservation_id)
@@ -501,7 +583,7 @@ pub async fn bind(
         }
         if let Some(bound) = &res.pool_id {
             if bound == pool_id {
-                return Ok(res);
+                return one_with_accounts(conn, res, now).await;
             }
             return Err(StorageError::invalid_state(format!(
                 "the reservation is bound to pool {bound}; unbind it first"
@@ -532,7 +614,7 @@ pub async fn bind(
             .get_result(conn)
             .await?;
         tracing::info!(reservation = %reservation_id, pool = %pool_id, "reservation bound");
-        Ok(row)
+        one_with_accounts(conn, row, now).await
     })
     .await
 }
@@ -565,7 +647,7 @@ pub async fn unbind(
     account_id: &str,
     reservation_id: &str,
     now: i64,
-) -> Result<ReservationRow> {
+) -> Result<Reservation> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         accounts::get(conn, tenant, account_id).await?;
         let res = locks::reservation(conn, account_id, reservation_id)
@@ -579,7 +661,7 @@ pub async fn unbind(
             .with("grantIds", live));
         }
         if res.pool_id.is_none() {
-            return Ok(res);
+            return one_with_accounts(conn, res, now).await;
         }
         let row = diesel::update(reservations::table.find((account_id, reservation_id)))
             .set(reservations::pool_id.eq(None::<String>))
@@ -587,7 +669,7 @@ pub async fn unbind(
             .get_result(conn)
             .await?;
         tracing::info!(reservation = %reservation_id, "reservation unbound");
-        Ok(row)
+        one_with_accounts(conn, row, now).await
     })
     .await
 }

@@ -1,0 +1,9 @@
+DROP INDEX events_capacity_idx;
+DROP INDEX events_grant_idx;
+DROP INDEX placement_segments_reservation_idx;
+DROP INDEX instances_grant_idx;
+DROP INDEX instances_reservation_newest_idx;
+DROP INDEX instances_pool_idx;
+DROP INDEX instances_all_idx;
+DROP INDEX grants_account_newest_idx;
+DROP INDEX grants_reservation_newest_idx;
