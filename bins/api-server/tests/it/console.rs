@@ -788,3 +788,72 @@ async fn an_operator_draws_a_reservation_timeline_and_reads_a_grants_hours() {
         .await;
     chrome.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_world_reads_in_the_console() {
+    // The world `just run` shows, seeded the same way, on the real server.
+    let s = Server::start().await;
+    let gce = crate::support::gce::Gce::start().await;
+    let summary = crate::support::demo::seed(&s, &gce).await;
+    let account = summary["accountId"].as_str().expect("accountId").to_owned();
+    let demo_a = summary["reservations"][0]
+        .as_str()
+        .expect("demo-a")
+        .to_owned();
+
+    let chrome = Chrome::launch().await;
+    chrome.goto(&format!("{}/console/", s.url)).await;
+    chrome.sign_in(ROOT, ROOT_TOKEN).await;
+    let row = format!("[data-testid=reservation-row][data-reservation-id='{demo_a}']");
+    chrome
+        .wait_for(&format!("document.querySelector(\"{row}\")"), "demo-a")
+        .await;
+    assert_eq!(reservations(&s, &account).await.len(), 2);
+    chrome
+        .click(&format!("{row} [data-testid=open-timeline]"))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=timeline] [data-testid=grant-bar]')",
+            "demo-a's timeline",
+        )
+        .await;
+    // demo-a carries acme's three grants (ended, active, renewal) and
+    // globex's one starting tomorrow: one bar each, named by tenant.
+    let on_a: Vec<Value> = all_grants(&s)
+        .await
+        .into_iter()
+        .filter(|g| g["reservationId"] == demo_a.as_str())
+        .collect();
+    assert_eq!(on_a.len(), 4);
+    assert_eq!(chrome.ids_of("[data-testid=grant-bar]").await, pairs(&on_a));
+
+    // acme's active grant shows the hours the worker metered from the
+    // played history.
+    let active = on_a
+        .iter()
+        .find(|g| g["tenantId"] == "acme" && g["state"] == "active")
+        .expect("acme's active grant");
+    let id = active["grantId"].as_str().expect("id");
+    chrome
+        .click(&format!("[data-testid=grant-bar][data-grant-id='{id}']"))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelectorAll('[data-testid=usage-row]').length > 0",
+            "the active grant's hours",
+        )
+        .await;
+    let held: String = chrome
+        .eval("document.querySelector('[data-testid=usage-total-held-hours]').textContent")
+        .await;
+    assert!(
+        micros(&held) > 0,
+        "held hours of the demo's active grant: {held}"
+    );
+
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-demo.png");
+    chrome.screenshot(&target).await;
+    chrome.assert_clean(&s.url, &[ROOT_TOKEN], &[]).await;
+    chrome.close().await;
+}
