@@ -247,6 +247,17 @@ impl Chrome {
     }
 
     /// Signs in with `key` acting in `tenant`.
+    /// Opens the timeline of the reservation row `row` (a selector).
+    async fn open_timeline(&self, row: &str) {
+        self.click(&format!("{row} [data-testid=open-timeline]"))
+            .await;
+        self.wait_for(
+            "document.querySelector('[data-testid=timeline]')",
+            "the timeline",
+        )
+        .await;
+    }
+
     async fn sign_in(&self, tenant: &str, key: &str) {
         self.wait_for(VISIBLE_FORM, "the key form").await;
         self.type_into("tenant-input", tenant).await;
@@ -378,6 +389,15 @@ fn pairs(grants: &[Value]) -> Vec<(String, String)> {
 }
 
 /// Every grant as root sees it (`reservationGrants.list {all: true}`).
+/// Every grant on `reservation`, as root lists them.
+async fn grants_on(s: &Server, reservation: &str) -> Vec<Value> {
+    all_grants(s)
+        .await
+        .into_iter()
+        .filter(|g| g["reservationId"] == reservation)
+        .collect()
+}
+
 async fn all_grants(s: &Server) -> Vec<Value> {
     let v = s
         .root("reservationGrants/list", json!({ "all": true }))
@@ -655,20 +675,8 @@ async fn an_operator_draws_a_reservation_timeline_and_reads_a_grants_hours() {
     }
 
     // The timeline: one bar per grant on the reservation, named by tenant.
-    chrome
-        .click(&format!("{row} [data-testid=open-timeline]"))
-        .await;
-    chrome
-        .wait_for(
-            "document.querySelector('[data-testid=timeline]')",
-            "the timeline",
-        )
-        .await;
-    let on_reservation: Vec<Value> = all_grants(&s)
-        .await
-        .into_iter()
-        .filter(|g| g["reservationId"] == w.p.reservation.as_str())
-        .collect();
+    chrome.open_timeline(&row).await;
+    let on_reservation = grants_on(&s, &w.p.reservation).await;
     assert_eq!(on_reservation.len(), 3);
     assert_eq!(
         chrome.ids_of("[data-testid=grant-bar]").await,
@@ -809,22 +817,10 @@ async fn the_demo_world_reads_in_the_console() {
         .wait_for(&format!("document.querySelector(\"{row}\")"), "demo-a")
         .await;
     assert_eq!(reservations(&s, &account).await.len(), 2);
-    chrome
-        .click(&format!("{row} [data-testid=open-timeline]"))
-        .await;
-    chrome
-        .wait_for(
-            "document.querySelector('[data-testid=timeline] [data-testid=grant-bar]')",
-            "demo-a's timeline",
-        )
-        .await;
+    chrome.open_timeline(&row).await;
     // demo-a carries acme's three grants (ended, active, renewal) and
     // globex's one starting tomorrow: one bar each, named by tenant.
-    let on_a: Vec<Value> = all_grants(&s)
-        .await
-        .into_iter()
-        .filter(|g| g["reservationId"] == demo_a.as_str())
-        .collect();
+    let on_a = grants_on(&s, &demo_a).await;
     assert_eq!(on_a.len(), 4);
     assert_eq!(chrome.ids_of("[data-testid=grant-bar]").await, pairs(&on_a));
 
