@@ -15,6 +15,9 @@ test:
     #!/usr/bin/env bash
     set -euo pipefail
     export DATABASE_URL="$(scripts/db.sh url)"
+    # The end-to-end tests run the real binaries (api-server, worker,
+    # demo-seed) found beside each other: build them all first.
+    cargo build --workspace --bins --locked
     cargo test --workspace --all-targets --locked
     cargo test --workspace --doc --locked
 

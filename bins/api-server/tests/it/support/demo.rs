@@ -19,7 +19,7 @@ pub fn path() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_BIN_EXE_api-server")).with_file_name("demo-seed");
     assert!(
         path.is_file(),
-        "demo-seed binary not found at {}; run `cargo build -p demo` or `just test`",
+        "demo-seed binary not found at {}; run `cargo build --workspace --bins` or `just test`",
         path.display()
     );
     path
