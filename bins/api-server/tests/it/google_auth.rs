@@ -86,6 +86,18 @@ pub async fn put_secret(s: &Server, token: &str, tenant: &str, name: &str, value
     .ok()
 }
 
+/// A `providerAccounts.create` body: an account of `tenant` on the fake
+/// with `credentials`, under a fresh key.
+pub fn account_body_on(tenant: &str, gce: &Gce, credentials: &str) -> Value {
+    json!({
+        "tenantId": tenant,
+        "name": "gce",
+        "provider": "gce",
+        "config": { "project": PROJECT, "endpoint": gce.url, "credentials": credentials },
+        "idempotencyKey": format!("acct-{}", rand_suffix()),
+    })
+}
+
 /// An account of `tenant` on the fake with `credentials`.
 pub async fn account_on(
     s: &Server,
@@ -94,18 +106,7 @@ pub async fn account_on(
     gce: &Gce,
     credentials: &str,
 ) -> String {
-    create_account(
-        s,
-        token,
-        json!({
-            "tenantId": tenant,
-            "name": "gce",
-            "provider": "gce",
-            "config": { "project": PROJECT, "endpoint": gce.url, "credentials": credentials },
-            "idempotencyKey": format!("acct-{}", rand_suffix()),
-        }),
-    )
-    .await
+    create_account(s, token, account_body_on(tenant, gce, credentials)).await
 }
 
 /// `providerAccounts.scan` of a tenant's account.

@@ -8,11 +8,12 @@ use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use crate::google_auth::{
-    SECRETS_KEY, SECRETS_KEY_2, account_on, put_secret, scan_as, server_with_key, service_account,
+    SECRETS_KEY, SECRETS_KEY_2, account_body_on, account_on, put_secret, scan_as, server_with_key,
+    service_account,
 };
 use crate::support::db::db;
-use crate::support::gce::{Gce, PROJECT};
-use crate::support::server::{Options, Server, rand_suffix};
+use crate::support::gce::Gce;
+use crate::support::server::{Options, Server};
 use storage::test_db::TestDatabase;
 
 const TOKEN: &str = "ya29.a-token-value-for-tests";
@@ -201,13 +202,7 @@ async fn a_referenced_secret_cannot_be_deleted_and_other_tenants_cannot_use_it()
 
     // Another tenant naming it gets the same answer as for a name it does
     // not have: its own tenant has no such secret.
-    let body = json!({
-        "tenantId": "evil",
-        "name": "steal",
-        "provider": "gce",
-        "config": { "project": PROJECT, "endpoint": gce.url, "credentials": "secret:gce-token" },
-        "idempotencyKey": format!("acct-{}", rand_suffix()),
-    });
+    let body = account_body_on("evil", &gce, "secret:gce-token");
     let a = s.call(&evil, "providerAccounts/create", body).await;
     let details = a.err(400, "INVALID_INPUT");
     assert_eq!(details["field"], "config.credentials");
@@ -348,17 +343,7 @@ async fn a_delete_racing_an_account_create_never_leaves_a_dangling_reference() {
     for round in 0..8 {
         let name = format!("race-{round}");
         put_secret(&s, &acme, "acme", &name, TOKEN).await;
-        let body = json!({
-            "tenantId": "acme",
-            "name": "gce",
-            "provider": "gce",
-            "config": {
-                "project": PROJECT,
-                "endpoint": gce.url,
-                "credentials": format!("secret:{name}"),
-            },
-            "idempotencyKey": format!("acct-{}", rand_suffix()),
-        });
+        let body = account_body_on("acme", &gce, &format!("secret:{name}"));
         let delete = json!({ "tenantId": "acme", "name": name });
         let (created, deleted) = tokio::join!(
             s.call(&acme, "providerAccounts/create", body),

@@ -8,6 +8,7 @@ use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::ops::secrets;
 use crate::schema::provider_accounts as pa;
 
 /// A provider account of a tenant.
@@ -57,8 +58,7 @@ pub async fn create(
                 locks::acting_tenant(conn, new.tenant_id).await?;
                 // `secret:NAME` names a secret of the account's own tenant
                 // (contract 3.5), held `FOR SHARE` until this commits.
-                let secret = new.config.get("credentials").and_then(|c| c.as_str());
-                if let Some(name) = secret.and_then(|c| c.strip_prefix("secret:"))
+                if let Some(name) = secrets::named_in(new.config)
                     && !locks::secret_shared(conn, new.tenant_id, name).await?
                 {
                     return Err(StorageError::invalid(

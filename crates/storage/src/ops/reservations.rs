@@ -473,8 +473,7 @@ pub async fn run_scan(
     // A `secret:NAME` is read in the account's own tenant and decrypted for
     // this listing only; the connection is back in the pool before the
     // provider is called.
-    let reference = account.config.get("credentials").and_then(|c| c.as_str());
-    let secret = match reference.and_then(|r| r.strip_prefix("secret:")) {
+    let secret = match secrets::named_in(&account.config) {
         Some(name) => {
             let mut conn = pool.get().await?;
             Some(secrets::resolve(&mut conn, keyring, &account.tenant_id, name).await)

@@ -119,6 +119,15 @@ fn reference(name: &str) -> String {
     format!("secret:{name}")
 }
 
+/// The secret a stored account config names (`credentials: "secret:NAME"`),
+/// if it names one.
+pub fn named_in(config: &serde_json::Value) -> Option<&str> {
+    config
+        .get("credentials")
+        .and_then(|c| c.as_str())
+        .and_then(|c| c.strip_prefix("secret:"))
+}
+
 /// `secrets.delete`: `NOT_FOUND` for an unknown name, `INVALID_STATE` with
 /// `details.accountIds` while an account of the tenant references it.
 pub async fn delete(conn: &mut AsyncPgConnection, tenant: &str, name: &str) -> Result<()> {
