@@ -294,6 +294,47 @@ impl From<storage::ops::views::Timeline> for ReservationTimeline {
     }
 }
 
+/// `reservationGrants.preview` (contract 3.6): what `create` of the same
+/// input would decide and bill.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantPreview {
+    /// Whether the grant fits the reservation over its term.
+    pub fits: bool,
+    /// The reservation's total slots.
+    pub total: u64,
+    /// The peak overlap of the existing grants over the term, without the
+    /// new one.
+    pub granted: u64,
+    /// `total - granted`, floored at 0.
+    pub available: u64,
+    /// The exact total vm.grant.slot.hours would add up to (6 decimals).
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
+    pub slot_hours: String,
+    /// The start of the first hour bucket it would bill.
+    pub first_period_start: Millis,
+    /// The end of the last hour bucket it would bill.
+    pub last_period_end: Millis,
+    /// The instances it would take in if it started now (empty for a
+    /// future start, and when it does not fit).
+    pub take_in: Vec<String>,
+}
+
+impl From<storage::ops::grants::Preview> for GrantPreview {
+    fn from(p: storage::ops::grants::Preview) -> GrantPreview {
+        GrantPreview {
+            fits: p.fits,
+            total: p.total,
+            granted: p.granted,
+            available: p.available,
+            slot_hours: grants_core::format_micros(p.slot_micros),
+            first_period_start: p.first_period_start,
+            last_period_end: p.last_period_end,
+            take_in: p.take_in,
+        }
+    }
+}
+
 /// One hour bucket of a grant (`reservationGrants.usage`).
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -783,6 +824,8 @@ replies! {
     AccountReply { account: Account as "account" }
     /// `{ "reservation": Reservation }`
     ReservationReply { reservation: Reservation as "reservation" }
+    /// `{ "preview": GrantPreview }`
+    PreviewReply { preview: GrantPreview as "preview" }
     /// `{ "timeline": ReservationTimeline }`
     TimelineReply { timeline: ReservationTimeline as "timeline" }
     /// `{ "tenant": Tenant }`

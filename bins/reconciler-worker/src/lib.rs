@@ -47,6 +47,9 @@ pub struct Config {
     /// other replicas off its account; a replica that dies mid-listing
     /// delays that account's next scan by at most this.
     pub scan_lease: Duration,
+    /// `BC_EXPIRY_NOTICES` (default `7d,1d,1h`) and `BC_UNDERUSE_RATIO`
+    /// (default `0.2`): the grant notices of contract 9.
+    pub notices: storage::ops::notices::NoticeRules,
 }
 
 impl Config {
@@ -100,6 +103,7 @@ impl Config {
                     .filter(|ms| *ms > 0)
                     .unwrap_or(storage::ops::reservations::DEFAULT_SCAN_LEASE_MS.unsigned_abs()),
             ),
+            notices: storage::ops::notices::NoticeRules::from_env().map_err(anyhow::Error::msg)?,
         })
     }
 }
@@ -141,6 +145,13 @@ pub async fn run(
         passes = ?names,
         once = config.once,
         interval_ms = config.interval.as_millis() as u64,
+        expiry_notices = ?config
+            .notices
+            .expiry
+            .iter()
+            .map(|n| n.label.as_str())
+            .collect::<Vec<_>>(),
+        underuse_ratio = config.notices.underuse_ratio_micros as f64 / 1e6,
         "reconciler-worker started"
     );
     config.keyring.log_at_start();
@@ -169,6 +180,7 @@ pub async fn run(
             config.provider_options.clone(),
         ),
         keyring: config.keyring.clone(),
+        notices: config.notices.clone(),
     };
     tokio::pin!(shutdown);
     loop {

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use storage::db::DbPool;
-use storage::ops::metering;
 use storage::ops::reservations::{self, ScanOutcome};
+use storage::ops::{metering, notices};
 use storage::{Clock, ErrorKind};
 
 /// What a pass needs.
@@ -23,6 +23,8 @@ pub struct PassContext {
     pub providers: std::sync::Arc<providers::ProviderFactory>,
     /// The secret store's keys, to resolve `secret:NAME` (contract 3.9).
     pub keyring: storage::crypto::Keyring,
+    /// The grant notices (`BC_EXPIRY_NOTICES`, `BC_UNDERUSE_RATIO`).
+    pub notices: storage::ops::notices::NoticeRules,
 }
 
 /// What a pass did, for its log line and metrics.
@@ -168,8 +170,9 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
     Ok(pass)
 }
 
-/// `vps.grants`: settles every reservation's timeline and writes
-/// `vm.grant.slot.hours`.
+/// `vps.grants`: settles every reservation's timeline, writes
+/// `vm.grant.slot.hours`, then sends the grant notices due
+/// (`reservation-grant.expiring`, `.underused`; contract 9).
 pub struct Grants;
 
 impl Pass for Grants {
@@ -198,11 +201,16 @@ impl Pass for Grants {
                     break;
                 }
             }
+            let sent = notices::send_due(&mut conn, &ctx.root_tenant, &ctx.notices, now).await?;
             Ok(PassReport {
                 counts: vec![
                     ("transitions", transitions),
                     ("grantsMetered", grants),
                     ("records", records),
+                    ("expiryNotices", sent.expiring),
+                    ("underuseNotices", sent.underused),
+                    ("underuseWindowsJudged", sent.windows_judged),
+                    ("noticesSkippedHeld", sent.skipped),
                 ],
             })
         })

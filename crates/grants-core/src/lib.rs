@@ -3,6 +3,7 @@
 
 pub mod capacity;
 pub mod metering;
+pub mod notices;
 pub mod placement;
 pub mod timeline;
 pub mod views;

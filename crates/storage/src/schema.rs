@@ -32,6 +32,23 @@ diesel::table! {
 }
 
 diesel::table! {
+    grant_expiry_notices (grant_id, before_ms) {
+        grant_id -> Text,
+        before_ms -> Int8,
+        notice -> Text,
+        sent_at -> Int8,
+    }
+}
+
+diesel::table! {
+    grant_underuse_checks (grant_id) {
+        grant_id -> Text,
+        checked_to -> Int8,
+        reported_to -> Nullable<Int8>,
+    }
+}
+
+diesel::table! {
     grants (grant_id) {
         grant_id -> Text,
         account_id -> Text,
@@ -226,6 +243,8 @@ diesel::table! {
 }
 
 diesel::joinable!(api_keys -> tenants (tenant_id));
+diesel::joinable!(grant_expiry_notices -> grants (grant_id));
+diesel::joinable!(grant_underuse_checks -> grants (grant_id));
 diesel::joinable!(grants -> pools (pool_id));
 diesel::joinable!(grants -> projects (project_id));
 diesel::joinable!(grants -> tenants (tenant_id));
@@ -247,6 +266,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
     event_heads,
     events,
+    grant_expiry_notices,
+    grant_underuse_checks,
     grants,
     idempotency_keys,
     instances,

@@ -12,10 +12,10 @@ use super::examples::{ACCOUNT, GRANT, KEY, PROJECT, RESERVATION, T0, T1};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{
-    Ty, idem_key, input, instant, int, keyset_after, keyset_cursor, reservation_id, states,
-    tenant_id, typeid,
+    Field, Input, Ty, idem_key, input, instant, int, keyset_after, keyset_cursor, req,
+    reservation_id, states, tenant_id, typeid,
 };
-use crate::views::{self, GrantReply, Page};
+use crate::views::{self, GrantReply, Page, PreviewReply};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -46,6 +46,27 @@ pub fn methods() -> Vec<Method> {
             "startsAt": T0,
             "endsAt": T1,
             "idempotencyKey": KEY,
+        })),
+        VPS.method(
+            "reservationGrants",
+            "preview",
+            Kind::Read,
+            Permission::ProvidersManage,
+            "What create of the same input would decide and bill, written nowhere: whether it \
+             fits, the reservation's total, granted and available slots, the exact slot-hours, \
+             the hour buckets billed and the instances it would take in now.",
+            endpoint(preview),
+        )
+        .tenant_rule(TenantRule::RootOnly)
+        .errors(&[Code::NotFound, Code::InvalidState])
+        .example(json!({
+            "tenantId": "root",
+            "accountId": ACCOUNT,
+            "reservationId": RESERVATION,
+            "grantTenantId": "acme",
+            "slots": 2,
+            "startsAt": T0,
+            "endsAt": T1,
         })),
         VPS.method(
             "reservationGrants",
@@ -87,8 +108,9 @@ pub fn methods() -> Vec<Method> {
 }
 
 input! {
-    /// `reservationGrants.create`.
-    struct Create {
+    /// The terms of a grant: `reservationGrants.preview`, and `create`
+    /// without its idempotency key.
+    struct Terms {
         req account_id: String = ("accountId", typeid("pacct")),
         req reservation_id: String = ("reservationId", reservation_id()),
         req grant_tenant_id: String = ("grantTenantId", tenant_id()),
@@ -96,26 +118,58 @@ input! {
         req slots: i32 = ("slots", int(1, 100_000)),
         req starts_at: i64 = ("startsAt", instant()),
         req ends_at: i64 = ("endsAt", instant()),
-        req idempotency_key: String = ("idempotencyKey", idem_key()),
+    }
+}
+
+impl Terms {
+    fn new_grant(&self) -> NewGrant<'_> {
+        NewGrant {
+            account_id: &self.account_id,
+            reservation_id: &self.reservation_id,
+            grant_tenant_id: &self.grant_tenant_id,
+            project_id: self.project_id.as_deref(),
+            slots: self.slots,
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+        }
+    }
+}
+
+/// `reservationGrants.create`: the terms and an idempotency key.
+#[derive(Debug, serde::Deserialize)]
+struct Create {
+    #[serde(flatten)]
+    terms: Terms,
+    #[serde(rename = "idempotencyKey")]
+    idempotency_key: String,
+}
+
+impl Input for Create {
+    fn fields() -> Vec<Field> {
+        let mut fields = Terms::fields();
+        fields.push(req("idempotencyKey", idem_key()));
+        fields
     }
 }
 
 async fn create(call: Call, input: Create) -> Result<GrantReply, ApiError> {
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
-    let new = NewGrant {
-        account_id: &input.account_id,
-        reservation_id: &input.reservation_id,
-        grant_tenant_id: &input.grant_tenant_id,
-        project_id: input.project_id.as_deref(),
-        slots: input.slots,
-        starts_at: input.starts_at,
-        ends_at: input.ends_at,
-    };
     let (mut conn, now) = call.conn_now().await?;
-    Ok(grants::create(&mut conn, call.root(), new, key, now)
-        .await?
-        .into())
+    Ok(
+        grants::create(&mut conn, call.root(), input.terms.new_grant(), key, now)
+            .await?
+            .into(),
+    )
+}
+
+async fn preview(call: Call, input: Terms) -> Result<PreviewReply, ApiError> {
+    let (mut conn, now) = call.conn_now().await?;
+    Ok(
+        grants::preview(&mut conn, call.root(), input.new_grant(), now)
+            .await?
+            .into(),
+    )
 }
 
 input! {

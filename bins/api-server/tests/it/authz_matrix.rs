@@ -22,6 +22,7 @@ const MISSING_INSTANCE: &str = "inst_00000000000000000000000000";
 const ROOT_ONLY: &[&str] = &[
     "reservationGrants.create",
     "reservationGrants.end",
+    "reservationGrants.preview",
     "providerAccounts.bindReservation",
 ];
 
@@ -302,6 +303,17 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
                 "startsAt": w.clock + 3_600_000,
                 "endsAt": w.clock + 7_200_000,
                 "idempotencyKey": format!("matrix-grant-{n}"),
+            }),
+            false,
+        ),
+        "reservationGrants.preview" => (
+            json!({
+                "accountId": w.account_of(acting),
+                "reservationId": missing_reservation,
+                "grantTenantId": "acme",
+                "slots": 1,
+                "startsAt": w.clock + 3_600_000,
+                "endsAt": w.clock + 7_200_000,
             }),
             false,
         ),

@@ -387,6 +387,11 @@ const CONTRACT_2_3: &[(&str, &str, &str)] = &[
         "compute-provider-account",
     ),
     (
+        "reservationGrants.preview",
+        "compute:providers:manage",
+        "compute-provider-account",
+    ),
+    (
         "providerAccounts.bindReservation",
         "compute:providers:manage",
         "compute-provider-account",
@@ -514,7 +519,7 @@ async fn the_method_list_matches_the_contract() {
         );
         let kind = if matches!(
             method,
-            "get" | "list" | "listReservations" | "timeline" | "usage"
+            "get" | "list" | "listReservations" | "timeline" | "usage" | "preview"
         ) {
             "read"
         } else {

@@ -18,6 +18,8 @@ mod grants;
 mod grants_concurrency;
 mod grants_events;
 mod grants_first;
+mod grants_notices;
+mod grants_preview;
 mod grants_rules;
 mod grants_visibility;
 mod hostile_tenant;

@@ -3,7 +3,9 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::{Commitment, ForcedEnd, GrantState, Term};
+use grants_core::{
+    Commitment, ForcedEnd, GrantState, Term, TimelineGrant, TimelineInstance, Transition,
+};
 
 use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
@@ -11,7 +13,9 @@ use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::{GrantFilter, GrantRow, NewGrantRow};
 use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::model::instance::InstanceRow;
 use crate::model::keyset::{Page, Position};
+use crate::model::reservation::ReservationRow;
 use crate::model::states::{ReservationStatus, SettledState};
 use crate::ops::accounts;
 use crate::ops::pools;
@@ -94,83 +98,12 @@ pub async fn create(
                 .ok_or_else(|| StorageError::not_found("grant", &existing))?;
             return Ok(Grant::at(row, now));
         }
-        // Existence: the account is root's, the reservation is on it, the
-        // grantee exists. The grantee's row is locked first (the lock order:
-        // tenant, then reservation), so a deletion of the grantee either
-        // commits before this grant and refuses it here, or waits for it and
-        // then ends or cancels it.
-        locks::named_tenant(conn, new.grant_tenant_id).await?;
-        accounts::get(conn, root, new.account_id).await?;
-        let res = locks::reservation(conn, new.account_id, new.reservation_id)
-            .await?
-            .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
-        // State of the reservation.
-        if res.status != ReservationStatus::Ready {
-            return Err(StorageError::invalid_state(format!(
-                "the reservation is {}, not ready",
-                res.status
-            ))
-            .with("reservationId", res.reservation_id.as_str())
-            .with("status", res.status.as_str()));
-        }
-        let Some(pool_id) = res.pool_id.clone() else {
-            return Err(
-                StorageError::invalid_state("the reservation is not bound to a pool")
-                    .with("reservationId", res.reservation_id.as_str())
-                    .with("reason", "unbound"),
-            );
-        };
-        // The grantee may use the pool, and the project is the grantee's.
-        if !pools::is_visible(conn, new.grant_tenant_id, root, &pool_id).await? {
-            return Err(StorageError::invalid(
-                "grantTenantId",
-                "pool-not-offered",
-                format!("pool {pool_id} is not offered to {}", new.grant_tenant_id),
-            )
-            .with("poolId", pool_id.as_str()));
-        }
-        if let Some(project) = new.project_id
-            && tenancy::tenant_project(conn, new.grant_tenant_id, project)
-                .await?
-                .is_none()
-        {
-            return Err(StorageError::invalid(
-                "projectId",
-                "project-not-grantee",
-                format!(
-                    "project {project} is not a project of {}",
-                    new.grant_tenant_id
-                ),
-            ));
-        }
-        // The term.
-        if new.starts_at < now - MAX_START_IN_PAST_MS {
-            return Err(StorageError::invalid(
-                "startsAt",
-                "past",
-                "startsAt may be at most 5 minutes in the past",
-            )
-            .with("now", now));
-        }
-        if new.ends_at <= new.starts_at {
-            return Err(StorageError::invalid(
-                "endsAt",
-                "range",
-                "endsAt must be after startsAt",
-            ));
-        }
-        // Capacity, decided under the reservation's row lock.
+        let plan = plan(conn, root, &new, now, Locking::Lock).await?;
+        // Transitions due before the new grant come first.
         let mut events = Vec::new();
-        timeline::settle(conn, &res, now, &mut events).await?;
-        let existing = commitments(conn, &res.account_id, &res.reservation_id).await?;
-        let total = u64::try_from(res.total).unwrap_or(0);
-        let slots = u32::try_from(new.slots).map_err(StorageError::internal)?;
-        grants_core::check_capacity(
-            total,
-            &existing,
-            Commitment::new(Term::new(new.starts_at, new.ends_at), slots),
-        )
-        .map_err(|short| {
+        timeline::settle(conn, &plan.reservation, now, &mut events).await?;
+        let slots = plan.slots;
+        plan.fit.map_err(|short| {
             StorageError::new(
                 ErrorKind::CapacityUnavailable,
                 format!("the reservation cannot commit {slots} more slots over that term: {short}"),
@@ -178,6 +111,7 @@ pub async fn create(
             .with("total", short.total)
             .with("granted", short.granted)
         })?;
+        let (res, pool_id) = (plan.reservation, plan.pool_id);
         let row = GrantRow::insert(
             conn,
             NewGrantRow {
@@ -221,6 +155,234 @@ pub async fn create(
         Ok(Grant::at(row, now))
     })
     .await
+}
+
+/// Whether [`plan`] locks what it reads (`create`) or only reads it
+/// (`preview`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Locking {
+    /// The grantee's row `FOR SHARE`, then the reservation's `FOR UPDATE`.
+    Lock,
+    /// Plain reads: a preview writes and holds nothing.
+    Read,
+}
+
+/// Everything `create` decides before it writes, shared with `preview` so
+/// the two never disagree: the checks in order (grantee, account,
+/// reservation, its state and pool, the offer, the project, the term) and
+/// the capacity answer.
+struct Plan {
+    /// The reservation (locked under [`Locking::Lock`]).
+    reservation: ReservationRow,
+    /// The pool it serves.
+    pool_id: String,
+    /// The new grant's slots.
+    slots: u32,
+    /// The peak overlap of the existing grants over the new term.
+    granted: u64,
+    /// The capacity check's answer.
+    fit: std::result::Result<(), grants_core::CapacityShort>,
+}
+
+async fn plan(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    new: &NewGrant<'_>,
+    now: i64,
+    locking: Locking,
+) -> Result<Plan> {
+    // Existence: the account is root's, the reservation is on it, the
+    // grantee exists. The grantee's row is locked first (the lock order:
+    // tenant, then reservation), so a deletion of the grantee either
+    // commits before this grant and refuses it here, or waits for it and
+    // then ends or cancels it.
+    match locking {
+        Locking::Lock => locks::named_tenant(conn, new.grant_tenant_id).await?,
+        Locking::Read => {
+            tenancy::active_tenant(conn, new.grant_tenant_id).await?;
+        }
+    }
+    accounts::get(conn, root, new.account_id).await?;
+    let res = match locking {
+        Locking::Lock => locks::reservation(conn, new.account_id, new.reservation_id).await?,
+        Locking::Read => ReservationRow::find(conn, new.account_id, new.reservation_id).await?,
+    }
+    .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
+    // State of the reservation.
+    if res.status != ReservationStatus::Ready {
+        return Err(StorageError::invalid_state(format!(
+            "the reservation is {}, not ready",
+            res.status
+        ))
+        .with("reservationId", res.reservation_id.as_str())
+        .with("status", res.status.as_str()));
+    }
+    let Some(pool_id) = res.pool_id.clone() else {
+        return Err(
+            StorageError::invalid_state("the reservation is not bound to a pool")
+                .with("reservationId", res.reservation_id.as_str())
+                .with("reason", "unbound"),
+        );
+    };
+    // The grantee may use the pool, and the project is the grantee's.
+    if !pools::is_visible(conn, new.grant_tenant_id, root, &pool_id).await? {
+        return Err(StorageError::invalid(
+            "grantTenantId",
+            "pool-not-offered",
+            format!("pool {pool_id} is not offered to {}", new.grant_tenant_id),
+        )
+        .with("poolId", pool_id.as_str()));
+    }
+    if let Some(project) = new.project_id
+        && tenancy::tenant_project(conn, new.grant_tenant_id, project)
+            .await?
+            .is_none()
+    {
+        return Err(StorageError::invalid(
+            "projectId",
+            "project-not-grantee",
+            format!(
+                "project {project} is not a project of {}",
+                new.grant_tenant_id
+            ),
+        ));
+    }
+    // The term.
+    if new.starts_at < now - MAX_START_IN_PAST_MS {
+        return Err(StorageError::invalid(
+            "startsAt",
+            "past",
+            "startsAt may be at most 5 minutes in the past",
+        )
+        .with("now", now));
+    }
+    if new.ends_at <= new.starts_at {
+        return Err(StorageError::invalid(
+            "endsAt",
+            "range",
+            "endsAt must be after startsAt",
+        ));
+    }
+    // Capacity (decided under the reservation's row lock for a create).
+    let existing = commitments(conn, &res.account_id, &res.reservation_id).await?;
+    let total = u64::try_from(res.total).unwrap_or(0);
+    let slots = u32::try_from(new.slots).map_err(StorageError::internal)?;
+    let term = Term::new(new.starts_at, new.ends_at);
+    Ok(Plan {
+        granted: grants_core::peak_overlap(&existing, term),
+        fit: grants_core::check_capacity(total, &existing, Commitment::new(term, slots)),
+        reservation: res,
+        pool_id,
+        slots,
+    })
+}
+
+/// `reservationGrants.preview` (contract 3.6): what `create` of the same
+/// input would decide and bill, written nowhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    /// Whether the grant fits the reservation.
+    pub fits: bool,
+    /// The reservation's total.
+    pub total: u64,
+    /// The peak overlap of the existing grants over the term.
+    pub granted: u64,
+    /// `total - granted`, floored at 0.
+    pub available: u64,
+    /// Micro-slot-hours `vm.grant.slot.hours` would add up to.
+    pub slot_micros: i64,
+    /// The first billed hour bucket's start.
+    pub first_period_start: i64,
+    /// The last billed hour bucket's end.
+    pub last_period_end: i64,
+    /// The instances it would take in if it started now (none for a future
+    /// start, or when it does not fit).
+    pub take_in: Vec<String>,
+}
+
+/// The id a previewed grant goes by in the engine's dry run: no real grant
+/// id has it, so no instance is ever found in it.
+const PREVIEW_GRANT: &str = "rgrant_preview";
+
+/// `reservationGrants.preview`: the checks of `create`, from the same
+/// [`plan`], in a read-only transaction; a grant that does not fit is not an
+/// error. `takeIn` comes from the settlement engine run on a copy of the
+/// reservation's grants and seated instances with the new grant added.
+pub async fn preview(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    new: NewGrant<'_>,
+    now: i64,
+) -> Result<Preview> {
+    conn.build_transaction()
+        .read_only()
+        .run::<_, StorageError, _>(async move |conn| {
+            let plan = plan(conn, root, &new, now, Locking::Read).await?;
+            let term = Term::new(new.starts_at, new.ends_at);
+            let (first, last) = grants_core::notices::billed_periods(term)
+                .ok_or_else(|| StorageError::internal("an empty term passed the checks"))?;
+            let total = u64::try_from(plan.reservation.total).unwrap_or(0);
+            let take_in = if plan.fit.is_ok() && new.starts_at <= now {
+                would_take_in(conn, &plan, &new, now).await?
+            } else {
+                Vec::new()
+            };
+            Ok(Preview {
+                fits: plan.fit.is_ok(),
+                total,
+                granted: plan.granted,
+                available: total.saturating_sub(plan.granted),
+                slot_micros: grants_core::notices::committed_slot_micros(plan.slots, term),
+                first_period_start: first,
+                last_period_end: last,
+                take_in,
+            })
+        })
+        .await
+}
+
+/// The instances a grant starting now would take in: settlement up to now
+/// with it added as created now, run in memory.
+async fn would_take_in(
+    conn: &mut AsyncPgConnection,
+    plan: &Plan,
+    new: &NewGrant<'_>,
+    now: i64,
+) -> Result<Vec<String>> {
+    let res = &plan.reservation;
+    let mut grants: Vec<TimelineGrant> =
+        GrantRow::open_on_account(conn, &res.account_id, Some(&res.reservation_id))
+            .await?
+            .iter()
+            .map(GrantRow::to_timeline)
+            .collect();
+    // Transitions already due come first, as in create.
+    let seated: Vec<TimelineInstance> = InstanceRow::seated(conn, res)
+        .await?
+        .iter()
+        .map(InstanceRow::to_timeline)
+        .collect();
+    let settled = grants_core::views::preview_settlement(&grants, &seated, now);
+    grants = settled.grants;
+    grants.push(TimelineGrant {
+        grant_id: PREVIEW_GRANT.to_owned(),
+        tenant_id: new.grant_tenant_id.to_owned(),
+        project_id: new.project_id.map(str::to_owned),
+        slots: plan.slots,
+        starts_at: new.starts_at,
+        ends_at: new.ends_at,
+        created_at: now,
+        settled: GrantState::Scheduled,
+    });
+    Ok(grants_core::settle(&grants, &settled.instances, now)
+        .into_iter()
+        .find_map(|t| match t {
+            Transition::Activate {
+                grant_id, take_in, ..
+            } if grant_id == PREVIEW_GRANT => Some(take_in),
+            _ => None,
+        })
+        .unwrap_or_default())
 }
 
 /// The terms of every non-cancelled grant of a reservation.

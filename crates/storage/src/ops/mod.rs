@@ -8,6 +8,7 @@ pub mod grants;
 pub mod instances;
 pub mod lifecycle;
 pub mod metering;
+pub mod notices;
 pub mod pools;
 pub mod reservations;
 pub mod secrets;

@@ -222,3 +222,45 @@ pub async fn hold_reservation(s: &Server, account: &str, reservation: &str) -> A
     .expect("lock");
     holder
 }
+
+#[derive(QueryableByName)]
+struct TableName {
+    #[diesel(sql_type = Text)]
+    name: String,
+}
+
+#[derive(QueryableByName)]
+struct TableDigest {
+    #[diesel(sql_type = BigInt)]
+    rows: i64,
+    #[diesel(sql_type = Text)]
+    digest: String,
+}
+
+/// Every table of the server's database with its row count and a digest of
+/// its rows: two reads are equal exactly when nothing was written between
+/// them.
+pub async fn contents(s: &Server) -> std::collections::BTreeMap<String, (i64, String)> {
+    let mut conn = db(s).await;
+    let tables: Vec<TableName> = diesel::sql_query(
+        "SELECT table_name::text AS name FROM information_schema.tables \
+         WHERE table_schema = 'public' AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+    .load(&mut conn)
+    .await
+    .expect("tables");
+    let mut out = std::collections::BTreeMap::new();
+    for t in tables {
+        let d: TableDigest = diesel::sql_query(format!(
+            "SELECT count(*) AS rows, \
+               coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') AS digest \
+             FROM \"{}\" t",
+            t.name
+        ))
+        .get_result(&mut conn)
+        .await
+        .expect("digest");
+        out.insert(t.name, (d.rows, d.digest));
+    }
+    out
+}
