@@ -128,6 +128,8 @@ async fn three_replicas_write_every_record_and_event_exactly_once() {
         summary.records
     );
     assert!(summary.instance_records > 50, "{summary:?}");
+    // Grants ending during the run had their 1h notices, once each.
+    assert!(summary.notices > 0, "{summary:?}");
 }
 
 /// `reservationGrants.end` reads "now" before it takes the reservation's

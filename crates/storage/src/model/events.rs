@@ -178,8 +178,9 @@ pub struct ReservationEvent {
 
 /// The events of a reservation in `[from, to)`, oldest first (then by log
 /// and position, so events of one instant keep their commit order): the
-/// `reservation-grant.*` events of its grants (`grant_ids`) in their
-/// grantees' logs (`grantees`), and the `reservation-grant.capacity-short`
+/// transitions of its grants (`grant_ids`: `.created`, `.active`, `.ended`,
+/// `.cancelled`; not their notices) in their grantees' logs (`grantees`),
+/// and the `reservation-grant.capacity-short`
 /// events of the reservation in the root tenant's log. One statement over
 /// the two partial indexes of the operator views.
 #[expect(clippy::too_many_arguments, reason = "one statement's parameters")]
@@ -197,6 +198,8 @@ pub async fn of_reservation(
         "SELECT occurred_at, event_type, data->>'grantId' AS grant_id, tenant_id, seq \
          FROM events \
          WHERE tenant_id = ANY($1) AND event_type LIKE 'reservation-grant.%' \
+           AND event_type IN ('reservation-grant.created', 'reservation-grant.active', \
+             'reservation-grant.ended', 'reservation-grant.cancelled') \
            AND data->>'grantId' = ANY($2) AND occurred_at >= $3 AND occurred_at < $4 \
          UNION ALL \
          SELECT occurred_at, event_type, NULL::text AS grant_id, tenant_id, seq FROM events \

@@ -99,11 +99,12 @@ pub async fn create(
             return Ok(Grant::at(row, now));
         }
         let plan = plan(conn, root, &new, now, Locking::Lock).await?;
-        // Transitions due before the new grant come first.
+        // Capacity, decided under the reservation's row lock once the
+        // transitions due before the new grant are settled.
         let mut events = Vec::new();
         timeline::settle(conn, &plan.reservation, now, &mut events).await?;
         let slots = plan.slots;
-        plan.fit.map_err(|short| {
+        fit(conn, &plan, &new).await?.1.map_err(|short| {
             StorageError::new(
                 ErrorKind::CapacityUnavailable,
                 format!("the reservation cannot commit {slots} more slots over that term: {short}"),
@@ -167,10 +168,10 @@ enum Locking {
     Read,
 }
 
-/// Everything `create` decides before it writes, shared with `preview` so
+/// Everything `create` checks before it writes, shared with `preview` so
 /// the two never disagree: the checks in order (grantee, account,
-/// reservation, its state and pool, the offer, the project, the term) and
-/// the capacity answer.
+/// reservation, its state and pool, the offer, the project, the term);
+/// [`fit`] then gives the capacity answer.
 struct Plan {
     /// The reservation (locked under [`Locking::Lock`]).
     reservation: ReservationRow,
@@ -178,10 +179,23 @@ struct Plan {
     pool_id: String,
     /// The new grant's slots.
     slots: u32,
-    /// The peak overlap of the existing grants over the new term.
-    granted: u64,
-    /// The capacity check's answer.
-    fit: std::result::Result<(), grants_core::CapacityShort>,
+}
+
+/// The capacity answer of a planned grant: the peak overlap of the
+/// existing grants over its term, and whether it fits (contract 3.6).
+async fn fit(
+    conn: &mut AsyncPgConnection,
+    plan: &Plan,
+    new: &NewGrant<'_>,
+) -> Result<(u64, std::result::Result<(), grants_core::CapacityShort>)> {
+    let res = &plan.reservation;
+    let existing = commitments(conn, &res.account_id, &res.reservation_id).await?;
+    let total = u64::try_from(res.total).unwrap_or(0);
+    let term = Term::new(new.starts_at, new.ends_at);
+    Ok((
+        grants_core::peak_overlap(&existing, term),
+        grants_core::check_capacity(total, &existing, Commitment::new(term, plan.slots)),
+    ))
 }
 
 async fn plan(
@@ -263,17 +277,10 @@ async fn plan(
             "endsAt must be after startsAt",
         ));
     }
-    // Capacity (decided under the reservation's row lock for a create).
-    let existing = commitments(conn, &res.account_id, &res.reservation_id).await?;
-    let total = u64::try_from(res.total).unwrap_or(0);
-    let slots = u32::try_from(new.slots).map_err(StorageError::internal)?;
-    let term = Term::new(new.starts_at, new.ends_at);
     Ok(Plan {
-        granted: grants_core::peak_overlap(&existing, term),
-        fit: grants_core::check_capacity(total, &existing, Commitment::new(term, slots)),
         reservation: res,
         pool_id,
-        slots,
+        slots: u32::try_from(new.slots).map_err(StorageError::internal)?,
     })
 }
 
@@ -318,20 +325,21 @@ pub async fn preview(
         .read_only()
         .run::<_, StorageError, _>(async move |conn| {
             let plan = plan(conn, root, &new, now, Locking::Read).await?;
+            let (granted, fits) = fit(conn, &plan, &new).await?;
             let term = Term::new(new.starts_at, new.ends_at);
             let (first, last) = grants_core::notices::billed_periods(term)
                 .ok_or_else(|| StorageError::internal("an empty term passed the checks"))?;
             let total = u64::try_from(plan.reservation.total).unwrap_or(0);
-            let take_in = if plan.fit.is_ok() && new.starts_at <= now {
+            let take_in = if fits.is_ok() && new.starts_at <= now {
                 would_take_in(conn, &plan, &new, now).await?
             } else {
                 Vec::new()
             };
             Ok(Preview {
-                fits: plan.fit.is_ok(),
+                fits: fits.is_ok(),
                 total,
-                granted: plan.granted,
-                available: total.saturating_sub(plan.granted),
+                granted,
+                available: total.saturating_sub(granted),
                 slot_micros: grants_core::notices::committed_slot_micros(plan.slots, term),
                 first_period_start: first,
                 last_period_end: last,

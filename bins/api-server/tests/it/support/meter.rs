@@ -275,6 +275,8 @@ pub struct AuditSummary {
     pub grants: usize,
     /// Grant events.
     pub grant_events: usize,
+    /// Expiry and underuse notices among them.
+    pub notices: usize,
 }
 
 /// Checks, independently of the server's metering code, that after a final
@@ -288,7 +290,9 @@ pub struct AuditSummary {
 /// - each instance's meters match its placement segments exactly, and its
 ///   running segments are exactly the runs the test drove (`log`);
 /// - every grant has exactly one `created` and one event per transition its
-///   final state implies, and no other `reservation-grant.*` event.
+///   final state implies, and no other `reservation-grant.*` event but its
+///   notices: each `.expiring` (per notice) and `.underused` (per window)
+///   at most once, in the grantee's log, inside the grant's final term.
 pub async fn audit(s: &Server, tenants: &[(&str, &str)], log: &RunLog) -> AuditSummary {
     let cutoff = s.now().await.div_euclid(HOUR) * HOUR;
     let records = usage_everyone(s).await;
@@ -485,6 +489,7 @@ pub async fn audit(s: &Server, tenants: &[(&str, &str)], log: &RunLog) -> AuditS
 
     // Grant events: exactly one per grant and transition.
     let mut seen: HashMap<(String, String), Vec<Value>> = HashMap::new();
+    let mut notices: std::collections::HashSet<(String, String, String)> = Default::default();
     for (tenant, token) in tenants {
         for e in s.events(token, tenant).await {
             let ty = e["type"].as_str().expect("type").to_owned();
@@ -494,7 +499,36 @@ pub async fn audit(s: &Server, tenants: &[(&str, &str)], log: &RunLog) -> AuditS
             summary.grant_events += 1;
             let gid = e["data"]["grantId"].as_str().expect("grantId").to_owned();
             assert_eq!(e["tenantId"], json!(tenant), "{e}");
-            seen.entry((gid, ty)).or_default().push(e);
+            // Notices: once per grant and notice (or window), in its
+            // grantee's log, while the grant was active.
+            let notice = match ty.as_str() {
+                "reservation-grant.expiring" => e["data"]["notice"].to_string(),
+                "reservation-grant.underused" => e["data"]["window"].to_string(),
+                _ => {
+                    seen.entry((gid, ty)).or_default().push(e);
+                    continue;
+                }
+            };
+            let g = grants
+                .iter()
+                .find(|g| g["grantId"] == gid.as_str())
+                .unwrap_or_else(|| panic!("a notice of an unknown grant: {e}"));
+            assert_eq!(g["tenantId"], json!(tenant), "{e}");
+            let at = e["occurredAt"].as_i64().expect("occurredAt");
+            // A root end at the very instant of a notice may commit just
+            // after it (the reservation's lock orders them), so a forced end
+            // may share its notice's millisecond; a term never does.
+            let ends = g["endsAt"].as_i64().expect("endsAt");
+            let forced = g["reason"] != "term-over";
+            assert!(
+                g["startsAt"].as_i64() <= Some(at) && (at < ends || (forced && at == ends)),
+                "a notice outside the grant's term {g}: {e}"
+            );
+            summary.notices += 1;
+            assert!(
+                notices.insert((gid, ty, notice)),
+                "a notice published twice: {e}"
+            );
         }
     }
     for g in &grants {
