@@ -1,0 +1,1 @@
+//! A reservation timeline drawn as a text Gantt chart.
