@@ -108,10 +108,10 @@ cat <<MSG
   secrets key: .data/secrets-key   (development only)
   demo tenants' keys: .data/demo.json   (acme, globex)
 
-  Try:
-    curl -s -X POST http://$BC_LISTEN/api/compute/tenants/list \\
-      -H "Authorization: Bearer $BC_BOOTSTRAP_TOKEN" \\
-      -H 'content-type: application/json' -d '{"tenantId":"root"}'
+  Try the command line (target/debug/bcctl):
+    export BC_ENDPOINT=http://$BC_LISTEN BC_TOKEN=\$(cat .data/root-token)
+    target/debug/bcctl accounts list
+    target/debug/bcctl grants list --all
 
   Ctrl-C stops everything.
 

@@ -96,7 +96,7 @@ async fn expiry_notices_go_out_once_at_their_instant_with_three_replicas() {
     let e = grant(&s, &p, "beta", 1, T0, T0 + 5 * DAY).await;
 
     // (instant, grant, notice), in time order.
-    let mut expected = vec![
+    let mut expected = [
         (T0 + 3 * DAY, a.clone(), "7d"),
         (T0 + 9 * DAY, a.clone(), "1d"),
         (T0 + 10 * DAY - HOUR, a.clone(), "1h"),
@@ -342,7 +342,7 @@ async fn notices_follow_the_configured_durations_and_ratio() {
         let (status, err) = worker::once_with(&s, &[], &[(k, v)]).await;
         assert!(!status.success(), "{k}={v} accepted");
         assert!(
-            err.contains(k) && err.contains(v.split(',').last().unwrap_or(v)),
+            err.contains(k) && err.contains(v.split(',').next_back().unwrap_or(v)),
             "{err}"
         );
     }

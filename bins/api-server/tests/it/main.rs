@@ -7,6 +7,7 @@ mod support;
 mod account_delete;
 mod accounts_clock;
 mod authz_matrix;
+mod bcctl;
 mod billing;
 mod billing_rules;
 mod console;

@@ -1,0 +1,129 @@
+//! The HTTP client: `POST {endpoint}/api/compute/{module}/{method}` with
+//! the key as a bearer token and the acting tenant as `tenantId`.
+
+use serde_json::{Map, Value, json};
+
+use crate::config::Target;
+use crate::exit::Failure;
+
+/// A client of one api-server as one tenant.
+pub struct Client {
+    http: reqwest::Client,
+    target: Target,
+    verbose: bool,
+}
+
+impl Client {
+    /// A client for `target`; `verbose` logs each call on standard error.
+    pub fn new(target: Target, verbose: bool) -> Result<Client, Failure> {
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("bcctl/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Failure::Unexpected(e.to_string()))?;
+        Ok(Client {
+            http,
+            target,
+            verbose,
+        })
+    }
+
+    /// The acting tenant.
+    pub fn tenant(&self) -> &str {
+        &self.target.tenant
+    }
+
+    /// Calls `module.method` with `body` (its `tenantId` defaults to the
+    /// acting tenant) and returns the answer.
+    pub async fn call(&self, method: &str, mut body: Map<String, Value>) -> Result<Value, Failure> {
+        let (module, name) = method
+            .split_once('.')
+            .ok_or_else(|| crate::exit::usage(format!("{method:?} is not module.method")))?;
+        body.entry("tenantId")
+            .or_insert_with(|| json!(self.target.tenant));
+        if self.verbose {
+            let key = body.get("idempotencyKey").and_then(Value::as_str);
+            eprintln!(
+                "bcctl: {method} as {}{}",
+                self.target.tenant,
+                key.map(|k| format!(" (idempotencyKey {k})"))
+                    .unwrap_or_default()
+            );
+        }
+        let url = format!("{}/api/compute/{module}/{name}", self.target.endpoint);
+        let answer = self
+            .http
+            .post(&url)
+            .bearer_auth(&self.target.token)
+            .json(&Value::Object(body))
+            .send()
+            .await
+            .map_err(|e| Failure::Unreachable(format!("{url}: {e}")))?;
+        read(answer).await
+    }
+
+    /// `GET {endpoint}{path}` (the method list, the OpenAPI document).
+    pub async fn get(&self, path: &str) -> Result<Value, Failure> {
+        let url = format!("{}{path}", self.target.endpoint);
+        let answer = self
+            .http
+            .get(&url)
+            .bearer_auth(&self.target.token)
+            .send()
+            .await
+            .map_err(|e| Failure::Unreachable(format!("{url}: {e}")))?;
+        read(answer).await
+    }
+
+    /// Every item of a paged list (`items`, `nextCursor`, `hasMore`).
+    pub async fn list_all(
+        &self,
+        method: &str,
+        body: Map<String, Value>,
+    ) -> Result<Vec<Value>, Failure> {
+        let mut out = Vec::new();
+        let mut body = body;
+        body.insert("limit".into(), json!(1000));
+        loop {
+            let page = self.call(method, body.clone()).await?;
+            out.extend(page["items"].as_array().cloned().unwrap_or_default());
+            match (page["hasMore"].as_bool(), page["nextCursor"].as_str()) {
+                (Some(true), Some(next)) => {
+                    body.insert("after".into(), json!(next));
+                }
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// The server's now (its manual clock in tests and demos).
+    pub async fn now(&self) -> Result<i64, Failure> {
+        let clock = self.call("clock.get", Map::new()).await?;
+        clock["now"]
+            .as_i64()
+            .ok_or_else(|| Failure::Unexpected(format!("clock.get answered {clock}")))
+    }
+}
+
+async fn read(answer: reqwest::Response) -> Result<Value, Failure> {
+    let status = answer.status().as_u16();
+    let text = answer
+        .text()
+        .await
+        .map_err(|e| Failure::Unreachable(e.to_string()))?;
+    let value: Value = serde_json::from_str(&text).map_err(|_| {
+        Failure::Unexpected(format!(
+            "HTTP {status}: not JSON: {}",
+            text.chars().take(200).collect::<String>()
+        ))
+    })?;
+    if (200..300).contains(&status) {
+        return Ok(value);
+    }
+    let e = &value["error"];
+    Err(Failure::Api {
+        status,
+        code: e["code"].as_str().unwrap_or("INTERNAL").to_owned(),
+        message: e["message"].as_str().unwrap_or("no message").to_owned(),
+        details: e.get("details").cloned().unwrap_or_else(|| json!({})),
+    })
+}

@@ -1,0 +1,7 @@
+//! `bcctl`: see the crate documentation (`bcctl --help`).
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    bcctl::main()
+}
