@@ -401,7 +401,7 @@ async fn keys(ctx: &Ctx, k: cli::Keys) -> Result<(), Failure> {
             let mut body = json!({ "role": role, "name": name });
             opt(&mut body, "accountId", account);
             let a = ctx.call("apiKeys.create", body).await?;
-            ctx.id(&a, "apiKey.secret");
+            ctx.id(&a, "secret");
         }
         cli::Keys::Revoke { key_id } => {
             let a = ctx

@@ -159,7 +159,10 @@ async fn a_first_session_runs_with_bcctl() {
         header.contains("TOTAL") && header.contains("FREE"),
         "{header}"
     );
-    assert_eq!(first_column(listed.ok()), std::slice::from_ref(&reservation));
+    assert_eq!(
+        first_column(listed.ok()),
+        std::slice::from_ref(&reservation)
+    );
 
     let pool = root
         .run(&[
@@ -900,4 +903,193 @@ async fn usage_sums_are_exact_and_completions_print() {
         help.ok().contains("--dry-run") && help.ok().contains("--for"),
         "{help:?}"
     );
+}
+
+/// The rest of the nouns and verbs: keys, projects, quotas, instance
+/// power, a preview, unbinding, deleting an account and a tenant.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_other_commands_do_what_they_say() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let root = Ctl::new(&s, ROOT_TOKEN);
+    let acme = Ctl::new(&s, &p.tenant_token);
+    let a = |args: &[&'static str]| {
+        let mut v = vec!["--tenant", "acme"];
+        v.extend(args);
+        v
+    };
+
+    // Keys: a viewer key is made (its secret printed once), then revoked.
+    let secret = acme
+        .run(&a(&["keys", "create", "--role", "viewer", "--name", "ci"]))
+        .await
+        .ok()
+        .trim()
+        .to_owned();
+    let viewer = Ctl::new(&s, &secret);
+    assert!(
+        viewer
+            .run(&a(&["pools", "list"]))
+            .await
+            .ok()
+            .starts_with("POOL")
+    );
+    let keys = acme.run(&a(&["-o", "json", "keys", "list"])).await.json();
+    let ci = keys["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|k| k["name"] == "ci")
+        .and_then(|k| k["keyId"].as_str())
+        .expect("the ci key")
+        .to_owned();
+    acme.run(&["--tenant", "acme", "keys", "revoke", &ci])
+        .await
+        .ok();
+    assert_eq!(viewer.run(&a(&["pools", "list"])).await.code, 5);
+
+    // Projects and quotas.
+    let prj = acme
+        .run(&a(&["projects", "create", "web"]))
+        .await
+        .ok()
+        .trim()
+        .to_owned();
+    assert!(prj.starts_with("prj_"), "{prj}");
+    assert_eq!(
+        first_column(acme.run(&a(&["projects", "list"])).await.ok()),
+        [prj.clone()]
+    );
+    root.run(&[
+        "--tenant",
+        "acme",
+        "quotas",
+        "set",
+        "--pool",
+        &p.pool,
+        "--resource",
+        "instances",
+        "--max",
+        "7",
+    ])
+    .await
+    .ok();
+    let q = acme.run(&a(&["-o", "json", "quotas", "get"])).await.json();
+    let instances = q["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|r| r["resource"] == "instances")
+        .expect("instances row")
+        .clone();
+    assert_eq!(instances["max"], 7);
+
+    // Instance power: stop, start, delete.
+    let vm = acme
+        .run(&[
+            "--tenant",
+            "acme",
+            "instances",
+            "create",
+            "--pool",
+            &p.pool,
+            "--flavor",
+            "n2-standard-4",
+            "--project",
+            &prj,
+        ])
+        .await
+        .ok()
+        .trim()
+        .to_owned();
+    acme.run(&["--tenant", "acme", "instances", "stop", &vm])
+        .await
+        .ok();
+    assert_eq!(instance_state(&acme, &vm).await, "stopped");
+    acme.run(&["--tenant", "acme", "instances", "start", &vm])
+        .await
+        .ok();
+    assert_eq!(instance_state(&acme, &vm).await, "running");
+    acme.run(&["--tenant", "acme", "instances", "delete", &vm])
+        .await
+        .ok();
+    assert_eq!(instance_state(&acme, &vm).await, "deleted");
+
+    // A preview answers as the API does and writes nothing.
+    let preview = root
+        .run(&[
+            "-o",
+            "json",
+            "grants",
+            "preview",
+            "--account",
+            &p.account,
+            "--reservation",
+            &p.reservation,
+            "--grantee",
+            "acme",
+            "--slots",
+            "5",
+            "--starts-at",
+            "+1h",
+            "--ends-at",
+            "+2h",
+        ])
+        .await
+        .json();
+    assert_eq!(preview["preview"]["fits"], false);
+    assert_eq!(preview["preview"]["available"], 4);
+    let table = root
+        .run(&[
+            "grants",
+            "preview",
+            "--account",
+            &p.account,
+            "--reservation",
+            &p.reservation,
+            "--grantee",
+            "acme",
+            "--slots",
+            "1",
+            "--for",
+            "30m",
+        ])
+        .await;
+    assert!(
+        table.ok().contains("fits") && table.ok().contains("0.500000"),
+        "{table:?}"
+    );
+    assert!(
+        root.run(&["-o", "json", "grants", "list", "--all"])
+            .await
+            .json()["items"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    );
+
+    // Unbind, delete the account, delete the tenant.
+    root.run(&["accounts", "unbind", &p.account, &p.reservation])
+        .await
+        .ok();
+    let res = root
+        .run(&["-o", "json", "accounts", "reservations", &p.account])
+        .await
+        .json();
+    assert!(res["items"][0]["poolId"].is_null(), "{res}");
+    root.run(&["accounts", "delete", &p.account]).await.ok();
+    assert_eq!(root.run(&["accounts", "get", &p.account]).await.code, 6);
+    root.run(&["tenants", "delete", "acme"]).await.ok();
+    assert_eq!(acme.run(&a(&["pools", "list"])).await.code, 5);
+}
+
+async fn instance_state(ctl: &Ctl, vm: &str) -> String {
+    let v = ctl
+        .run(&["--tenant", "acme", "-o", "json", "instances", "get", vm])
+        .await
+        .json();
+    v["instance"]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
