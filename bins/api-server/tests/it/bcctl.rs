@@ -959,7 +959,7 @@ async fn the_other_commands_do_what_they_say() {
     assert!(prj.starts_with("prj_"), "{prj}");
     assert_eq!(
         first_column(acme.run(&a(&["projects", "list"])).await.ok()),
-        [prj.clone()]
+        std::slice::from_ref(&prj)
     );
     root.run(&[
         "--tenant",
