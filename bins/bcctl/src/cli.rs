@@ -184,8 +184,10 @@ pub struct Call {
 #[derive(Debug, Subcommand)]
 pub enum Tenants {
     /// List tenants.
+    #[command(after_help = "Example:\n  bcctl tenants list")]
     List,
     /// Create a tenant; prints its first admin key's secret once.
+    #[command(after_help = "Example:\n  bcctl tenants create acme --display-name \"Acme Corp\"")]
     Create {
         /// Its name (its id).
         name: String,
@@ -194,6 +196,7 @@ pub enum Tenants {
         display_name: Option<String>,
     },
     /// Delete a tenant (its grants end, its instances go).
+    #[command(after_help = "Example:\n  bcctl tenants delete acme")]
     Delete {
         /// The tenant.
         tenant_id: String,
@@ -204,8 +207,10 @@ pub enum Tenants {
 #[derive(Debug, Subcommand)]
 pub enum Keys {
     /// List keys.
+    #[command(after_help = "Example:\n  bcctl keys list")]
     List,
     /// Create a key; prints its secret once.
+    #[command(after_help = "Example:\n  bcctl --tenant acme keys create --role viewer --name ci")]
     Create {
         /// `admin`, `member`, `viewer`, ...
         #[arg(long)]
@@ -218,6 +223,7 @@ pub enum Keys {
         account: Option<String>,
     },
     /// Revoke a key.
+    #[command(after_help = "Example:\n  bcctl keys revoke key_01...")]
     Revoke {
         /// The key.
         key_id: String,
@@ -228,8 +234,10 @@ pub enum Keys {
 #[derive(Debug, Subcommand)]
 pub enum Projects {
     /// List projects.
+    #[command(after_help = "Example:\n  bcctl --tenant acme projects list")]
     List,
     /// Create a project.
+    #[command(after_help = "Example:\n  bcctl --tenant acme projects create web")]
     Create {
         /// Its name.
         name: String,
@@ -240,13 +248,19 @@ pub enum Projects {
 #[derive(Debug, Subcommand)]
 pub enum Accounts {
     /// List provider accounts.
+    #[command(after_help = "Example:\n  bcctl accounts list")]
     List,
     /// Show one account.
+    #[command(after_help = "Example:\n  bcctl accounts get pacct_01...")]
     Get {
         /// The account.
         account_id: String,
     },
     /// Create a gce account.
+    #[command(
+        after_help = "Example:\n  bcctl accounts create --name prod --project platform-prod \
+            --credentials adc"
+    )]
     Create {
         /// Its name.
         #[arg(long)]
@@ -265,16 +279,20 @@ pub enum Accounts {
         idempotency_key: Option<String>,
     },
     /// Scan the account's reservations now.
+    #[command(after_help = "Example:\n  bcctl accounts scan pacct_01...")]
     Scan {
         /// The account.
         account_id: String,
     },
     /// List the account's reservations with their slot accounts.
+    #[command(after_help = "Example:\n  bcctl accounts reservations pacct_01... -o json")]
     Reservations {
         /// The account.
         account_id: String,
     },
     /// Bind a reservation to a pool (root).
+    #[command(after_help = "Example:\n  bcctl accounts bind pacct_01... \
+            projects/p/zones/z/reservations/r --pool pool_01...")]
     Bind {
         /// The account.
         account_id: String,
@@ -285,6 +303,8 @@ pub enum Accounts {
         pool: String,
     },
     /// Unbind a reservation from its pool.
+    #[command(after_help = "Example:\n  bcctl accounts unbind pacct_01... \
+            projects/p/zones/z/reservations/r")]
     Unbind {
         /// The account.
         account_id: String,
@@ -292,6 +312,7 @@ pub enum Accounts {
         reservation_id: String,
     },
     /// Delete the account.
+    #[command(after_help = "Example:\n  bcctl accounts delete pacct_01...")]
     Delete {
         /// The account.
         account_id: String,
@@ -302,9 +323,13 @@ pub enum Accounts {
 #[derive(Debug, Subcommand)]
 pub enum Secrets {
     /// List secrets (names, kinds, fingerprints).
+    #[command(after_help = "Example:\n  bcctl --tenant acme secrets list")]
     List,
     /// Create or replace a secret; the value comes from --from-file or
     /// standard input, never from the command line.
+    #[command(
+        after_help = "Example:\n  bcctl --tenant acme secrets put gce-key --from-file key.json"
+    )]
     Put {
         /// Its name.
         name: String,
@@ -313,6 +338,7 @@ pub enum Secrets {
         from_file: Option<std::path::PathBuf>,
     },
     /// Delete a secret.
+    #[command(after_help = "Example:\n  bcctl --tenant acme secrets delete gce-key")]
     Delete {
         /// Its name.
         name: String,
@@ -323,13 +349,20 @@ pub enum Secrets {
 #[derive(Debug, Subcommand)]
 pub enum Pools {
     /// List pools.
+    #[command(after_help = "Example:\n  bcctl pools list")]
     List,
     /// Show one pool.
+    #[command(after_help = "Example:\n  bcctl pools get pool_01...")]
     Get {
         /// The pool.
         pool_id: String,
     },
     /// Create a pool (root).
+    #[command(
+        after_help = "Example:\n  bcctl pools create --name us-central1 --region us-central1 \
+            --account pacct_01... --flavor n2-standard-4:4:16 --quota \
+            instances=100"
+    )]
     Create {
         /// Its name.
         #[arg(long)]
@@ -351,6 +384,10 @@ pub enum Pools {
         idempotency_key: Option<String>,
     },
     /// Offer a pool to a tenant with its quotas (root).
+    #[command(
+        after_help = "Example:\n  bcctl pools offer pool_01... --to acme --quota \
+            instances=10 --quota vcpus=40"
+    )]
     Offer {
         /// The pool.
         pool_id: String,
@@ -367,12 +404,17 @@ pub enum Pools {
 #[derive(Debug, Subcommand)]
 pub enum Quotas {
     /// Show the acting tenant's quotas.
+    #[command(after_help = "Example:\n  bcctl --tenant acme quotas get")]
     Get {
         /// One pool only.
         #[arg(long)]
         pool: Option<String>,
     },
     /// Set one quota of the acting tenant.
+    #[command(
+        after_help = "Example:\n  bcctl --tenant acme quotas set --pool pool_01... \
+            --resource instances --max 20"
+    )]
     Set {
         /// The pool.
         #[arg(long)]
@@ -424,6 +466,10 @@ pub struct Terms {
 #[derive(Debug, Subcommand)]
 pub enum Grants {
     /// Commit slots of a reservation to a tenant (root).
+    #[command(
+        after_help = "Example:\n  bcctl grants create --account pacct_01... --reservation R \
+            --grantee acme --slots 2 --starts-at 2030-01-01T00:00:00Z --for 30d"
+    )]
     Create {
         /// The terms.
         #[command(flatten)]
@@ -436,12 +482,19 @@ pub enum Grants {
         idempotency_key: Option<String>,
     },
     /// What a grant would decide and bill, written nowhere (root).
+    #[command(
+        after_help = "Example:\n  bcctl grants preview --account pacct_01... --reservation R \
+            --grantee acme --slots 2 --for 7d"
+    )]
     Preview {
         /// The terms.
         #[command(flatten)]
         terms: Terms,
     },
     /// List grants.
+    #[command(
+        after_help = "Example:\n  bcctl grants list --all --state active,scheduled --active-at +1d"
+    )]
     List {
         /// Every tenant's (root).
         #[arg(long)]
@@ -466,11 +519,13 @@ pub enum Grants {
         after: Option<String>,
     },
     /// Show one grant.
+    #[command(after_help = "Example:\n  bcctl grants get rgrant_01... -o yaml")]
     Get {
         /// The grant.
         grant_id: String,
     },
     /// End a grant now (cancel it before it starts) (root).
+    #[command(after_help = "Example:\n  bcctl grants end rgrant_01...")]
     End {
         /// The grant.
         grant_id: String,
@@ -479,6 +534,7 @@ pub enum Grants {
         account: Option<String>,
     },
     /// A grant's hours: slot-hours billed, instance-hours held and run.
+    #[command(after_help = "Example:\n  bcctl --tenant acme grants usage rgrant_01... --from -1d")]
     Usage {
         /// The grant.
         grant_id: String,
@@ -495,6 +551,7 @@ pub enum Grants {
 #[derive(Debug, Subcommand)]
 pub enum Instances {
     /// List instances.
+    #[command(after_help = "Example:\n  bcctl --tenant acme instances list --state running")]
     List {
         /// Every tenant's (root).
         #[arg(long)]
@@ -516,11 +573,16 @@ pub enum Instances {
         states: Vec<String>,
     },
     /// Show one instance.
+    #[command(after_help = "Example:\n  bcctl --tenant acme instances get inst_01...")]
     Get {
         /// The instance.
         instance_id: String,
     },
     /// Create an instance.
+    #[command(
+        after_help = "Example:\n  bcctl --tenant acme instances create --pool pool_01... \
+            --flavor n2-standard-4"
+    )]
     Create {
         /// The pool.
         #[arg(long)]
@@ -542,16 +604,19 @@ pub enum Instances {
         idempotency_key: Option<String>,
     },
     /// Start an instance.
+    #[command(after_help = "Example:\n  bcctl --tenant acme instances start inst_01...")]
     Start {
         /// The instance.
         instance_id: String,
     },
     /// Stop an instance.
+    #[command(after_help = "Example:\n  bcctl --tenant acme instances stop inst_01...")]
     Stop {
         /// The instance.
         instance_id: String,
     },
     /// Delete an instance.
+    #[command(after_help = "Example:\n  bcctl --tenant acme instances delete inst_01...")]
     Delete {
         /// The instance.
         instance_id: String,
@@ -616,8 +681,10 @@ pub struct Events {
 #[derive(Debug, Subcommand)]
 pub enum Clock {
     /// The server's now.
+    #[command(after_help = "Example:\n  bcctl clock get")]
     Get,
     /// Move a manual clock (root): RFC 3339, epoch ms, or +1h from its now.
+    #[command(after_help = "Example:\n  bcctl clock set 2030-01-02T00:00:00Z")]
     Set {
         /// The new now.
         #[arg(allow_hyphen_values = true)]
@@ -642,4 +709,33 @@ pub struct Timeline {
     /// The chart's width (default: the terminal's, else 100).
     #[arg(long)]
     pub width: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_and_subcommand_has_an_example() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                let help = sub.get_after_help().map(|h| h.to_string());
+                if sub.get_name() != "help" && !help.is_some_and(|h| h.contains("bcctl ")) {
+                    missing.push(name.clone());
+                }
+                walk(sub, &name, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "bcctl", &mut missing);
+        assert!(missing.is_empty(), "no example in the help of {missing:?}");
+    }
 }
