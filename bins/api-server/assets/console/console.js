@@ -16,6 +16,8 @@
   const state = {
     key: null, tenant: null, root: false, now: 0, view: null, seq: { timeline: 0, usage: 0 },
   };
+  // The grant notices of contract 9, read from the signed-in tenant's event log.
+  const NOTICE_TYPES = ['reservation-grant.expiring', 'reservation-grant.underused'];
 
   // ------------------------------------------------------------------ DOM
 
@@ -25,7 +27,7 @@
       if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
       else el.setAttribute(k, String(v));
     }
-    for (const kid of kids.flat()) {
+    for (const kid of kids.flat(Infinity)) {
       if (kid === null || kid === undefined || kid === false) continue;
       el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
     }
@@ -51,6 +53,14 @@
     return BigInt(whole) * 1000000n + BigInt((frac + '000000').slice(0, 6));
   }
   const fmtMicros = (m) => `${m / 1000000n}.${String(m % 1000000n).padStart(6, '0')}`;
+
+  // A 6-decimal ratio ("0.412500") as an exact percentage ("41.25 %").
+  function fmtPercent(text) {
+    if (typeof text !== 'string' || !/^[0-9]+\.[0-9]{6}$/.test(text)) return '—';
+    const m = micros(text);
+    const frac = String(m % 10000n).padStart(4, '0').replace(/0+$/, '');
+    return `${m / 10000n}${frac ? `.${frac}` : ''} %`;
+  }
 
   function table(columns, rows, attrs) {
     return h('table', attrs,
@@ -101,6 +111,18 @@
     out.push(...page.items);
     while (page.hasMore === true && page.nextCursor) {
       page = await api('reservationGrants/list', { ...body, after: page.nextCursor });
+      out.push(...page.items);
+    }
+    return out;
+  }
+
+  // Every page of events.list with `body`'s filters, oldest first.
+  async function listEvents(body) {
+    const out = [];
+    let page = await api('events/list', { limit: 1000, ...body });
+    out.push(...page.items);
+    while (page.hasMore === true && page.nextCursor && page.items.length > 0) {
+      page = await api('events/list', { limit: 1000, ...body, after: page.nextCursor });
       out.push(...page.items);
     }
     return out;
@@ -164,7 +186,7 @@
     for (const id of ['root-view', 'grants-view', 'timeline-panel', 'usage-panel']) {
       $(id).hidden = true;
     }
-    for (const id of ['pools', 'reservations', 'grants', 'timeline', 'usage']) {
+    for (const id of ['pools', 'reservations', 'grants', 'timeline', 'usage', 'notices']) {
       $(id).replaceChildren();
     }
   }
@@ -394,6 +416,7 @@
     $('usage-panel').hidden = false;
     $('usage-title').textContent = g.grantId;
     $('usage').replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+    showNotices(g, seq);
     try {
       await refreshNow();
       const r = await api('reservationGrants/usage', { grantId: g.grantId });
@@ -405,6 +428,58 @@
       $('usage').replaceChildren();
       showError(e, 'Reading the grant\'s hours');
     }
+  }
+
+  // -------------------------------------------------------------- notices
+
+  // The grant's expiry and underuse notices, newest first. A log the key may
+  // not read leaves a note here and the hours still show.
+  async function showNotices(g, seq) {
+    $('notices').replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+    let evs;
+    try {
+      evs = await listEvents({ types: NOTICE_TYPES });
+    } catch (e) {
+      if (seq !== state.seq.usage) return;
+      $('notices').replaceChildren(h('p', { class: 'muted', 'data-testid': 'notices-error' },
+        `The notices could not be read: ${e.message} (${e.code}).`));
+      return;
+    }
+    if (seq !== state.seq.usage) return;
+    const mine = evs.filter((ev) => ev.data && ev.data.grantId === g.grantId
+      && NOTICE_TYPES.includes(ev.type)).reverse();
+    $('notices').replaceChildren(mine.length === 0
+      ? h('p', { class: 'muted', 'data-testid': 'no-notices' }, 'No notices for this grant.')
+      : h('div', { class: 'notices' }, mine.map(noticeCard)));
+  }
+
+  function noticeCard(ev) {
+    const d = ev.data;
+    const expiring = ev.type === 'reservation-grant.expiring';
+    const slots = num(d.slots);
+    const suggested = num(d.suggestedSlots);
+    const field = (name, label, value, attrs) => [h('dt', {}, label),
+      h('dd', { 'data-field': name, ...(attrs || {}) }, value)];
+    const win = d.window || {};
+    return h('div', {
+      class: `notice ${expiring ? 'expiring' : 'underused'}`, 'data-testid': 'notice',
+      'data-type': ev.type, 'data-event-id': ev.eventId,
+    },
+    h('p', { class: 'notice-head' },
+      h('strong', { 'data-field': 'kind' }, expiring ? 'Expiring' : 'Underused'), ' · ',
+      h('span', { 'data-field': 'when' }, fmtTime(ev.occurredAt)),
+      h('span', { class: 'muted' }, ` · ${ev.type}`)),
+    h('dl', { class: 'totals' },
+      expiring ? [
+        field('notice', 'Notice', `${d.notice} before its end`),
+        field('ends', 'Ends', fmtTime(d.endsAt)),
+      ] : field('window', 'Window (last 24 hours)', `${fmtTime(win.from)} to ${fmtTime(win.to)}`),
+      field('utilisation', expiring ? 'Utilisation so far' : 'Utilisation in the window',
+        fmtPercent(d.utilisation), { title: `held / committed = ${d.utilisation}` }),
+      field('suggestion', 'Suggestion', expiring
+        ? `renew with ${suggested} of ${slots} slots`
+        : `${suggested} of ${slots} slots would hold what ran`),
+      expiring ? field('renewal', 'Renewal', d.renewal ? String(d.renewal) : 'none yet') : null));
   }
 
   // Totals and rows are exactly what the API returned; "now" only shades the hours to come.

@@ -26,9 +26,10 @@ use tokio::task::JoinHandle;
 
 use crate::support::clock::{HOUR, MIN};
 use crate::support::fixtures::{
-    Platform, end_grant, grant, instance, platform, reservations, tenant_with_pool,
+    Platform, end_grant, grant, grant_of, instance, platform, reservations, tenant_with_pool,
 };
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
+use crate::support::worker;
 
 const DAY: i64 = 24 * HOUR;
 
@@ -234,6 +235,15 @@ impl Chrome {
         input.type_str(text).await.expect("type");
     }
 
+    /// The text of the first element matching `selector` ("" if none).
+    async fn text(&self, selector: &str) -> String {
+        self.eval(&format!(
+            "(() => {{ const e = document.querySelector({}); return e ? e.textContent : ''; }})()",
+            json!(selector)
+        ))
+        .await
+    }
+
     /// Clicks the first element matching `selector` with the mouse.
     async fn click(&self, selector: &str) {
         let el = self
@@ -352,7 +362,9 @@ struct World {
     globex_token: String,
 }
 
-async fn world(s: &Server) -> World {
+/// The next whole hour after both the server's clock and the wall clock, so
+/// the page's datetime fields and "now" line read naturally.
+async fn next_hour(s: &Server) -> i64 {
     let wall = i64::try_from(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -360,7 +372,11 @@ async fn world(s: &Server) -> World {
             .as_millis(),
     )
     .expect("ms");
-    let start = (s.now().await.max(wall) / HOUR + 1) * HOUR;
+    (s.now().await.max(wall) / HOUR + 1) * HOUR
+}
+
+async fn world(s: &Server) -> World {
+    let start = next_hour(s).await;
     s.set_clock(start).await;
     let p = platform(s, 8).await;
     let globex_token = tenant_with_pool(s, "globex", &p.pool).await;
@@ -851,5 +867,298 @@ async fn the_demo_world_reads_in_the_console() {
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-demo.png");
     chrome.screenshot(&target).await;
     chrome.assert_clean(&s.url, &[ROOT_TOKEN], &[]).await;
+    chrome.close().await;
+}
+
+// ------------------------------------------------- notices and the preview
+
+/// `ms` in UTC as `(year, month, day, hour, minute)` (days to civil date,
+/// after H. Hinnant).
+fn civil(ms: i64) -> (i64, i64, i64, i64, i64) {
+    let (days, rem) = (ms.div_euclid(DAY), ms.rem_euclid(DAY));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (
+        yoe + era * 400 + i64::from(m <= 2),
+        m,
+        d,
+        rem / HOUR,
+        rem % HOUR / MIN,
+    )
+}
+
+/// A time as the page writes it: `2026-12-01 19:30Z`.
+fn fmt_time(ms: i64) -> String {
+    let (y, m, d, hh, mm) = civil(ms);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}Z")
+}
+
+/// A 6-decimal ratio as an exact percentage: `"0.104167"` is `"10.4167 %"`,
+/// `"0.500000"` is `"50 %"`.
+fn percent(ratio: &str) -> String {
+    let m = micros(ratio);
+    let frac = format!("{:04}", m % 10_000);
+    match frac.trim_end_matches('0') {
+        "" => format!("{} %", m / 10_000),
+        f => format!("{}.{f} %", m / 10_000),
+    }
+}
+
+#[test]
+fn the_tests_write_times_and_percentages_as_the_page_does() {
+    assert_eq!(fmt_time(0), "1970-01-01 00:00Z");
+    assert_eq!(
+        fmt_time(1_893_456_000_000 + 19 * HOUR + 30 * MIN),
+        "2030-01-01 19:30Z"
+    );
+    assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00Z");
+    assert_eq!(percent("0.104167"), "10.4167 %");
+    assert_eq!(percent("0.500000"), "50 %");
+    assert_eq!(percent("0.000000"), "0 %");
+    assert_eq!(percent("1.000000"), "100 %");
+}
+
+/// A world with grant notices due: acme's 2-slot grant of 26 hours, renewed
+/// by a 1-slot grant from its end, with one instance held in it from hour
+/// 20, and the clock at hour 25.5. There its 1d and 1h expiry notices are
+/// due (the 7d one would fall before its start), and its last 24 whole
+/// hours held 5 instance-hours of 48 committed, under a fifth: underused.
+/// The worker's `vps.grants` pass has sent them.
+struct Noticed {
+    p: Platform,
+    grant: String,
+    renewal: String,
+}
+
+async fn noticed_world(s: &Server) -> Noticed {
+    let start = next_hour(s).await;
+    s.set_clock(start).await;
+    let p = platform(s, 8).await;
+    let g = grant(s, &p, "acme", 2, start, start + 26 * HOUR).await;
+    let renewal = grant(s, &p, "acme", 1, start + 26 * HOUR, start + 50 * HOUR).await;
+    s.set_clock(start + 20 * HOUR).await;
+    let held = instance(s, &p.tenant_token, "acme", &p.pool).await;
+    assert_eq!(grant_of(&held).as_deref(), Some(g.as_str()), "{held}");
+    s.set_clock(start + 25 * HOUR + 30 * MIN).await;
+    worker::once(s, &["vps.grants"]).await;
+    Noticed {
+        p,
+        grant: g,
+        renewal,
+    }
+}
+
+/// The notices of `grant` in the log of `tenant` (read with `token`).
+async fn notices_of(s: &Server, token: &str, tenant: &str, grant: &str) -> Vec<Value> {
+    let v = s
+        .call(
+            token,
+            "events/list",
+            json!({
+                "tenantId": tenant,
+                "limit": 1000,
+                "types": ["reservation-grant.expiring", "reservation-grant.underused"],
+            }),
+        )
+        .await
+        .ok();
+    assert_eq!(v["hasMore"], false, "{v}");
+    v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|e| e["data"]["grantId"] == grant)
+        .cloned()
+        .collect()
+}
+
+/// Opens `grant` from the grant list and checks that the page shows each of
+/// `notices` (events from the signed-in tenant's log) with its figures.
+async fn assert_notices_shown(chrome: &Chrome, grant: &str, notices: &[Value]) {
+    chrome
+        .click(&format!("[data-testid=grant-row][data-grant-id='{grant}']"))
+        .await;
+    chrome
+        .wait_for(
+            &format!(
+                "document.querySelectorAll('[data-testid=notice]').length === {} && \
+                 document.getElementById('usage-title').textContent === '{grant}'",
+                notices.len()
+            ),
+            "the grant's notices",
+        )
+        .await;
+    // Newest first: the log's order reversed.
+    let order: Vec<String> = chrome
+        .eval(
+            "[...document.querySelectorAll('[data-testid=notice]')]\
+             .map((e) => e.getAttribute('data-event-id'))",
+        )
+        .await;
+    let mut want: Vec<String> = notices
+        .iter()
+        .map(|e| e["eventId"].as_str().expect("eventId").to_owned())
+        .collect();
+    want.reverse();
+    assert_eq!(order, want);
+    for ev in notices {
+        let card = format!(
+            "[data-testid=notice][data-event-id='{}']",
+            ev["eventId"].as_str().expect("eventId")
+        );
+        let field = |name: &str| format!("{card} [data-field={name}]");
+        let d = &ev["data"];
+        let ty = ev["type"].as_str().expect("type");
+        let slots = d["slots"].as_i64().expect("slots");
+        let suggested = d["suggestedSlots"].as_i64().expect("suggestedSlots");
+        let utilisation = d["utilisation"].as_str().expect("utilisation");
+        let at = ev["occurredAt"].as_i64().expect("occurredAt");
+        let mut want = vec![
+            ("when", fmt_time(at)),
+            ("utilisation", percent(utilisation)),
+        ];
+        if ty == "reservation-grant.expiring" {
+            want.extend([
+                ("kind", "Expiring".to_owned()),
+                (
+                    "notice",
+                    format!("{} before its end", d["notice"].as_str().expect("notice")),
+                ),
+                ("ends", fmt_time(d["endsAt"].as_i64().expect("endsAt"))),
+                (
+                    "suggestion",
+                    format!("renew with {suggested} of {slots} slots"),
+                ),
+                (
+                    "renewal",
+                    d["renewal"].as_str().expect("renewal").to_owned(),
+                ),
+            ]);
+        } else {
+            assert_eq!(ty, "reservation-grant.underused");
+            let (from, to) = (&d["window"]["from"], &d["window"]["to"]);
+            want.extend([
+                ("kind", "Underused".to_owned()),
+                (
+                    "window",
+                    format!(
+                        "{} to {}",
+                        fmt_time(from.as_i64().expect("from")),
+                        fmt_time(to.as_i64().expect("to"))
+                    ),
+                ),
+                (
+                    "suggestion",
+                    format!("{suggested} of {slots} slots would hold what ran"),
+                ),
+            ]);
+        }
+        for (name, value) in want {
+            assert_eq!(chrome.text(&field(name)).await, value, "{name} of {ev}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_reads_a_grants_expiry_and_underuse_notices() {
+    let s = Server::start().await;
+    let w = noticed_world(&s).await;
+    let notices = notices_of(&s, ROOT_TOKEN, ROOT, &w.grant).await;
+    let mut kinds: Vec<(String, String)> = notices
+        .iter()
+        .map(|e| {
+            let notice = e["data"]["notice"].as_str().unwrap_or("").to_owned();
+            (e["type"].as_str().expect("type").to_owned(), notice)
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            ("reservation-grant.expiring".to_owned(), "1d".to_owned()),
+            ("reservation-grant.expiring".to_owned(), "1h".to_owned()),
+            ("reservation-grant.underused".to_owned(), String::new()),
+        ],
+        "{notices:?}"
+    );
+    for ev in &notices {
+        let d = &ev["data"];
+        assert_eq!(d["slots"], 2, "{ev}");
+        if ev["type"] == "reservation-grant.expiring" {
+            assert_eq!(d["renewal"], w.renewal.as_str(), "{ev}");
+        }
+        // The instance held 5 of the window's 48 slot-hours: a non-zero
+        // share to show, below the 0.2 the notice is sent under.
+        let u = micros(d["utilisation"].as_str().expect("utilisation"));
+        assert!(u > 0 && u < 200_000, "{ev}");
+    }
+
+    let chrome = Chrome::launch().await;
+    chrome.goto(&format!("{}/console/", s.url)).await;
+    chrome.sign_in(ROOT, ROOT_TOKEN).await;
+    chrome
+        .wait_for(
+            &format!(
+                "document.querySelector(\"[data-testid=grant-row][data-grant-id='{}']\")",
+                w.grant
+            ),
+            "the grant",
+        )
+        .await;
+    assert_notices_shown(&chrome, &w.grant, &notices).await;
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-notices.png");
+    chrome.screenshot(&target).await;
+
+    // The renewal has no notice of its own yet, and the page says so.
+    assert!(
+        notices_of(&s, ROOT_TOKEN, ROOT, &w.renewal)
+            .await
+            .is_empty()
+    );
+    chrome
+        .click(&format!(
+            "[data-testid=grant-row][data-grant-id='{}']",
+            w.renewal
+        ))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=no-notices]') && \
+             document.querySelectorAll('[data-testid=notice]').length === 0",
+            "no notices for the renewal",
+        )
+        .await;
+    chrome.assert_clean(&s.url, &[ROOT_TOKEN], &[]).await;
+    chrome.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grantee_reads_its_own_notices() {
+    let s = Server::start().await;
+    let w = noticed_world(&s).await;
+    // acme's own log holds its copies of the notices.
+    let notices = notices_of(&s, &w.p.tenant_token, "acme", &w.grant).await;
+    assert_eq!(notices.len(), 3, "{notices:?}");
+
+    let chrome = Chrome::launch().await;
+    chrome.goto(&format!("{}/console/", s.url)).await;
+    chrome.sign_in("acme", &w.p.tenant_token).await;
+    chrome
+        .wait_for(
+            "document.querySelectorAll('[data-testid=grant-row]').length === 2",
+            "acme's two grants",
+        )
+        .await;
+    assert_notices_shown(&chrome, &w.grant, &notices).await;
+
+    chrome
+        .assert_clean(&s.url, &[ROOT_TOKEN, &w.p.tenant_token], &[403])
+        .await;
     chrome.close().await;
 }
