@@ -14,7 +14,8 @@
 
   // `seq` numbers each panel's loads, so a slow answer never replaces a newer one.
   const state = {
-    key: null, tenant: null, root: false, now: 0, view: null, seq: { timeline: 0, usage: 0 },
+    key: null, tenant: null, root: false, now: 0, view: null,
+    seq: { timeline: 0, usage: 0, preview: 0 },
   };
   // The grant notices of contract 9, read from the signed-in tenant's event log.
   const NOTICE_TYPES = ['reservation-grant.expiring', 'reservation-grant.underused'];
@@ -61,6 +62,16 @@
     const frac = String(m % 10000n).padStart(4, '0').replace(/0+$/, '');
     return `${m / 10000n}${frac ? `.${frac}` : ''} %`;
   }
+
+  // A datetime-local value read as UTC ("2026-12-01T19:30") in epoch ms; null if not one.
+  function utcMillis(value) {
+    const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?$/
+      .exec(value || '');
+    if (!m) return null;
+    const [y, mo, d, hh, mm, ss, ms] = m.slice(1).map((p) => Number(p || 0));
+    return Date.UTC(y, mo - 1, d, hh, mm, ss, ms);
+  }
+  const utcInput = (ms) => new Date(ms).toISOString().slice(0, 16);
 
   function table(columns, rows, attrs) {
     return h('table', attrs,
@@ -179,16 +190,20 @@
     state.view = null;
     state.seq.timeline += 1;
     state.seq.usage += 1;
+    state.seq.preview += 1;
     $('key').value = '';
     $('who').textContent = '';
     $('forget').hidden = true;
     $('signin').hidden = false;
-    for (const id of ['root-view', 'grants-view', 'timeline-panel', 'usage-panel']) {
+    for (const id of ['root-view', 'grants-view', 'timeline-panel', 'usage-panel', 'preview-box']) {
       $(id).hidden = true;
     }
-    for (const id of ['pools', 'reservations', 'grants', 'timeline', 'usage', 'notices']) {
+    for (const id of ['pools', 'reservations', 'grants', 'timeline', 'usage', 'notices',
+      'preview-result']) {
       $(id).replaceChildren();
     }
+    for (const id of ['pv-tenant', 'pv-project', 'pv-start', 'pv-end']) $(id).value = '';
+    $('pv-slots').value = '1';
   }
 
   // Root reads the server's clock (manual in demos); a tenant cannot, and uses its own.
@@ -263,6 +278,7 @@
     state.view = { accountId, reservationId, from: state.now - 14 * DAY, to: state.now + 30 * DAY };
     $('timeline-panel').hidden = false;
     $('timeline-title').textContent = reservationId;
+    showPreviewForm();
     drawTimeline();
   }
 
@@ -482,6 +498,85 @@
       expiring ? field('renewal', 'Renewal', d.renewal ? String(d.renewal) : 'none yet') : null));
   }
 
+  // -------------------------------------------------------------- preview
+
+  // Root only: the form on the open reservation, with a term from the next hour for a day.
+  function showPreviewForm() {
+    state.seq.preview += 1;
+    $('preview-result').replaceChildren();
+    $('preview-box').hidden = !state.root;
+    if (!state.root || $('pv-start').value) return;
+    const start = Math.ceil(state.now / HOUR) * HOUR;
+    $('pv-start').value = utcInput(start);
+    $('pv-end').value = utcInput(start + DAY);
+  }
+
+  function previewError(code, message) {
+    return h('div', { class: 'preview-error', role: 'alert', 'data-testid': 'preview-error' },
+      h('strong', { 'data-field': 'code' }, code), ' ',
+      h('span', { 'data-field': 'message' }, message));
+  }
+
+  async function submitPreview(ev) {
+    ev.preventDefault();
+    const v = state.view;
+    if (!v || !state.root) return;
+    const seq = ++state.seq.preview;
+    const out = $('preview-result');
+    const grantTenantId = $('pv-tenant').value.trim();
+    const projectId = $('pv-project').value.trim();
+    const slots = Number($('pv-slots').value);
+    const startsAt = utcMillis($('pv-start').value);
+    const endsAt = utcMillis($('pv-end').value);
+    const missing = grantTenantId === '' ? 'the grantee tenant id'
+      : !Number.isInteger(slots) ? 'a whole number of slots'
+        : startsAt === null ? 'the start' : endsAt === null ? 'the end' : null;
+    if (missing) {
+      out.replaceChildren(previewError('FORM', `fill in ${missing}`));
+      return;
+    }
+    const body = {
+      accountId: v.accountId, reservationId: v.reservationId, grantTenantId, slots, startsAt,
+      endsAt,
+    };
+    if (projectId !== '') body.projectId = projectId;
+    out.replaceChildren(h('p', { class: 'muted' }, 'Asking…'));
+    try {
+      const r = await api('reservationGrants/preview', body);
+      if (seq !== state.seq.preview) return;
+      out.replaceChildren(previewAnswer(body, r.preview));
+    } catch (e) {
+      if (seq !== state.seq.preview) return;
+      out.replaceChildren(previewError(e.code, e.message));
+    }
+  }
+
+  function previewAnswer(asked, p) {
+    const field = (name, label, value) => [h('dt', {}, label), h('dd', { 'data-field': name }, value)];
+    const verdict = p.fits
+      ? `Fits: ${asked.slots} of the ${num(p.available)} slots free over the term`
+      : `Does not fit: ${asked.slots} slots asked, ${num(p.available)} free at the busiest ` +
+        'point of the term';
+    return h('div', {
+      class: `preview-answer ${p.fits ? 'fits' : 'no-fit'}`, 'data-testid': 'preview-answer',
+      'data-fits': String(p.fits === true),
+    },
+    h('p', { class: 'verdict', 'data-field': 'fits' }, verdict),
+    h('dl', { class: 'totals' },
+      field('asked', 'Asked', `${asked.grantTenantId}${asked.projectId ? ` (${asked.projectId})` : ''}` +
+        `, ${asked.slots} slots, ${fmtTime(asked.startsAt)} to ${fmtTime(asked.endsAt)}`),
+      field('total', 'Reservation total', num(p.total)),
+      field('granted', 'Granted at the peak', num(p.granted)),
+      field('available', 'Available', num(p.available)),
+      field('slotHours', 'Slot-hours billed', p.slotHours),
+      field('periods', 'Billed hours', `${fmtTime(p.firstPeriodStart)} to ${fmtTime(p.lastPeriodEnd)}`),
+      h('dt', {}, 'Would take in'),
+      h('dd', { 'data-field': 'takeIn' }, p.takeIn.length === 0
+        ? h('span', { class: 'muted' }, 'no instance (a later start, or it does not fit)')
+        : h('ul', { class: 'take-in' }, p.takeIn.map((id) =>
+          h('li', { 'data-testid': 'take-in-instance', 'data-instance-id': id }, id))))));
+  }
+
   // Totals and rows are exactly what the API returned; "now" only shades the hours to come.
   function usageView(g, items, now) {
     const sum = (k) => items.reduce((a, i) => a + micros(i[k]), 0n);
@@ -558,6 +653,7 @@
     $('forget').addEventListener('click', () => { forget(); clearError(); });
     $('tl-earlier').addEventListener('click', () => shift(-7));
     $('tl-later').addEventListener('click', () => shift(7));
+    $('preview-form').addEventListener('submit', submitPreview);
     $('tl-now').addEventListener('click', () => {
       if (state.view) openTimeline(state.view.accountId, state.view.reservationId);
     });

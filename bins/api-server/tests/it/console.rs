@@ -25,8 +25,10 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::support::clock::{HOUR, MIN};
+use crate::support::db::contents;
 use crate::support::fixtures::{
-    Platform, end_grant, grant, grant_of, instance, platform, reservations, tenant_with_pool,
+    Platform, end_grant, grant, grant_of, id, instance, platform, project, reservations,
+    tenant_with_pool,
 };
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -235,6 +237,18 @@ impl Chrome {
         input.type_str(text).await.expect("type");
     }
 
+    /// Sets the value of the input `testid` as a script would (a
+    /// `datetime-local` field takes no typed text reliably).
+    async fn set_value(&self, testid: &str, value: &str) {
+        let js = format!(
+            "(() => {{ const e = document.querySelector('[data-testid={testid}]'); \
+             e.value = {v}; e.dispatchEvent(new Event('input', {{ bubbles: true }})); \
+             return e.value; }})()",
+            v = json!(value)
+        );
+        assert_eq!(self.eval::<String>(&js).await, value, "{testid}");
+    }
+
     /// The text of the first element matching `selector` ("" if none).
     async fn text(&self, selector: &str) -> String {
         self.eval(&format!(
@@ -291,7 +305,7 @@ impl Chrome {
     /// Checks what the page did so far: no uncaught exception, no console
     /// error or warning, no CSP violation, no browser error but the network
     /// lines of the `expected_statuses` the test provoked, and no request
-    /// outside `origin` (nor any carrying `key` in its URL).
+    /// outside `origin` but `data:` URLs (nor any carrying `key` in its URL).
     async fn assert_clean(&self, origin: &str, secrets: &[&str], expected_statuses: &[u16]) {
         let violations: Vec<String> = self.eval("window.__cspViolations").await;
         assert!(violations.is_empty(), "CSP violations: {violations:?}");
@@ -316,8 +330,10 @@ impl Chrome {
         assert!(!seen.requests.is_empty(), "no request was seen");
         let prefix = format!("{origin}/");
         for url in &seen.requests {
+            // A `data:` URL carries its content and reaches no server: the
+            // calendar icon Chromium draws in a `datetime-local` field is one.
             assert!(
-                url.starts_with(&prefix),
+                url.starts_with(&prefix) || url.starts_with("data:"),
                 "a request outside {origin}: {url}"
             );
             for secret in secrets {
@@ -899,6 +915,12 @@ fn fmt_time(ms: i64) -> String {
     format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}Z")
 }
 
+/// A time as a `datetime-local` field holds it, read as UTC: `2026-12-01T19:30`.
+fn input_time(ms: i64) -> String {
+    let (y, m, d, hh, mm) = civil(ms);
+    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}")
+}
+
 /// A 6-decimal ratio as an exact percentage: `"0.104167"` is `"10.4167 %"`,
 /// `"0.500000"` is `"50 %"`.
 fn percent(ratio: &str) -> String {
@@ -918,6 +940,7 @@ fn the_tests_write_times_and_percentages_as_the_page_does() {
         "2030-01-01 19:30Z"
     );
     assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00Z");
+    assert_eq!(input_time(1_709_251_199_000), "2024-02-29T23:59");
     assert_eq!(percent("0.104167"), "10.4167 %");
     assert_eq!(percent("0.500000"), "50 %");
     assert_eq!(percent("0.000000"), "0 %");
@@ -1139,7 +1162,7 @@ async fn an_operator_reads_a_grants_expiry_and_underuse_notices() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_grantee_reads_its_own_notices() {
+async fn a_grantee_reads_its_own_notices_and_is_not_offered_the_preview() {
     let s = Server::start().await;
     let w = noticed_world(&s).await;
     // acme's own log holds its copies of the notices.
@@ -1157,8 +1180,238 @@ async fn a_grantee_reads_its_own_notices() {
         .await;
     assert_notices_shown(&chrome, &w.grant, &notices).await;
 
+    // The reservation's timeline opens for a grantee, without the form.
+    chrome
+        .click(&format!(
+            "[data-testid=grant-row][data-grant-id='{}'] [data-testid=grant-timeline]",
+            w.grant
+        ))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=timeline] [data-testid=grant-bar]')",
+            "the timeline",
+        )
+        .await;
+    let shown: bool = chrome
+        .eval(
+            "(() => { const b = document.querySelector('[data-testid=preview-panel]'); \
+             return !b.hidden || getComputedStyle(b).display !== 'none' \
+               || b.getClientRects().length > 0; })()",
+        )
+        .await;
+    assert!(!shown, "a tenant is offered the preview form");
     chrome
         .assert_clean(&s.url, &[ROOT_TOKEN, &w.p.tenant_token], &[403])
         .await;
+    chrome.close().await;
+}
+
+/// What the page shows of a preview answer, field by field.
+async fn shown_preview(chrome: &Chrome) -> Value {
+    let field = |name: &str| format!("[data-testid=preview-answer] [data-field={name}]");
+    let take_in: Vec<String> = chrome
+        .eval(
+            "[...document.querySelectorAll('[data-testid=take-in-instance]')]\
+             .map((e) => e.textContent)",
+        )
+        .await;
+    json!({
+        "fits": chrome
+            .eval::<String>(
+                "document.querySelector('[data-testid=preview-answer]').getAttribute('data-fits')"
+            )
+            .await == "true",
+        "verdict": chrome.text(&field("fits")).await,
+        "total": chrome.text(&field("total")).await,
+        "granted": chrome.text(&field("granted")).await,
+        "available": chrome.text(&field("available")).await,
+        "slotHours": chrome.text(&field("slotHours")).await,
+        "periods": chrome.text(&field("periods")).await,
+        "takeIn": take_in,
+    })
+}
+
+/// Fills the preview form and sends it.
+async fn fill_preview(chrome: &Chrome, body: &Value) {
+    chrome
+        .type_into(
+            "preview-tenant",
+            body["grantTenantId"].as_str().expect("tenant"),
+        )
+        .await;
+    chrome
+        .type_into("preview-project", body["projectId"].as_str().unwrap_or(""))
+        .await;
+    chrome
+        .type_into("preview-slots", &body["slots"].to_string())
+        .await;
+    chrome
+        .set_value(
+            "preview-start",
+            &input_time(body["startsAt"].as_i64().expect("start")),
+        )
+        .await;
+    chrome
+        .set_value(
+            "preview-end",
+            &input_time(body["endsAt"].as_i64().expect("end")),
+        )
+        .await;
+    // The answer box is emptied on sending, so what follows is this answer.
+    chrome.click("[data-testid=preview-submit]").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_previews_a_grant_that_fits_and_one_that_does_not() {
+    let s = Server::start().await;
+    let start = next_hour(&s).await;
+    s.set_clock(start).await;
+    let p = platform(&s, 4).await;
+    let web = project(&s, &p.tenant_token, "acme", "web").await;
+    // acme runs two instances on ordinary slots; globex holds 3 of the 4
+    // slots from hour 2 to hour 6.
+    let mut running = vec![
+        id(&instance(&s, &p.tenant_token, "acme", &p.pool).await),
+        id(&instance(&s, &p.tenant_token, "acme", &p.pool).await),
+    ];
+    running.sort();
+    tenant_with_pool(&s, "globex", &p.pool).await;
+    grant(&s, &p, "globex", 3, start + 2 * HOUR, start + 6 * HOUR).await;
+    let now = start + 10 * MIN;
+    s.set_clock(now).await;
+
+    let chrome = Chrome::launch().await;
+    chrome.goto(&format!("{}/console/", s.url)).await;
+    chrome.sign_in(ROOT, ROOT_TOKEN).await;
+    let row = format!(
+        "[data-testid=reservation-row][data-reservation-id='{}']",
+        p.reservation
+    );
+    chrome
+        .wait_for(
+            &format!("document.querySelector(\"{row}\")"),
+            "the reservation",
+        )
+        .await;
+    chrome.open_timeline(&row).await;
+    chrome
+        .wait_for(
+            "!document.querySelector('[data-testid=preview-panel]').hidden",
+            "the preview form",
+        )
+        .await;
+    // The form starts on the next whole hour of the server's clock, for a day.
+    let (from, to): (String, String) = chrome
+        .eval(
+            "[document.querySelector('[data-testid=preview-start]').value, \
+              document.querySelector('[data-testid=preview-end]').value]",
+        )
+        .await;
+    assert_eq!(
+        (from, to),
+        (input_time(start + HOUR), input_time(start + HOUR + DAY))
+    );
+
+    let grants_before = all_grants(&s).await;
+    let db_before = contents(&s).await;
+    let body = |tenant: &str, slots: i64, from: i64, to: i64| {
+        json!({
+            "accountId": p.account,
+            "reservationId": p.reservation,
+            "grantTenantId": tenant,
+            "slots": slots,
+            "startsAt": from,
+            "endsAt": to,
+        })
+    };
+    // Fits: 2 slots from now to hour 1, taking in acme's two instances.
+    // Does not fit: 2 slots (for acme's project) over globex's 3.
+    let mut no_fit = body("acme", 2, start + HOUR, start + 3 * HOUR);
+    no_fit["projectId"] = json!(web);
+    for (what, asked, fits) in [
+        ("fits", body("acme", 2, now, start + HOUR), true),
+        ("does not fit", no_fit, false),
+    ] {
+        let api = s
+            .root("reservationGrants/preview", asked.clone())
+            .await
+            .ok()["preview"]
+            .clone();
+        assert_eq!(api["fits"], fits, "{what}: {api}");
+        fill_preview(&chrome, &asked).await;
+        chrome
+            .wait_for(
+                &format!(
+                    "document.querySelector('[data-testid=preview-answer][data-fits={fits}]')"
+                ),
+                what,
+            )
+            .await;
+        let shown = shown_preview(&chrome).await;
+        let mut take_in: Vec<String> =
+            serde_json::from_value(api["takeIn"].clone()).expect("takeIn");
+        take_in.sort();
+        let mut shown_take_in: Vec<String> =
+            serde_json::from_value(shown["takeIn"].clone()).expect("takeIn");
+        shown_take_in.sort();
+        assert_eq!(shown["fits"], api["fits"], "{what}");
+        for k in ["total", "granted", "available"] {
+            assert_eq!(shown[k], api[k].to_string(), "{what}: {k}");
+        }
+        assert_eq!(shown["slotHours"], api["slotHours"], "{what}");
+        let periods = format!(
+            "{} to {}",
+            fmt_time(api["firstPeriodStart"].as_i64().expect("first")),
+            fmt_time(api["lastPeriodEnd"].as_i64().expect("last"))
+        );
+        assert_eq!(shown["periods"], periods.as_str(), "{what}");
+        assert_eq!(shown_take_in, take_in, "{what}");
+        let verdict = shown["verdict"].as_str().expect("verdict");
+        assert!(
+            verdict.starts_with(if fits { "Fits" } else { "Does not fit" }),
+            "{what}: {verdict}"
+        );
+        if fits {
+            assert_eq!(take_in, running, "a start now takes in acme's instances");
+        } else {
+            assert!(take_in.is_empty() && api["available"] == 1, "{api}");
+        }
+    }
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-preview.png");
+    chrome.screenshot(&target).await;
+
+    // A refusal reads as the API's code and message.
+    let unknown = body("nobody", 1, start + HOUR, start + 2 * HOUR);
+    let refused = s.root("reservationGrants/preview", unknown.clone()).await;
+    refused.err(404, "NOT_FOUND");
+    fill_preview(&chrome, &unknown).await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=preview-error]')",
+            "the refusal",
+        )
+        .await;
+    assert_eq!(
+        chrome
+            .text("[data-testid=preview-error] [data-field=code]")
+            .await,
+        "NOT_FOUND"
+    );
+    assert_eq!(
+        chrome
+            .text("[data-testid=preview-error] [data-field=message]")
+            .await,
+        refused.body["error"]["message"].as_str().expect("message")
+    );
+
+    // Previews wrote nothing: no grant, no row anywhere.
+    assert_eq!(pairs(&all_grants(&s).await), pairs(&grants_before));
+    assert_eq!(
+        contents(&s).await,
+        db_before,
+        "a preview wrote to the database"
+    );
+    chrome.assert_clean(&s.url, &[ROOT_TOKEN], &[404]).await;
     chrome.close().await;
 }
