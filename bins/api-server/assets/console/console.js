@@ -14,8 +14,11 @@
 
   // `seq` numbers each panel's loads, so a slow answer never replaces a newer one.
   const state = {
-    key: null, tenant: null, root: false, now: 0, view: null, seq: { timeline: 0, usage: 0 },
+    key: null, tenant: null, root: false, now: 0, view: null,
+    seq: { timeline: 0, usage: 0, preview: 0 },
   };
+  // The grant notices of contract 9, read from the signed-in tenant's event log.
+  const NOTICE_TYPES = ['reservation-grant.expiring', 'reservation-grant.underused'];
 
   // ------------------------------------------------------------------ DOM
 
@@ -25,7 +28,7 @@
       if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
       else el.setAttribute(k, String(v));
     }
-    for (const kid of kids.flat()) {
+    for (const kid of kids.flat(Infinity)) {
       if (kid === null || kid === undefined || kid === false) continue;
       el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
     }
@@ -51,6 +54,24 @@
     return BigInt(whole) * 1000000n + BigInt((frac + '000000').slice(0, 6));
   }
   const fmtMicros = (m) => `${m / 1000000n}.${String(m % 1000000n).padStart(6, '0')}`;
+
+  // A 6-decimal ratio ("0.412500") as an exact percentage ("41.25 %").
+  function fmtPercent(text) {
+    if (typeof text !== 'string' || !/^[0-9]+\.[0-9]{6}$/.test(text)) return '—';
+    const m = micros(text);
+    const frac = String(m % 10000n).padStart(4, '0').replace(/0+$/, '');
+    return `${m / 10000n}${frac ? `.${frac}` : ''} %`;
+  }
+
+  // A datetime-local value read as UTC ("2026-12-01T19:30") in epoch ms; null if not one.
+  function utcMillis(value) {
+    const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?$/
+      .exec(value || '');
+    if (!m) return null;
+    const [y, mo, d, hh, mm, ss, ms] = m.slice(1).map((p) => Number(p || 0));
+    return Date.UTC(y, mo - 1, d, hh, mm, ss, ms);
+  }
+  const utcInput = (ms) => new Date(ms).toISOString().slice(0, 16);
 
   function table(columns, rows, attrs) {
     return h('table', attrs,
@@ -101,6 +122,18 @@
     out.push(...page.items);
     while (page.hasMore === true && page.nextCursor) {
       page = await api('reservationGrants/list', { ...body, after: page.nextCursor });
+      out.push(...page.items);
+    }
+    return out;
+  }
+
+  // Every page of events.list with `body`'s filters, oldest first.
+  async function listEvents(body) {
+    const out = [];
+    let page = await api('events/list', { limit: 1000, ...body });
+    out.push(...page.items);
+    while (page.hasMore === true && page.nextCursor && page.items.length > 0) {
+      page = await api('events/list', { limit: 1000, ...body, after: page.nextCursor });
       out.push(...page.items);
     }
     return out;
@@ -157,16 +190,20 @@
     state.view = null;
     state.seq.timeline += 1;
     state.seq.usage += 1;
+    state.seq.preview += 1;
     $('key').value = '';
     $('who').textContent = '';
     $('forget').hidden = true;
     $('signin').hidden = false;
-    for (const id of ['root-view', 'grants-view', 'timeline-panel', 'usage-panel']) {
+    for (const id of ['root-view', 'grants-view', 'timeline-panel', 'usage-panel', 'preview-box']) {
       $(id).hidden = true;
     }
-    for (const id of ['pools', 'reservations', 'grants', 'timeline', 'usage']) {
+    for (const id of ['pools', 'reservations', 'grants', 'timeline', 'usage', 'notices',
+      'preview-result']) {
       $(id).replaceChildren();
     }
+    for (const id of ['pv-tenant', 'pv-project', 'pv-start', 'pv-end']) $(id).value = '';
+    $('pv-slots').value = '1';
   }
 
   // Root reads the server's clock (manual in demos); a tenant cannot, and uses its own.
@@ -241,6 +278,7 @@
     state.view = { accountId, reservationId, from: state.now - 14 * DAY, to: state.now + 30 * DAY };
     $('timeline-panel').hidden = false;
     $('timeline-title').textContent = reservationId;
+    showPreviewForm();
     drawTimeline();
   }
 
@@ -394,6 +432,7 @@
     $('usage-panel').hidden = false;
     $('usage-title').textContent = g.grantId;
     $('usage').replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+    showNotices(g, seq);
     try {
       await refreshNow();
       const r = await api('reservationGrants/usage', { grantId: g.grantId });
@@ -405,6 +444,137 @@
       $('usage').replaceChildren();
       showError(e, 'Reading the grant\'s hours');
     }
+  }
+
+  // -------------------------------------------------------------- notices
+
+  // The grant's expiry and underuse notices, newest first. A log the key may
+  // not read leaves a note here and the hours still show.
+  async function showNotices(g, seq) {
+    $('notices').replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+    let evs;
+    try {
+      evs = await listEvents({ types: NOTICE_TYPES });
+    } catch (e) {
+      if (seq !== state.seq.usage) return;
+      $('notices').replaceChildren(h('p', { class: 'muted', 'data-testid': 'notices-error' },
+        `The notices could not be read: ${e.message} (${e.code}).`));
+      return;
+    }
+    if (seq !== state.seq.usage) return;
+    const mine = evs.filter((ev) => ev.data && ev.data.grantId === g.grantId
+      && NOTICE_TYPES.includes(ev.type)).reverse();
+    $('notices').replaceChildren(mine.length === 0
+      ? h('p', { class: 'muted', 'data-testid': 'no-notices' }, 'No notices for this grant.')
+      : h('div', { class: 'notices' }, mine.map(noticeCard)));
+  }
+
+  function noticeCard(ev) {
+    const d = ev.data;
+    const expiring = ev.type === 'reservation-grant.expiring';
+    const slots = num(d.slots);
+    const suggested = num(d.suggestedSlots);
+    const field = (name, label, value, attrs) => [h('dt', {}, label),
+      h('dd', { 'data-field': name, ...(attrs || {}) }, value)];
+    const win = d.window || {};
+    return h('div', {
+      class: `notice ${expiring ? 'expiring' : 'underused'}`, 'data-testid': 'notice',
+      'data-type': ev.type, 'data-event-id': ev.eventId,
+    },
+    h('p', { class: 'notice-head' },
+      h('strong', { 'data-field': 'kind' }, expiring ? 'Expiring' : 'Underused'), ' · ',
+      h('span', { 'data-field': 'when' }, fmtTime(ev.occurredAt)),
+      h('span', { class: 'muted' }, ` · ${ev.type}`)),
+    h('dl', { class: 'totals' },
+      expiring ? [
+        field('notice', 'Notice', `${d.notice} before its end`),
+        field('ends', 'Ends', fmtTime(d.endsAt)),
+      ] : field('window', 'Window (last 24 hours)', `${fmtTime(win.from)} to ${fmtTime(win.to)}`),
+      field('utilisation', expiring ? 'Utilisation so far' : 'Utilisation in the window',
+        fmtPercent(d.utilisation), { title: `held / committed = ${d.utilisation}` }),
+      field('suggestion', 'Suggestion', expiring
+        ? `renew with ${suggested} of ${slots} slots`
+        : `${suggested} of ${slots} slots would hold what ran`),
+      expiring ? field('renewal', 'Renewal', d.renewal ? String(d.renewal) : 'none yet') : null));
+  }
+
+  // -------------------------------------------------------------- preview
+
+  // Root only: the form on the open reservation, with a term from the next hour for a day.
+  function showPreviewForm() {
+    state.seq.preview += 1;
+    $('preview-result').replaceChildren();
+    $('preview-box').hidden = !state.root;
+    if (!state.root || $('pv-start').value) return;
+    const start = Math.ceil(state.now / HOUR) * HOUR;
+    $('pv-start').value = utcInput(start);
+    $('pv-end').value = utcInput(start + DAY);
+  }
+
+  function previewError(code, message) {
+    return h('div', { class: 'preview-error', role: 'alert', 'data-testid': 'preview-error' },
+      h('strong', { 'data-field': 'code' }, code), ' ',
+      h('span', { 'data-field': 'message' }, message));
+  }
+
+  async function submitPreview(ev) {
+    ev.preventDefault();
+    const v = state.view;
+    if (!v || !state.root) return;
+    const seq = ++state.seq.preview;
+    const out = $('preview-result');
+    const grantTenantId = $('pv-tenant').value.trim();
+    const projectId = $('pv-project').value.trim();
+    const slots = Number($('pv-slots').value);
+    const startsAt = utcMillis($('pv-start').value);
+    const endsAt = utcMillis($('pv-end').value);
+    const missing = grantTenantId === '' ? 'the grantee tenant id'
+      : !Number.isInteger(slots) ? 'a whole number of slots'
+        : startsAt === null ? 'the start' : endsAt === null ? 'the end' : null;
+    if (missing) {
+      out.replaceChildren(previewError('FORM', `fill in ${missing}`));
+      return;
+    }
+    const body = {
+      accountId: v.accountId, reservationId: v.reservationId, grantTenantId, slots, startsAt,
+      endsAt,
+    };
+    if (projectId !== '') body.projectId = projectId;
+    out.replaceChildren(h('p', { class: 'muted' }, 'Asking…'));
+    try {
+      const r = await api('reservationGrants/preview', body);
+      if (seq !== state.seq.preview) return;
+      out.replaceChildren(previewAnswer(body, r.preview));
+    } catch (e) {
+      if (seq !== state.seq.preview) return;
+      out.replaceChildren(previewError(e.code, e.message));
+    }
+  }
+
+  function previewAnswer(asked, p) {
+    const field = (name, label, value) => [h('dt', {}, label), h('dd', { 'data-field': name }, value)];
+    const verdict = p.fits
+      ? `Fits: ${asked.slots} of the ${num(p.available)} slots free over the term`
+      : `Does not fit: ${asked.slots} slots asked, ${num(p.available)} free at the busiest ` +
+        'point of the term';
+    return h('div', {
+      class: `preview-answer ${p.fits ? 'fits' : 'no-fit'}`, 'data-testid': 'preview-answer',
+      'data-fits': String(p.fits === true),
+    },
+    h('p', { class: 'verdict', 'data-field': 'fits' }, verdict),
+    h('dl', { class: 'totals' },
+      field('asked', 'Asked', `${asked.grantTenantId}${asked.projectId ? ` (${asked.projectId})` : ''}` +
+        `, ${asked.slots} slots, ${fmtTime(asked.startsAt)} to ${fmtTime(asked.endsAt)}`),
+      field('total', 'Reservation total', num(p.total)),
+      field('granted', 'Granted at the peak', num(p.granted)),
+      field('available', 'Available', num(p.available)),
+      field('slotHours', 'Slot-hours billed', p.slotHours),
+      field('periods', 'Billed hours', `${fmtTime(p.firstPeriodStart)} to ${fmtTime(p.lastPeriodEnd)}`),
+      h('dt', {}, 'Would take in'),
+      h('dd', { 'data-field': 'takeIn' }, p.takeIn.length === 0
+        ? h('span', { class: 'muted' }, 'no instance (a later start, or it does not fit)')
+        : h('ul', { class: 'take-in' }, p.takeIn.map((id) =>
+          h('li', { 'data-testid': 'take-in-instance', 'data-instance-id': id }, id))))));
   }
 
   // Totals and rows are exactly what the API returned; "now" only shades the hours to come.
@@ -483,6 +653,7 @@
     $('forget').addEventListener('click', () => { forget(); clearError(); });
     $('tl-earlier').addEventListener('click', () => shift(-7));
     $('tl-later').addEventListener('click', () => shift(7));
+    $('preview-form').addEventListener('submit', submitPreview);
     $('tl-now').addEventListener('click', () => {
       if (state.view) openTimeline(state.view.accountId, state.view.reservationId);
     });

@@ -25,10 +25,13 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::support::clock::{HOUR, MIN};
+use crate::support::db::contents;
 use crate::support::fixtures::{
-    Platform, end_grant, grant, instance, platform, reservations, tenant_with_pool,
+    Platform, end_grant, grant, grant_of, id, instance, platform, project, reservations,
+    tenant_with_pool,
 };
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
+use crate::support::worker;
 
 const DAY: i64 = 24 * HOUR;
 
@@ -234,6 +237,27 @@ impl Chrome {
         input.type_str(text).await.expect("type");
     }
 
+    /// Sets the value of the input `testid` as a script would (a
+    /// `datetime-local` field takes no typed text reliably).
+    async fn set_value(&self, testid: &str, value: &str) {
+        let js = format!(
+            "(() => {{ const e = document.querySelector('[data-testid={testid}]'); \
+             e.value = {v}; e.dispatchEvent(new Event('input', {{ bubbles: true }})); \
+             return e.value; }})()",
+            v = json!(value)
+        );
+        assert_eq!(self.eval::<String>(&js).await, value, "{testid}");
+    }
+
+    /// The text of the first element matching `selector` ("" if none).
+    async fn text(&self, selector: &str) -> String {
+        self.eval(&format!(
+            "(() => {{ const e = document.querySelector({}); return e ? e.textContent : ''; }})()",
+            json!(selector)
+        ))
+        .await
+    }
+
     /// Clicks the first element matching `selector` with the mouse.
     async fn click(&self, selector: &str) {
         let el = self
@@ -281,7 +305,7 @@ impl Chrome {
     /// Checks what the page did so far: no uncaught exception, no console
     /// error or warning, no CSP violation, no browser error but the network
     /// lines of the `expected_statuses` the test provoked, and no request
-    /// outside `origin` (nor any carrying `key` in its URL).
+    /// outside `origin` but `data:` URLs (nor any carrying `key` in its URL).
     async fn assert_clean(&self, origin: &str, secrets: &[&str], expected_statuses: &[u16]) {
         let violations: Vec<String> = self.eval("window.__cspViolations").await;
         assert!(violations.is_empty(), "CSP violations: {violations:?}");
@@ -306,8 +330,10 @@ impl Chrome {
         assert!(!seen.requests.is_empty(), "no request was seen");
         let prefix = format!("{origin}/");
         for url in &seen.requests {
+            // A `data:` URL carries its content and reaches no server: the
+            // calendar icon Chromium draws in a `datetime-local` field is one.
             assert!(
-                url.starts_with(&prefix),
+                url.starts_with(&prefix) || url.starts_with("data:"),
                 "a request outside {origin}: {url}"
             );
             for secret in secrets {
@@ -352,7 +378,9 @@ struct World {
     globex_token: String,
 }
 
-async fn world(s: &Server) -> World {
+/// The next whole hour after both the server's clock and the wall clock, so
+/// the page's datetime fields and "now" line read naturally.
+async fn next_hour(s: &Server) -> i64 {
     let wall = i64::try_from(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -360,7 +388,11 @@ async fn world(s: &Server) -> World {
             .as_millis(),
     )
     .expect("ms");
-    let start = (s.now().await.max(wall) / HOUR + 1) * HOUR;
+    (s.now().await.max(wall) / HOUR + 1) * HOUR
+}
+
+async fn world(s: &Server) -> World {
+    let start = next_hour(s).await;
     s.set_clock(start).await;
     let p = platform(s, 8).await;
     let globex_token = tenant_with_pool(s, "globex", &p.pool).await;
@@ -851,5 +883,535 @@ async fn the_demo_world_reads_in_the_console() {
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-demo.png");
     chrome.screenshot(&target).await;
     chrome.assert_clean(&s.url, &[ROOT_TOKEN], &[]).await;
+    chrome.close().await;
+}
+
+// ------------------------------------------------- notices and the preview
+
+/// `ms` in UTC as `(year, month, day, hour, minute)` (days to civil date,
+/// after H. Hinnant).
+fn civil(ms: i64) -> (i64, i64, i64, i64, i64) {
+    let (days, rem) = (ms.div_euclid(DAY), ms.rem_euclid(DAY));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (
+        yoe + era * 400 + i64::from(m <= 2),
+        m,
+        d,
+        rem / HOUR,
+        rem % HOUR / MIN,
+    )
+}
+
+/// A time as the page writes it: `2026-12-01 19:30Z`.
+fn fmt_time(ms: i64) -> String {
+    let (y, m, d, hh, mm) = civil(ms);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}Z")
+}
+
+/// A time as a `datetime-local` field holds it, read as UTC: `2026-12-01T19:30`.
+fn input_time(ms: i64) -> String {
+    let (y, m, d, hh, mm) = civil(ms);
+    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}")
+}
+
+/// A 6-decimal ratio as an exact percentage: `"0.104167"` is `"10.4167 %"`,
+/// `"0.500000"` is `"50 %"`.
+fn percent(ratio: &str) -> String {
+    let m = micros(ratio);
+    let frac = format!("{:04}", m % 10_000);
+    match frac.trim_end_matches('0') {
+        "" => format!("{} %", m / 10_000),
+        f => format!("{}.{f} %", m / 10_000),
+    }
+}
+
+#[test]
+fn the_tests_write_times_and_percentages_as_the_page_does() {
+    assert_eq!(fmt_time(0), "1970-01-01 00:00Z");
+    assert_eq!(
+        fmt_time(1_893_456_000_000 + 19 * HOUR + 30 * MIN),
+        "2030-01-01 19:30Z"
+    );
+    assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00Z");
+    assert_eq!(input_time(1_709_251_199_000), "2024-02-29T23:59");
+    assert_eq!(percent("0.104167"), "10.4167 %");
+    assert_eq!(percent("0.500000"), "50 %");
+    assert_eq!(percent("0.000000"), "0 %");
+    assert_eq!(percent("1.000000"), "100 %");
+}
+
+/// A world with grant notices due: acme's 2-slot grant of 26 hours, renewed
+/// by a 1-slot grant from its end, with one instance held in it from hour
+/// 20, and the clock at hour 25.5. There its 1d and 1h expiry notices are
+/// due (the 7d one would fall before its start), and its last 24 whole
+/// hours held 5 instance-hours of 48 committed, under a fifth: underused.
+/// The worker's `vps.grants` pass has sent them.
+struct Noticed {
+    p: Platform,
+    grant: String,
+    renewal: String,
+}
+
+async fn noticed_world(s: &Server) -> Noticed {
+    let start = next_hour(s).await;
+    s.set_clock(start).await;
+    let p = platform(s, 8).await;
+    let g = grant(s, &p, "acme", 2, start, start + 26 * HOUR).await;
+    let renewal = grant(s, &p, "acme", 1, start + 26 * HOUR, start + 50 * HOUR).await;
+    s.set_clock(start + 20 * HOUR).await;
+    let held = instance(s, &p.tenant_token, "acme", &p.pool).await;
+    assert_eq!(grant_of(&held).as_deref(), Some(g.as_str()), "{held}");
+    s.set_clock(start + 25 * HOUR + 30 * MIN).await;
+    worker::once(s, &["vps.grants"]).await;
+    Noticed {
+        p,
+        grant: g,
+        renewal,
+    }
+}
+
+/// The notices of `grant` in the log of `tenant` (read with `token`).
+async fn notices_of(s: &Server, token: &str, tenant: &str, grant: &str) -> Vec<Value> {
+    let v = s
+        .call(
+            token,
+            "events/list",
+            json!({
+                "tenantId": tenant,
+                "limit": 1000,
+                "types": ["reservation-grant.expiring", "reservation-grant.underused"],
+            }),
+        )
+        .await
+        .ok();
+    assert_eq!(v["hasMore"], false, "{v}");
+    v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|e| e["data"]["grantId"] == grant)
+        .cloned()
+        .collect()
+}
+
+/// Opens `grant` from the grant list and checks that the page shows each of
+/// `notices` (events from the signed-in tenant's log) with its figures.
+async fn assert_notices_shown(chrome: &Chrome, grant: &str, notices: &[Value]) {
+    chrome
+        .click(&format!("[data-testid=grant-row][data-grant-id='{grant}']"))
+        .await;
+    chrome
+        .wait_for(
+            &format!(
+                "document.querySelectorAll('[data-testid=notice]').length === {} && \
+                 document.getElementById('usage-title').textContent === '{grant}'",
+                notices.len()
+            ),
+            "the grant's notices",
+        )
+        .await;
+    // Newest first: the log's order reversed.
+    let order: Vec<String> = chrome
+        .eval(
+            "[...document.querySelectorAll('[data-testid=notice]')]\
+             .map((e) => e.getAttribute('data-event-id'))",
+        )
+        .await;
+    let mut want: Vec<String> = notices
+        .iter()
+        .map(|e| e["eventId"].as_str().expect("eventId").to_owned())
+        .collect();
+    want.reverse();
+    assert_eq!(order, want);
+    for ev in notices {
+        let card = format!(
+            "[data-testid=notice][data-event-id='{}']",
+            ev["eventId"].as_str().expect("eventId")
+        );
+        let field = |name: &str| format!("{card} [data-field={name}]");
+        let d = &ev["data"];
+        let ty = ev["type"].as_str().expect("type");
+        let slots = d["slots"].as_i64().expect("slots");
+        let suggested = d["suggestedSlots"].as_i64().expect("suggestedSlots");
+        let utilisation = d["utilisation"].as_str().expect("utilisation");
+        let at = ev["occurredAt"].as_i64().expect("occurredAt");
+        let mut want = vec![
+            ("when", fmt_time(at)),
+            ("utilisation", percent(utilisation)),
+        ];
+        if ty == "reservation-grant.expiring" {
+            want.extend([
+                ("kind", "Expiring".to_owned()),
+                (
+                    "notice",
+                    format!("{} before its end", d["notice"].as_str().expect("notice")),
+                ),
+                ("ends", fmt_time(d["endsAt"].as_i64().expect("endsAt"))),
+                (
+                    "suggestion",
+                    format!("renew with {suggested} of {slots} slots"),
+                ),
+                (
+                    "renewal",
+                    d["renewal"].as_str().expect("renewal").to_owned(),
+                ),
+            ]);
+        } else {
+            assert_eq!(ty, "reservation-grant.underused");
+            let (from, to) = (&d["window"]["from"], &d["window"]["to"]);
+            want.extend([
+                ("kind", "Underused".to_owned()),
+                (
+                    "window",
+                    format!(
+                        "{} to {}",
+                        fmt_time(from.as_i64().expect("from")),
+                        fmt_time(to.as_i64().expect("to"))
+                    ),
+                ),
+                (
+                    "suggestion",
+                    format!("{suggested} of {slots} slots would hold what ran"),
+                ),
+            ]);
+        }
+        for (name, value) in want {
+            assert_eq!(chrome.text(&field(name)).await, value, "{name} of {ev}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_reads_a_grants_expiry_and_underuse_notices() {
+    let s = Server::start().await;
+    let w = noticed_world(&s).await;
+    let notices = notices_of(&s, ROOT_TOKEN, ROOT, &w.grant).await;
+    let mut kinds: Vec<(String, String)> = notices
+        .iter()
+        .map(|e| {
+            let notice = e["data"]["notice"].as_str().unwrap_or("").to_owned();
+            (e["type"].as_str().expect("type").to_owned(), notice)
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            ("reservation-grant.expiring".to_owned(), "1d".to_owned()),
+            ("reservation-grant.expiring".to_owned(), "1h".to_owned()),
+            ("reservation-grant.underused".to_owned(), String::new()),
+        ],
+        "{notices:?}"
+    );
+    for ev in &notices {
+        let d = &ev["data"];
+        assert_eq!(d["slots"], 2, "{ev}");
+        if ev["type"] == "reservation-grant.expiring" {
+            assert_eq!(d["renewal"], w.renewal.as_str(), "{ev}");
+        }
+        // The instance held 5 of the window's 48 slot-hours: a non-zero
+        // share to show, below the 0.2 the notice is sent under.
+        let u = micros(d["utilisation"].as_str().expect("utilisation"));
+        assert!(u > 0 && u < 200_000, "{ev}");
+    }
+
+    let chrome = Chrome::launch().await;
+    chrome.goto(&format!("{}/console/", s.url)).await;
+    chrome.sign_in(ROOT, ROOT_TOKEN).await;
+    chrome
+        .wait_for(
+            &format!(
+                "document.querySelector(\"[data-testid=grant-row][data-grant-id='{}']\")",
+                w.grant
+            ),
+            "the grant",
+        )
+        .await;
+    assert_notices_shown(&chrome, &w.grant, &notices).await;
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-notices.png");
+    chrome.screenshot(&target).await;
+
+    // The renewal has no notice of its own yet, and the page says so.
+    assert!(
+        notices_of(&s, ROOT_TOKEN, ROOT, &w.renewal)
+            .await
+            .is_empty()
+    );
+    chrome
+        .click(&format!(
+            "[data-testid=grant-row][data-grant-id='{}']",
+            w.renewal
+        ))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=no-notices]') && \
+             document.querySelectorAll('[data-testid=notice]').length === 0",
+            "no notices for the renewal",
+        )
+        .await;
+    chrome.assert_clean(&s.url, &[ROOT_TOKEN], &[]).await;
+    chrome.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grantee_reads_its_own_notices_and_is_not_offered_the_preview() {
+    let s = Server::start().await;
+    let w = noticed_world(&s).await;
+    // acme's own log holds its copies of the notices.
+    let notices = notices_of(&s, &w.p.tenant_token, "acme", &w.grant).await;
+    assert_eq!(notices.len(), 3, "{notices:?}");
+
+    let chrome = Chrome::launch().await;
+    chrome.goto(&format!("{}/console/", s.url)).await;
+    chrome.sign_in("acme", &w.p.tenant_token).await;
+    chrome
+        .wait_for(
+            "document.querySelectorAll('[data-testid=grant-row]').length === 2",
+            "acme's two grants",
+        )
+        .await;
+    assert_notices_shown(&chrome, &w.grant, &notices).await;
+
+    // The reservation's timeline opens for a grantee, without the form.
+    chrome
+        .click(&format!(
+            "[data-testid=grant-row][data-grant-id='{}'] [data-testid=grant-timeline]",
+            w.grant
+        ))
+        .await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=timeline] [data-testid=grant-bar]')",
+            "the timeline",
+        )
+        .await;
+    let shown: bool = chrome
+        .eval(
+            "(() => { const b = document.querySelector('[data-testid=preview-panel]'); \
+             return !b.hidden || getComputedStyle(b).display !== 'none' \
+               || b.getClientRects().length > 0; })()",
+        )
+        .await;
+    assert!(!shown, "a tenant is offered the preview form");
+    chrome
+        .assert_clean(&s.url, &[ROOT_TOKEN, &w.p.tenant_token], &[403])
+        .await;
+    chrome.close().await;
+}
+
+/// What the page shows of a preview answer, field by field.
+async fn shown_preview(chrome: &Chrome) -> Value {
+    let field = |name: &str| format!("[data-testid=preview-answer] [data-field={name}]");
+    let take_in: Vec<String> = chrome
+        .eval(
+            "[...document.querySelectorAll('[data-testid=take-in-instance]')]\
+             .map((e) => e.textContent)",
+        )
+        .await;
+    json!({
+        "fits": chrome
+            .eval::<String>(
+                "document.querySelector('[data-testid=preview-answer]').getAttribute('data-fits')"
+            )
+            .await == "true",
+        "verdict": chrome.text(&field("fits")).await,
+        "total": chrome.text(&field("total")).await,
+        "granted": chrome.text(&field("granted")).await,
+        "available": chrome.text(&field("available")).await,
+        "slotHours": chrome.text(&field("slotHours")).await,
+        "periods": chrome.text(&field("periods")).await,
+        "takeIn": take_in,
+    })
+}
+
+/// Fills the preview form and sends it.
+async fn fill_preview(chrome: &Chrome, body: &Value) {
+    chrome
+        .type_into(
+            "preview-tenant",
+            body["grantTenantId"].as_str().expect("tenant"),
+        )
+        .await;
+    chrome
+        .type_into("preview-project", body["projectId"].as_str().unwrap_or(""))
+        .await;
+    chrome
+        .type_into("preview-slots", &body["slots"].to_string())
+        .await;
+    chrome
+        .set_value(
+            "preview-start",
+            &input_time(body["startsAt"].as_i64().expect("start")),
+        )
+        .await;
+    chrome
+        .set_value(
+            "preview-end",
+            &input_time(body["endsAt"].as_i64().expect("end")),
+        )
+        .await;
+    // The answer box is emptied on sending, so what follows is this answer.
+    chrome.click("[data-testid=preview-submit]").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_previews_a_grant_that_fits_and_one_that_does_not() {
+    let s = Server::start().await;
+    let start = next_hour(&s).await;
+    s.set_clock(start).await;
+    let p = platform(&s, 4).await;
+    let web = project(&s, &p.tenant_token, "acme", "web").await;
+    // acme runs two instances on ordinary slots; globex holds 3 of the 4
+    // slots from hour 2 to hour 6.
+    let mut running = vec![
+        id(&instance(&s, &p.tenant_token, "acme", &p.pool).await),
+        id(&instance(&s, &p.tenant_token, "acme", &p.pool).await),
+    ];
+    running.sort();
+    tenant_with_pool(&s, "globex", &p.pool).await;
+    grant(&s, &p, "globex", 3, start + 2 * HOUR, start + 6 * HOUR).await;
+    let now = start + 10 * MIN;
+    s.set_clock(now).await;
+
+    let chrome = Chrome::launch().await;
+    chrome.goto(&format!("{}/console/", s.url)).await;
+    chrome.sign_in(ROOT, ROOT_TOKEN).await;
+    let row = format!(
+        "[data-testid=reservation-row][data-reservation-id='{}']",
+        p.reservation
+    );
+    chrome
+        .wait_for(
+            &format!("document.querySelector(\"{row}\")"),
+            "the reservation",
+        )
+        .await;
+    chrome.open_timeline(&row).await;
+    chrome
+        .wait_for(
+            "!document.querySelector('[data-testid=preview-panel]').hidden",
+            "the preview form",
+        )
+        .await;
+    // The form starts on the next whole hour of the server's clock, for a day.
+    let (from, to): (String, String) = chrome
+        .eval(
+            "[document.querySelector('[data-testid=preview-start]').value, \
+              document.querySelector('[data-testid=preview-end]').value]",
+        )
+        .await;
+    assert_eq!(
+        (from, to),
+        (input_time(start + HOUR), input_time(start + HOUR + DAY))
+    );
+
+    let grants_before = all_grants(&s).await;
+    let db_before = contents(&s).await;
+    let body = |tenant: &str, slots: i64, from: i64, to: i64| {
+        json!({
+            "accountId": p.account,
+            "reservationId": p.reservation,
+            "grantTenantId": tenant,
+            "slots": slots,
+            "startsAt": from,
+            "endsAt": to,
+        })
+    };
+    // Fits: 2 slots from now to hour 1, taking in acme's two instances.
+    // Does not fit: 2 slots (for acme's project) over globex's 3.
+    let mut no_fit = body("acme", 2, start + HOUR, start + 3 * HOUR);
+    no_fit["projectId"] = json!(web);
+    for (what, asked, fits) in [
+        ("fits", body("acme", 2, now, start + HOUR), true),
+        ("does not fit", no_fit, false),
+    ] {
+        let api = s
+            .root("reservationGrants/preview", asked.clone())
+            .await
+            .ok()["preview"]
+            .clone();
+        assert_eq!(api["fits"], fits, "{what}: {api}");
+        fill_preview(&chrome, &asked).await;
+        chrome
+            .wait_for(
+                &format!(
+                    "document.querySelector('[data-testid=preview-answer][data-fits={fits}]')"
+                ),
+                what,
+            )
+            .await;
+        let shown = shown_preview(&chrome).await;
+        let mut take_in: Vec<String> =
+            serde_json::from_value(api["takeIn"].clone()).expect("takeIn");
+        take_in.sort();
+        let mut shown_take_in: Vec<String> =
+            serde_json::from_value(shown["takeIn"].clone()).expect("takeIn");
+        shown_take_in.sort();
+        assert_eq!(shown["fits"], api["fits"], "{what}");
+        for k in ["total", "granted", "available"] {
+            assert_eq!(shown[k], api[k].to_string(), "{what}: {k}");
+        }
+        assert_eq!(shown["slotHours"], api["slotHours"], "{what}");
+        let periods = format!(
+            "{} to {}",
+            fmt_time(api["firstPeriodStart"].as_i64().expect("first")),
+            fmt_time(api["lastPeriodEnd"].as_i64().expect("last"))
+        );
+        assert_eq!(shown["periods"], periods.as_str(), "{what}");
+        assert_eq!(shown_take_in, take_in, "{what}");
+        let verdict = shown["verdict"].as_str().expect("verdict");
+        assert!(
+            verdict.starts_with(if fits { "Fits" } else { "Does not fit" }),
+            "{what}: {verdict}"
+        );
+        if fits {
+            assert_eq!(take_in, running, "a start now takes in acme's instances");
+        } else {
+            assert!(take_in.is_empty() && api["available"] == 1, "{api}");
+        }
+    }
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-preview.png");
+    chrome.screenshot(&target).await;
+
+    // A refusal reads as the API's code and message.
+    let unknown = body("nobody", 1, start + HOUR, start + 2 * HOUR);
+    let refused = s.root("reservationGrants/preview", unknown.clone()).await;
+    refused.err(404, "NOT_FOUND");
+    fill_preview(&chrome, &unknown).await;
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=preview-error]')",
+            "the refusal",
+        )
+        .await;
+    assert_eq!(
+        chrome
+            .text("[data-testid=preview-error] [data-field=code]")
+            .await,
+        "NOT_FOUND"
+    );
+    assert_eq!(
+        chrome
+            .text("[data-testid=preview-error] [data-field=message]")
+            .await,
+        refused.body["error"]["message"].as_str().expect("message")
+    );
+
+    // Previews wrote nothing: no grant, no row anywhere.
+    assert_eq!(pairs(&all_grants(&s).await), pairs(&grants_before));
+    assert_eq!(
+        contents(&s).await,
+        db_before,
+        "a preview wrote to the database"
+    );
+    chrome.assert_clean(&s.url, &[ROOT_TOKEN], &[404]).await;
     chrome.close().await;
 }
