@@ -34,7 +34,10 @@ pub struct App {
 impl App {
     /// A pooled connection (`UNAVAILABLE` when the database is unreachable).
     pub async fn conn(&self) -> Result<Conn, ApiError> {
-        Ok(self.pool.get().await.map_err(storage::StorageError::from)?)
+        let started = std::time::Instant::now();
+        let conn = self.pool.get().await;
+        self.metrics.waited_for_connection(started.elapsed());
+        Ok(conn.map_err(storage::StorageError::from)?)
     }
 }
 
@@ -57,7 +60,10 @@ impl Call {
     pub fn allow(&self, option: RootOption) -> Result<(), ApiError> {
         match iam_check::decide_option(self.tenant(), self.root(), option) {
             Decision::Allow => Ok(()),
-            Decision::Deny(reason) => Err(ApiError::access_denied(reason.to_string())),
+            Decision::Deny(reason) => {
+                self.app.metrics.denied(reason.class());
+                Err(ApiError::access_denied(reason.to_string()))
+            }
         }
     }
 

@@ -113,11 +113,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         log_disallowed_accounts(&mut conn, &config).await?;
     }
     let app = Arc::new(app::App {
+        metrics: metrics::Metrics::new(pool.clone()),
         pool,
         clock: config.clock,
         root_tenant: config.root_tenant.clone(),
         registry: registry::Registry::new(),
-        metrics: metrics::Metrics::default(),
         provider_policy: config.provider_policy.clone(),
         providers: providers::policy_factory(
             &config.root_tenant,

@@ -1,95 +1,201 @@
-//! Request metrics in the Prometheus text format: a counter per method and
-//! code, and a latency histogram per method.
+//! The api-server's metrics on `prometheus-client`, served at `GET
+//! /metrics` as OpenMetrics text:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `bc_api_requests_total` | counter | `method`, `code` |
+//! | `bc_api_request_duration_seconds` | histogram (1 ms to 120 s) | `method` |
+//! | `bc_api_requests_in_flight` | gauge | |
+//! | `bc_api_denials_total` | counter | `reason` (`tenant`, `role`, `scope`, `root-only`) |
+//! | `bc_db_pool_connections` | gauge | (connections open) |
+//! | `bc_db_pool_max_connections` | gauge | (`BC_DB_POOL_SIZE`) |
+//! | `bc_db_pool_available` | gauge | (idle connections) |
+//! | `bc_db_pool_waiting` | gauge | (requests waiting for a connection) |
+//! | `bc_db_pool_wait_seconds` | histogram | (time to get a connection) |
+//! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
+//!
+//! `method` is a registered method's name or one of the fixed paths'
+//! (`healthz`, `metrics`, `console`, `unknown`, ...), so its values are
+//! bounded by the registry; `code` is the contract's error code or `OK`.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
 use std::time::Duration;
 
-const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use storage::db::DbPool;
 
-#[derive(Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodCode {
+    method: String,
+    code: String,
 }
 
-/// The server's request metrics.
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabel {
+    method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+fn latency() -> Histogram {
+    Histogram::new(telemetry::LATENCY_BUCKETS)
+}
+
+/// The server's metrics.
 pub struct Metrics {
-    inner: Mutex<Inner>,
+    registry: Registry,
+    requests: Family<MethodCode, Counter>,
+    duration: Family<MethodLabel, Histogram, fn() -> Histogram>,
+    in_flight: Gauge,
+    denials: Family<ReasonLabel, Counter>,
+    pool_wait: Histogram,
 }
 
-#[derive(Default)]
-struct Inner {
-    requests: BTreeMap<(String, String), u64>,
-    latency: BTreeMap<String, Histogram>,
+/// Counts a request in flight until dropped.
+pub struct InFlight<'a>(&'a Gauge);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Metrics {
-    /// Records one request of `method` that answered `code` after `elapsed`.
-    pub fn observe(&self, method: &str, code: &str, elapsed: Duration) {
-        let Ok(mut inner) = self.inner.lock() else {
-            return;
-        };
-        *inner
-            .requests
-            .entry((method.to_owned(), code.to_owned()))
-            .or_default() += 1;
-        let h = inner.latency.entry(method.to_owned()).or_default();
-        let secs = elapsed.as_secs_f64();
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                h.counts[i] += 1;
-            }
+    /// The metrics of a server whose connections come from `pool`.
+    pub fn new(pool: DbPool) -> Metrics {
+        let mut registry = Registry::default();
+        telemetry::register_common(&mut registry, "api-server");
+        let requests = Family::<MethodCode, Counter>::default();
+        registry.register(
+            "bc_api_requests",
+            "API requests by method and result code (OK or the contract's error code)",
+            requests.clone(),
+        );
+        let duration =
+            Family::<MethodLabel, Histogram, fn() -> Histogram>::new_with_constructor(latency);
+        registry.register_with_unit(
+            "bc_api_request_duration",
+            "API request latency by method, from the first byte read to the answer",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "bc_api_requests_in_flight",
+            "API requests being handled now",
+            in_flight.clone(),
+        );
+        let denials = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "bc_api_denials",
+            "Calls refused by the authorization decision, by class of reason",
+            denials.clone(),
+        );
+        let pool_wait = latency();
+        registry.register_with_unit(
+            "bc_db_pool_wait",
+            "Time a request waited for a database connection",
+            Unit::Seconds,
+            pool_wait.clone(),
+        );
+        registry.register_collector(Box::new(PoolCollector(pool)));
+        Metrics {
+            registry,
+            requests,
+            duration,
+            in_flight,
+            denials,
+            pool_wait,
         }
-        h.count += 1;
-        h.sum += secs;
     }
 
-    /// The Prometheus text exposition.
+    /// Records one request of `method` that answered `code` after `elapsed`.
+    pub fn observe(&self, method: &str, code: &str, elapsed: Duration) {
+        self.requests
+            .get_or_create(&MethodCode {
+                method: method.to_owned(),
+                code: code.to_owned(),
+            })
+            .inc();
+        self.duration
+            .get_or_create(&MethodLabel {
+                method: method.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a request in flight for as long as the guard lives.
+    pub fn in_flight(&self) -> InFlight<'_> {
+        self.in_flight.inc();
+        InFlight(&self.in_flight)
+    }
+
+    /// Records a denial of class `reason` (`iam_check::DenyReason::class`).
+    pub fn denied(&self, reason: &str) {
+        self.denials
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records the time spent waiting for a pooled connection.
+    pub fn waited_for_connection(&self, elapsed: Duration) {
+        self.pool_wait.observe(elapsed.as_secs_f64());
+    }
+
+    /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let Ok(inner) = self.inner.lock() else {
-            return out;
-        };
-        out.push_str("# HELP bc_api_requests_total API requests by method and result code.\n");
-        out.push_str("# TYPE bc_api_requests_total counter\n");
-        for ((method, code), n) in &inner.requests {
-            let _ = writeln!(
-                out,
-                "bc_api_requests_total{{method=\"{method}\",code=\"{code}\"}} {n}"
-            );
+        telemetry::encode(&self.registry)
+    }
+}
+
+/// The pool's state at each scrape.
+struct PoolCollector(DbPool);
+
+impl std::fmt::Debug for PoolCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PoolCollector")
+    }
+}
+
+impl Collector for PoolCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.status();
+        let gauges = [
+            (
+                "bc_db_pool_connections",
+                "Database connections open",
+                s.size,
+            ),
+            (
+                "bc_db_pool_max_connections",
+                "Database connections the pool may open",
+                s.max_size,
+            ),
+            (
+                "bc_db_pool_available",
+                "Database connections open and idle",
+                s.available,
+            ),
+            (
+                "bc_db_pool_waiting",
+                "Requests waiting for a database connection",
+                s.waiting,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let g = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
         }
-        out.push_str("# HELP bc_api_request_duration_seconds API request latency by method.\n");
-        out.push_str("# TYPE bc_api_request_duration_seconds histogram\n");
-        for (method, h) in &inner.latency {
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "bc_api_request_duration_seconds_bucket{{method=\"{method}\",le=\"{b}\"}} {}",
-                    h.counts[i]
-                );
-            }
-            let _ = writeln!(
-                out,
-                "bc_api_request_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "bc_api_request_duration_seconds_sum{{method=\"{method}\"}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "bc_api_request_duration_seconds_count{{method=\"{method}\"}} {}",
-                h.count
-            );
-        }
-        out
+        Ok(())
     }
 }

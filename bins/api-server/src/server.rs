@@ -90,7 +90,9 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
     let path = req.uri().path().to_owned();
     let span = info_span!("request", request_id = %rid, path = %path);
     async move {
+        let in_flight = app.metrics.in_flight();
         let (label, mut resp, log) = route(&app, req).await;
+        drop(in_flight);
         let code = resp
             .extensions()
             .get::<ErrorCode>()
@@ -190,7 +192,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFiel
             let mut resp = Response::new(Full::new(Bytes::from(app.metrics.render())));
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4"),
+                HeaderValue::from_static(telemetry::CONTENT_TYPE),
             );
             fixed("metrics", resp)
         }
@@ -355,6 +357,7 @@ async fn call(
         },
     );
     if let Decision::Deny(reason) = decision {
+        app.metrics.denied(reason.class());
         warn!(method = %m.name(), key = %caller.key_id, %reason, "access denied");
         return Err(ApiError::access_denied(format!(
             "{} is not allowed to call {}",

@@ -155,7 +155,7 @@ pub async fn run(
         "reconciler-worker started"
     );
     config.keyring.log_at_start();
-    let metrics = Arc::new(WorkerMetrics::default());
+    let metrics = Arc::new(WorkerMetrics::new(&names));
     if let Some(listen) = &config.metrics_listen {
         metrics::serve(listen, metrics.clone()).await?;
     }
@@ -177,7 +177,10 @@ pub async fn run(
         providers: providers::policy_factory(
             &config.root_tenant,
             config.provider_policy.clone(),
-            config.provider_options.clone(),
+            providers::gce::GceProviderOptions {
+                telemetry: Some(metrics.provider.clone()),
+                ..config.provider_options.clone()
+            },
         ),
         keyring: config.keyring.clone(),
         notices: config.notices.clone(),
@@ -217,6 +220,9 @@ pub async fn run(
                 }
             }
         }
+        if config.metrics_listen.is_some() {
+            refresh_gauges(&ctx, &metrics).await;
+        }
         if config.once {
             return Ok(all_ok);
         }
@@ -227,6 +233,23 @@ pub async fn run(
                 return Ok(all_ok);
             }
         }
+    }
+}
+
+/// Refreshes the lag and reservation gauges after a round: two cheap
+/// statements; a failure is logged and leaves the last values.
+async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
+    let read = async {
+        let mut conn = ctx.pool.get().await?;
+        let now = ctx.clock.now(&mut conn).await?;
+        let lag = storage::ops::metering::lag(&mut conn, now).await?;
+        let reservations =
+            storage::ops::reservations::gauges(&mut conn, now, metrics::MAX_RESERVATIONS).await?;
+        Ok::<_, anyhow::Error>((lag, reservations))
+    };
+    match read.await {
+        Ok((lag, reservations)) => metrics.set_state(lag, &reservations),
+        Err(e) => tracing::warn!(error = %e, "reading the metrics' gauges failed"),
     }
 }
 

@@ -1,10 +1,31 @@
-//! Pass metrics in the Prometheus text format, served on
-//! `BC_WORKER_METRICS_LISTEN` when set.
+//! The worker's metrics on `prometheus-client`, served as OpenMetrics text
+//! on `BC_WORKER_METRICS_LISTEN` when set:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `bc_worker_pass_duration_seconds` | histogram (1 ms to 120 s) | `pass` |
+//! | `bc_worker_pass_runs_total` | counter | `pass`, `outcome` (`ok`, `error`) |
+//! | `bc_worker_pass_last_success_timestamp_seconds` | gauge | `pass` |
+//! | `bc_worker_pass_items_total` | counter | `pass`, `item` (the pass line's counts) |
+//! | `bc_worker_account_scans_total` | counter | `account`, `result` (`ok`, `error`, `backing_off`, `claimed_elsewhere`) |
+//! | `bc_provider_request_duration_seconds` | histogram | `status` (HTTP status, or `none`) |
+//! | `bc_provider_pages_total` | counter | |
+//! | `bc_provider_token_refreshes_total` | counter | |
+//! | `bc_metering_lag_seconds` | gauge | |
+//! | `bc_usage_lag_seconds` | gauge | |
+//! | `bc_reservation_slots` | gauge | `account`, `reservation`, `kind` (`total`, `granted`, `held`, `ordinary`, `physical`) |
+//! | `bc_reservation_grants` | gauge | `account`, `reservation`, `state` (`scheduled`, `active`) |
+//! | `bc_capacity_short_total` | counter | |
+//! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
+//!
+//! Label values are bounded: passes and items are fixed names, accounts are
+//! the provider accounts, and the reservation gauges cover only reservations
+//! bound to a pool, at most [`MAX_RESERVATIONS`] of them (the rest are
+//! counted in `bc_reservation_gauges_dropped`).
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::fmt::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,88 +33,318 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
 
 use crate::passes::PassReport;
 
-#[derive(Default)]
-struct PassStats {
-    ok: u64,
-    failed: u64,
-    seconds_sum: f64,
-    last_seconds: f64,
-    counts: BTreeMap<&'static str, u64>,
+/// The most reservations the gauges describe.
+pub const MAX_RESERVATIONS: i64 = 500;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PassLabel {
+    pass: String,
 }
 
-/// Counters and durations per pass.
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PassOutcome {
+    pass: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PassItem {
+    pass: String,
+    item: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AccountResult {
+    account: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SlotKind {
+    account: String,
+    reservation: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GrantState {
+    account: String,
+    reservation: String,
+    state: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+fn latency() -> Histogram {
+    Histogram::new(telemetry::LATENCY_BUCKETS)
+}
+
+/// The worker's metrics.
 pub struct WorkerMetrics {
-    inner: Mutex<BTreeMap<&'static str, PassStats>>,
+    registry: Registry,
+    duration: Family<PassLabel, Histogram, fn() -> Histogram>,
+    runs: Family<PassOutcome, Counter>,
+    last_success: Family<PassLabel, FloatGauge>,
+    items: Family<PassItem, Counter>,
+    scans: Family<AccountResult, Counter>,
+    metering_lag: FloatGauge,
+    usage_lag: FloatGauge,
+    slots: Family<SlotKind, Gauge>,
+    grants: Family<GrantState, Gauge>,
+    dropped: Gauge,
+    capacity_short: Counter,
+    /// What provider adapters report.
+    pub provider: Arc<ProviderMetrics>,
+}
+
+/// The provider adapters' requests, pages and token refreshes.
+#[derive(Debug)]
+pub struct ProviderMetrics {
+    duration: Family<StatusLabel, Histogram, fn() -> Histogram>,
+    pages: Counter,
+    refreshes: Counter,
+}
+
+impl providers::gce::ProviderTelemetry for ProviderMetrics {
+    fn request(&self, status: Option<u16>, elapsed: Duration) {
+        let status = status.map_or_else(|| "none".to_owned(), |s| s.to_string());
+        self.duration
+            .get_or_create(&StatusLabel { status })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    fn page(&self) {
+        self.pages.inc();
+    }
+
+    fn token_refresh(&self) {
+        self.refreshes.inc();
+    }
 }
 
 impl WorkerMetrics {
-    /// Records one run of a pass.
-    pub fn observe(&self, pass: &'static str, ok: bool, elapsed: Duration, report: &PassReport) {
-        let Ok(mut inner) = self.inner.lock() else {
-            return;
-        };
-        let s = inner.entry(pass).or_default();
-        if ok {
-            s.ok += 1;
-        } else {
-            s.failed += 1;
+    /// The metrics of a worker running `passes`; each pass's run counters
+    /// start at 0, so a pass that never succeeds is seen.
+    pub fn new(passes: &[&'static str]) -> WorkerMetrics {
+        let mut r = Registry::default();
+        telemetry::register_common(&mut r, "reconciler-worker");
+        let duration =
+            Family::<PassLabel, Histogram, fn() -> Histogram>::new_with_constructor(latency);
+        r.register_with_unit(
+            "bc_worker_pass_duration",
+            "Duration of one run of a pass",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        let runs = Family::<PassOutcome, Counter>::default();
+        r.register(
+            "bc_worker_pass_runs",
+            "Runs of a pass by outcome",
+            runs.clone(),
+        );
+        let last_success = Family::<PassLabel, FloatGauge>::default();
+        r.register_with_unit(
+            "bc_worker_pass_last_success_timestamp",
+            "When a pass last finished without error, in seconds since the Unix epoch",
+            Unit::Seconds,
+            last_success.clone(),
+        );
+        let items = Family::<PassItem, Counter>::default();
+        r.register(
+            "bc_worker_pass_items",
+            "What passes did, by the names of the pass line's counts",
+            items.clone(),
+        );
+        let scans = Family::<AccountResult, Counter>::default();
+        r.register(
+            "bc_worker_account_scans",
+            "Scans of a provider account by result",
+            scans.clone(),
+        );
+        let metering_lag = FloatGauge::default();
+        r.register_with_unit(
+            "bc_metering_lag",
+            "Now minus the end of the oldest ended hour of a grant not yet billed (0: caught up)",
+            Unit::Seconds,
+            metering_lag.clone(),
+        );
+        let usage_lag = FloatGauge::default();
+        r.register_with_unit(
+            "bc_usage_lag",
+            "Now minus the end of the oldest ended hour of an instance not yet metered",
+            Unit::Seconds,
+            usage_lag.clone(),
+        );
+        let slots = Family::<SlotKind, Gauge>::default();
+        r.register(
+            "bc_reservation_slots",
+            "Slot accounts of a bound reservation as last settled",
+            slots.clone(),
+        );
+        let grants = Family::<GrantState, Gauge>::default();
+        r.register(
+            "bc_reservation_grants",
+            "Open grants of a bound reservation by state",
+            grants.clone(),
+        );
+        let dropped = Gauge::default();
+        r.register(
+            "bc_reservation_gauges_dropped",
+            "Bound reservations left out of the reservation gauges by the cap",
+            dropped.clone(),
+        );
+        let capacity_short = Counter::default();
+        r.register(
+            "bc_capacity_short",
+            "reservation-grant.capacity-short events published by this worker",
+            capacity_short.clone(),
+        );
+        let provider = Arc::new(ProviderMetrics {
+            duration: Family::new_with_constructor(latency),
+            pages: Counter::default(),
+            refreshes: Counter::default(),
+        });
+        r.register_with_unit(
+            "bc_provider_request_duration",
+            "Provider HTTP requests by status (none: no answer)",
+            Unit::Seconds,
+            provider.duration.clone(),
+        );
+        r.register(
+            "bc_provider_pages",
+            "Pages of reservations read from providers",
+            provider.pages.clone(),
+        );
+        r.register(
+            "bc_provider_token_refreshes",
+            "Access tokens obtained from a token endpoint or the metadata server",
+            provider.refreshes.clone(),
+        );
+        for pass in passes {
+            for outcome in ["ok", "error"] {
+                runs.get_or_create(&PassOutcome {
+                    pass: (*pass).to_owned(),
+                    outcome: outcome.to_owned(),
+                })
+                .inc_by(0);
+            }
         }
-        s.seconds_sum += elapsed.as_secs_f64();
-        s.last_seconds = elapsed.as_secs_f64();
-        for (k, v) in &report.counts {
-            *s.counts.entry(k).or_default() += v;
+        WorkerMetrics {
+            registry: r,
+            duration,
+            runs,
+            last_success,
+            items,
+            scans,
+            metering_lag,
+            usage_lag,
+            slots,
+            grants,
+            dropped,
+            capacity_short,
+            provider,
         }
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let Ok(inner) = self.inner.lock() else {
-            return out;
+    /// Records one run of a pass.
+    pub fn observe(&self, pass: &'static str, ok: bool, elapsed: Duration, report: &PassReport) {
+        let label = PassLabel {
+            pass: pass.to_owned(),
         };
-        out.push_str("# TYPE bc_worker_pass_runs_total counter\n");
-        for (p, s) in inner.iter() {
-            let _ = writeln!(
-                out,
-                "bc_worker_pass_runs_total{{pass=\"{p}\",result=\"ok\"}} {}",
-                s.ok
-            );
-            let _ = writeln!(
-                out,
-                "bc_worker_pass_runs_total{{pass=\"{p}\",result=\"error\"}} {}",
-                s.failed
-            );
+        self.duration
+            .get_or_create(&label)
+            .observe(elapsed.as_secs_f64());
+        self.runs
+            .get_or_create(&PassOutcome {
+                pass: pass.to_owned(),
+                outcome: if ok { "ok" } else { "error" }.to_owned(),
+            })
+            .inc();
+        if ok {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            self.last_success.get_or_create(&label).set(now);
         }
-        out.push_str("# TYPE bc_worker_pass_seconds_sum counter\n");
-        for (p, s) in inner.iter() {
-            let _ = writeln!(
-                out,
-                "bc_worker_pass_seconds_sum{{pass=\"{p}\"}} {}",
-                s.seconds_sum
-            );
-        }
-        out.push_str("# TYPE bc_worker_pass_last_seconds gauge\n");
-        for (p, s) in inner.iter() {
-            let _ = writeln!(
-                out,
-                "bc_worker_pass_last_seconds{{pass=\"{p}\"}} {}",
-                s.last_seconds
-            );
-        }
-        out.push_str("# TYPE bc_worker_pass_items_total counter\n");
-        for (p, s) in inner.iter() {
-            for (k, v) in &s.counts {
-                let _ = writeln!(
-                    out,
-                    "bc_worker_pass_items_total{{pass=\"{p}\",item=\"{k}\"}} {v}"
-                );
+        for (item, n) in &report.counts {
+            self.items
+                .get_or_create(&PassItem {
+                    pass: pass.to_owned(),
+                    item: (*item).to_owned(),
+                })
+                .inc_by(*n);
+            if *item == "capacityShort" {
+                self.capacity_short.inc_by(*n);
             }
         }
-        out
+        for (account, result) in &report.accounts {
+            self.scans
+                .get_or_create(&AccountResult {
+                    account: account.clone(),
+                    result: (*result).to_owned(),
+                })
+                .inc();
+        }
+    }
+
+    /// Sets the lag and reservation gauges from what the database says now.
+    pub fn set_state(
+        &self,
+        lag: storage::ops::metering::Lag,
+        reservations: &[storage::ops::reservations::ReservationGauge],
+    ) {
+        let bound = reservations.first().map_or(0, |r| r.bound);
+        self.metering_lag.set(lag.grants_ms as f64 / 1000.0);
+        self.usage_lag.set(lag.usage_ms as f64 / 1000.0);
+        self.slots.clear();
+        self.grants.clear();
+        for r in reservations {
+            let kinds = [
+                ("total", r.total),
+                ("granted", r.granted),
+                ("held", r.held),
+                ("ordinary", r.ordinary),
+                ("physical", r.physical),
+            ];
+            for (kind, v) in kinds {
+                self.slots
+                    .get_or_create(&SlotKind {
+                        account: r.account_id.clone(),
+                        reservation: r.reservation_id.clone(),
+                        kind: kind.to_owned(),
+                    })
+                    .set(v);
+            }
+            for (state, v) in [("scheduled", r.scheduled), ("active", r.active)] {
+                self.grants
+                    .get_or_create(&GrantState {
+                        account: r.account_id.clone(),
+                        reservation: r.reservation_id.clone(),
+                        state: state.to_owned(),
+                    })
+                    .set(v);
+            }
+        }
+        self.dropped.set((bound - reservations.len() as i64).max(0));
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        telemetry::encode(&self.registry)
     }
 }
 
@@ -111,7 +362,12 @@ pub async fn serve(listen: &str, metrics: Arc<WorkerMetrics>) -> anyhow::Result<
                 let service = service_fn(move |_req| {
                     let body = metrics.render();
                     async move {
-                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(body))))
+                        let mut resp = hyper::Response::new(Full::new(Bytes::from(body)));
+                        resp.headers_mut().insert(
+                            hyper::header::CONTENT_TYPE,
+                            hyper::header::HeaderValue::from_static(telemetry::CONTENT_TYPE),
+                        );
+                        Ok::<_, Infallible>(resp)
                     }
                 });
                 let _ = auto::Builder::new(TokioExecutor::new())

@@ -32,6 +32,9 @@ pub struct PassContext {
 pub struct PassReport {
     /// Named counts (`records: 12`, `grantsEnded: 1`, ...).
     pub counts: Vec<(&'static str, u64)>,
+    /// Per provider account, what its scan came to (`ok`, `error`,
+    /// `backing_off`, `claimed_elsewhere`).
+    pub accounts: Vec<(String, &'static str)>,
 }
 
 impl fmt::Display for PassReport {
@@ -78,6 +81,7 @@ impl Pass for Reservations {
         Box::pin(async move {
             let p = scan_accounts(ctx).await?;
             Ok(PassReport {
+                accounts: p.accounts,
                 counts: vec![
                     ("accountsScanned", p.scanned),
                     ("accountsFailed", p.failed),
@@ -107,6 +111,8 @@ struct ScanTally {
     claimed_elsewhere: u64,
     /// Sum of the scans' outcomes.
     outcome: ScanOutcome,
+    /// Each account's result.
+    accounts: Vec<(String, &'static str)>,
 }
 
 /// Scans every provider account whose retry time has come and that no other
@@ -125,6 +131,7 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
     for c in candidates {
         if c.retry_at.is_some_and(|t| t > now) {
             pass.backing_off += 1;
+            pass.accounts.push((c.account_id.clone(), "backing_off"));
             continue;
         }
         let claim = {
@@ -141,6 +148,8 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
         };
         let Some(claim) = claim else {
             pass.claimed_elsewhere += 1;
+            pass.accounts
+                .push((c.account_id.clone(), "claimed_elsewhere"));
             continue;
         };
         let scanned = reservations::run_scan(
@@ -153,15 +162,23 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
         )
         .await;
         match scanned {
-            Ok(o) if o.stale => pass.claimed_elsewhere += 1,
+            Ok(o) if o.stale => {
+                pass.claimed_elsewhere += 1;
+                pass.accounts
+                    .push((c.account_id.clone(), "claimed_elsewhere"));
+            }
             Ok(o) => {
                 pass.scanned += 1;
+                pass.accounts.push((c.account_id.clone(), "ok"));
                 pass.outcome.appeared += o.appeared;
                 pass.outcome.gone += o.gone;
                 pass.outcome.grants_closed += o.grants_closed;
                 pass.outcome.capacity_short += o.capacity_short;
             }
-            Err(e) if e.kind == ErrorKind::ProviderFailure => pass.failed += 1,
+            Err(e) if e.kind == ErrorKind::ProviderFailure => {
+                pass.failed += 1;
+                pass.accounts.push((c.account_id.clone(), "error"));
+            }
             // The account was deleted between its claim and the answer.
             Err(e) if e.kind == ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
@@ -212,6 +229,7 @@ impl Pass for Grants {
                     ("underuseWindowsJudged", sent.windows_judged),
                     ("noticesSkippedHeld", sent.skipped),
                 ],
+                ..PassReport::default()
             })
         })
     }
@@ -259,6 +277,7 @@ impl Pass for Usage {
             }
             Ok(PassReport {
                 counts: vec![("instancesMetered", instances), ("records", records)],
+                ..PassReport::default()
             })
         })
     }

@@ -97,6 +97,31 @@ pub enum DenyReason {
     RootOption(RootOption),
 }
 
+impl DenyReason {
+    /// The class of the denial, for metrics: `tenant` (not a member of the
+    /// acting tenant, or a target tenant named from outside root), `role`
+    /// (the role lacks the permission), `scope` (the key's or the
+    /// permission's scope does not reach) or `root-only` (a root-only method
+    /// or option).
+    ///
+    /// ```
+    /// use iam_check::DenyReason;
+    ///
+    /// assert_eq!(DenyReason::RootOnly.class(), "root-only");
+    /// assert_eq!(DenyReason::AccountNotNamed.class(), "scope");
+    /// ```
+    pub fn class(&self) -> &'static str {
+        match self {
+            DenyReason::NotMemberOfTenant | DenyReason::CallerNotInRoot => "tenant",
+            DenyReason::RoleLacksPermission { .. } => "role",
+            DenyReason::FleetOutsideRoot
+            | DenyReason::AccountScopeNotCovered
+            | DenyReason::AccountNotNamed => "scope",
+            DenyReason::RootOnly | DenyReason::RootOption(_) => "root-only",
+        }
+    }
+}
+
 /// Input options that reach beyond the acting tenant's own data or bill,
 /// and so are reserved to the root tenant whatever the permission says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

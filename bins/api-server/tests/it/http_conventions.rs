@@ -57,12 +57,9 @@ async fn health_ready_and_metrics_are_served_without_a_key() {
         .to_str()
         .expect("ascii")
         .to_owned();
-    assert!(ctype.starts_with("text/plain"), "{ctype}");
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
     let text = resp.text().await.expect("text");
-    assert!(
-        text.contains("# TYPE bc_api_requests_total counter"),
-        "{text}"
-    );
+    assert!(text.contains("# TYPE bc_api_requests counter"), "{text}");
     assert!(
         text.contains(r#"bc_api_requests_total{method="tenants.list",code="OK"} 1"#),
         "{text}"
@@ -76,6 +73,7 @@ async fn health_ready_and_metrics_are_served_without_a_key() {
         "{text}"
     );
     // Every sample line is `name{labels} value` with a numeric value.
+    assert!(text.ends_with("# EOF\n"), "{text}");
     for line in text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

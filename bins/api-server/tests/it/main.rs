@@ -30,6 +30,7 @@ mod instance_quotas;
 mod instances;
 mod instances_api;
 mod instances_concurrency;
+mod metrics;
 mod placement;
 mod pools_quotas;
 mod provider_accounts;

@@ -87,7 +87,7 @@ async fn metrics_serve_pass_counters_and_sigterm_stops_the_worker() {
             .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
             .and_then(|l| l[series.len() + 1..].trim().parse().ok())
     };
-    let ok = |pass: &str| format!("bc_worker_pass_runs_total{{pass=\"{pass}\",result=\"ok\"}}");
+    let ok = |pass: &str| format!("bc_worker_pass_runs_total{{pass=\"{pass}\",outcome=\"ok\"}}");
     let deadline = Instant::now() + Duration::from_secs(60);
     let body = loop {
         if let Some(b) = scrape().await
@@ -101,16 +101,16 @@ async fn metrics_serve_pass_counters_and_sigterm_stops_the_worker() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(
-        body.contains("# TYPE bc_worker_pass_runs_total counter"),
+        body.contains("# TYPE bc_worker_pass_runs counter"),
         "{body}"
     );
     for pass in PASSES {
-        let failed = format!("bc_worker_pass_runs_total{{pass=\"{pass}\",result=\"error\"}}");
+        let failed = format!("bc_worker_pass_runs_total{{pass=\"{pass}\",outcome=\"error\"}}");
         assert_eq!(value(&body, &failed), Some(0.0), "{body}");
         assert!(
             value(
                 &body,
-                &format!("bc_worker_pass_seconds_sum{{pass=\"{pass}\"}}")
+                &format!("bc_worker_pass_duration_seconds_sum{{pass=\"{pass}\"}}")
             )
             .is_some(),
             "{body}"

@@ -71,6 +71,21 @@ pub struct GceProviderOptions {
     pub metadata_host: String,
     /// Access tokens, shared by every adapter built with these options.
     pub token_cache: Arc<TokenCache>,
+    /// Where the adapter reports its requests (the worker's metrics; none
+    /// by default).
+    pub telemetry: Option<Arc<dyn ProviderTelemetry>>,
+}
+
+/// What an adapter reports about its calls to the provider, for metrics.
+pub trait ProviderTelemetry: Send + Sync + std::fmt::Debug {
+    /// One HTTP request answered `status` (`None`: no answer: a timeout, a
+    /// refused connection) after `elapsed`.
+    fn request(&self, status: Option<u16>, elapsed: Duration);
+    /// One page of a listing read in full.
+    fn page(&self);
+    /// An access token obtained (a key exchanged, or the metadata server
+    /// asked), not taken from the cache.
+    fn token_refresh(&self);
 }
 
 impl Default for GceProviderOptions {
@@ -85,6 +100,7 @@ impl Default for GceProviderOptions {
             retry_delay: Duration::from_millis(500),
             metadata_host: auth::DEFAULT_METADATA_HOST.to_owned(),
             token_cache: Arc::new(TokenCache::default()),
+            telemetry: None,
         }
     }
 }
@@ -364,7 +380,16 @@ impl GceProvider {
         if let Some(value) = authorization {
             request = request.header(AUTHORIZATION, value.clone());
         }
-        let response = request.send().await.map_err(from_reqwest)?;
+        let started = std::time::Instant::now();
+        let sent = request.send().await;
+        let telemetry = self.options.telemetry.as_deref();
+        if let Some(t) = telemetry {
+            t.request(
+                sent.as_ref().ok().map(|r| r.status().as_u16()),
+                started.elapsed(),
+            );
+        }
+        let response = sent.map_err(from_reqwest)?;
         let status = response.status();
         if !status.is_success() {
             tracing::debug!(
@@ -385,7 +410,11 @@ impl GceProvider {
                 retry_after,
             });
         }
-        Ok(read_body(response).await?)
+        let body = read_body(response).await?;
+        if let Some(t) = telemetry {
+            t.page();
+        }
+        Ok(body)
     }
 
     /// The bearer token of `material`: as it is, or an access token from the
@@ -420,6 +449,9 @@ impl GceProvider {
             expires_in,
             "gce access token obtained"
         );
+        if let Some(t) = self.options.telemetry.as_deref() {
+            t.token_refresh();
+        }
         cache.put(&self.account_id, fingerprint, &token, expires_in);
         Ok(Some(BearerToken::new(token)))
     }

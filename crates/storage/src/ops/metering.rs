@@ -659,3 +659,45 @@ pub async fn list(
         .collect();
     Ok((items, has_more))
 }
+
+/// How far metering is behind at some instant (for the worker's metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lag {
+    /// `now` minus the end of the oldest ended hour of a non-cancelled grant
+    /// whose `vm.grant.slot.hours` record is not written (0 when caught up).
+    pub grants_ms: i64,
+    /// The same for the instance meters.
+    pub usage_ms: i64,
+}
+
+#[derive(QueryableByName)]
+struct Oldest {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    grants: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    usage: Option<i64>,
+}
+
+/// The metering [`Lag`] at `now`, in one statement over the two partial
+/// "still to meter" conditions of the passes.
+pub async fn lag(conn: &mut AsyncPgConnection, now: i64) -> Result<Lag> {
+    let cutoff = hour_floor(now);
+    let o: Oldest = diesel::sql_query(
+        "SELECT \
+           (SELECT min(metered_through) FROM grants \
+             WHERE settled_state <> 'cancelled' AND metered_through < ends_at \
+               AND metered_through < $1) AS grants, \
+           (SELECT min(usage_metered_through) FROM instances \
+             WHERE usage_metered_through < $1 \
+               AND (state <> 'deleted' OR usage_metered_through < deleted_at)) AS usage",
+    )
+    .bind::<BigInt, _>(cutoff)
+    .get_result(conn)
+    .await?;
+    let behind =
+        |through: Option<i64>| through.map_or(0, |t| (now - (hour_floor(t) + HOUR_MS)).max(0));
+    Ok(Lag {
+        grants_ms: behind(o.grants),
+        usage_ms: behind(o.usage),
+    })
+}
