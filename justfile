@@ -29,6 +29,12 @@ lint:
     cargo clippy --workspace --all-targets --locked -- -D warnings
     scripts/check-pure.sh
 
+# Check the Prometheus alerting rules and run their unit tests (needs promtool,
+# Debian's `prometheus` package).
+alerts-check:
+    promtool check rules docs/ops/alerts.yml
+    promtool test rules docs/ops/alerts_test.yml
+
 # Check that crates/storage/src/schema.rs matches the migrations (needs diesel_cli).
 schema-check:
     scripts/schema-check.sh
