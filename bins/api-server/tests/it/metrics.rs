@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::clock::{HOUR, MIN, T0};
+use crate::support::db::hold_reservation;
 use crate::support::fixtures::{grant, grant_body, instance, platform, reservations};
 use crate::support::server::{Options, ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -145,20 +146,7 @@ async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
 
     // Four creates stuck behind a row lock on the reservation, with two
     // connections in the pool: two hold them, two wait for one.
-    let mut lock = storage::db::establish(s.db.url()).await.expect("connect");
-    {
-        use diesel::sql_types::Text;
-        use diesel_async::RunQueryDsl;
-        diesel::sql_query("BEGIN")
-            .execute(&mut lock)
-            .await
-            .expect("begin");
-        diesel::sql_query("SELECT 1 FROM reservations WHERE reservation_id = $1 FOR UPDATE")
-            .bind::<Text, _>(&p.reservation)
-            .execute(&mut lock)
-            .await
-            .expect("lock");
-    }
+    let mut lock = hold_reservation(&s, &p.account, &p.reservation).await;
     let creates: Vec<_> = (0..4)
         .map(|k| {
             let (url, body) = (s.url.clone(), {
@@ -193,10 +181,10 @@ async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
     tokio::time::sleep(Duration::from_millis(800).saturating_sub(held.elapsed())).await;
     {
         use diesel_async::RunQueryDsl;
-        diesel::sql_query("COMMIT")
+        diesel::sql_query("ROLLBACK")
             .execute(&mut lock)
             .await
-            .expect("commit");
+            .expect("release the lock");
     }
     for c in creates {
         assert_eq!(c.await.expect("join"), 200);
