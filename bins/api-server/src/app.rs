@@ -5,7 +5,7 @@ use iam_check::{Decision, RootOption};
 use serde_json::Value;
 use storage::Clock;
 use storage::db::{Conn, DbPool};
-use storage::model::idempotency::KeyedRequest;
+use storage::model::idempotency::{Created, KeyedRequest};
 
 use crate::metrics::Metrics;
 use crate::registry::{Call, Registry};
@@ -72,6 +72,13 @@ impl Call {
         let mut conn = self.app.conn().await?;
         let now = self.app.clock.now(&mut conn).await?;
         Ok((conn, now))
+    }
+
+    /// The object a creating operation answered; a replay is marked for
+    /// the audit trail (`replayed`).
+    pub fn created<T>(&self, created: Created<T>) -> T {
+        self.audit.set_replayed(created.replayed);
+        created.value
     }
 
     /// The idempotency identity of this (creating) request.

@@ -1,6 +1,7 @@
 //! The API server: hyper front, method registry, handlers.
 
 pub mod app;
+pub mod audit;
 pub mod console;
 pub mod error;
 pub mod handlers;

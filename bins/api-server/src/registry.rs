@@ -47,6 +47,8 @@ pub struct Call {
     pub input: Value,
     /// `module.method`.
     pub name: String,
+    /// What the handler tells the audit trail (a replay).
+    pub audit: Arc<crate::audit::Marks>,
 }
 
 /// A successful answer, already serialized as a JSON object.
@@ -275,6 +277,7 @@ impl Registry {
         methods.extend(crate::handlers::grants::methods());
         methods.extend(crate::handlers::instances::methods());
         methods.extend(crate::handlers::secrets::methods());
+        methods.extend(crate::handlers::audit::methods());
         methods.extend(crate::handlers::system::methods());
         methods.extend(crate::handlers::views::methods());
         let by_path = methods

@@ -91,7 +91,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
     let span = info_span!("request", request_id = %rid, path = %path);
     async move {
         let in_flight = app.metrics.in_flight();
-        let (label, mut resp, log) = route(&app, req).await;
+        let (label, mut resp, log) = route(&app, req, &rid).await;
         drop(in_flight);
         let code = resp
             .extensions()
@@ -158,7 +158,7 @@ pub fn error_response(e: &ApiError) -> Resp {
     resp
 }
 
-async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFields) {
+async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Resp, LogFields) {
     let path = req.uri().path().to_owned();
     let is_get = req.method() == HttpMethod::GET;
     let fixed = |label: &str, resp: Resp| (label.to_owned(), resp, LogFields::default());
@@ -211,7 +211,10 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (String, Resp, LogFiel
         _ => match app.registry.get(&path) {
             Some(m) if req.method() == HttpMethod::POST => {
                 let mut log = LogFields::default();
-                let resp = match call(app, m, req, &mut log).await {
+                let mut trail = crate::audit::Trail::of(m);
+                let result = call(app, m, req, &mut log, &mut trail).await;
+                trail.record(app, rid, &result).await;
+                let resp = match result {
                     Ok(reply) => raw_json_response(StatusCode::OK, reply.0),
                     Err(e) => error_response(&e),
                 };
@@ -302,6 +305,7 @@ async fn call(
     m: &Method,
     req: Request<Incoming>,
     log: &mut LogFields,
+    trail: &mut crate::audit::Trail,
 ) -> Result<Reply, ApiError> {
     let too_large = || {
         ApiError::new(Code::PayloadTooLarge, "the request body is over 1 MiB")
@@ -329,6 +333,7 @@ async fn call(
     }
     .ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown or revoked API key"))?;
     log.key_id = Some(caller.key_id.clone());
+    trail.caller(&caller);
 
     let input: Value = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
@@ -338,6 +343,7 @@ async fn call(
         .with("reason", "json")
     })?;
     validate_object(&input, m.fields(), "")?;
+    trail.input(&input);
     let tenant = input
         .get("tenantId")
         .and_then(Value::as_str)
@@ -370,6 +376,7 @@ async fn call(
         caller,
         input,
         name: m.name(),
+        audit: trail.marks(),
     })
     .await
 }

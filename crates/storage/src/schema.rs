@@ -14,6 +14,20 @@ diesel::table! {
 }
 
 diesel::table! {
+    audit_records (audit_id) {
+        audit_id -> Text,
+        at -> Int8,
+        tenant_id -> Text,
+        key_id -> Text,
+        method -> Text,
+        object_ids -> Jsonb,
+        outcome -> Text,
+        code -> Nullable<Text>,
+        request_id -> Text,
+    }
+}
+
+diesel::table! {
     event_heads (tenant_id) {
         tenant_id -> Text,
         last_seq -> Int8,
@@ -264,6 +278,7 @@ diesel::joinable!(secrets -> tenants (tenant_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
+    audit_records,
     event_heads,
     events,
     grant_expiry_notices,

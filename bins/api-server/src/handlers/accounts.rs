@@ -144,7 +144,8 @@ async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
         config: &config,
     };
     let (mut conn, now) = call.conn_now().await?;
-    Ok(accounts::create(&mut conn, new, key, now).await?.into())
+    let created = accounts::create(&mut conn, new, key, now).await?;
+    Ok(call.created(created).into())
 }
 
 input! {

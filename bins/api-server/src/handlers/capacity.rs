@@ -173,9 +173,8 @@ async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiErro
         quotas: &quotas,
     };
     let (mut conn, now) = call.conn_now().await?;
-    Ok(pools::create(&mut conn, call.root(), new, key, now)
-        .await?
-        .into())
+    let created = pools::create(&mut conn, call.root(), new, key, now).await?;
+    Ok(call.created(created).into())
 }
 
 input! {

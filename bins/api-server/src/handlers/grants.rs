@@ -156,11 +156,8 @@ async fn create(call: Call, input: Create) -> Result<GrantReply, ApiError> {
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
     let (mut conn, now) = call.conn_now().await?;
-    Ok(
-        grants::create(&mut conn, call.root(), input.terms.new_grant(), key, now)
-            .await?
-            .into(),
-    )
+    let created = grants::create(&mut conn, call.root(), input.terms.new_grant(), key, now).await?;
+    Ok(call.created(created).into())
 }
 
 async fn preview(call: Call, input: Terms) -> Result<PreviewReply, ApiError> {

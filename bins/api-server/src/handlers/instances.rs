@@ -142,9 +142,8 @@ async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
         billing,
     };
     let (mut conn, now) = call.conn_now().await?;
-    Ok(instances::create(&mut conn, call.root(), new, key, now)
-        .await?
-        .into())
+    let created = instances::create(&mut conn, call.root(), new, key, now).await?;
+    Ok(call.created(created).into())
 }
 
 input! {

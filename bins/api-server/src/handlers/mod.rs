@@ -3,6 +3,7 @@
 //! through `iam-check` ([`crate::registry::Call::allow`]).
 
 pub mod accounts;
+pub mod audit;
 pub mod capacity;
 pub mod examples;
 pub mod grants;
@@ -29,7 +30,7 @@ const CAPACITY: Service = Service {
     errors: &[Code::NotFound],
 };
 
-/// Tenants, projects and API keys.
+/// Tenants, projects, API keys, secrets and the audit trail.
 const IAM: Service = Service {
     name: "iam",
     phase: "v0.1",

@@ -255,6 +255,7 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
             true,
         ),
         "events.list" => (json!({ "limit": 10 }), true),
+        "audit.list" => (json!({ "limit": 10 }), true),
         "clock.set" => (
             json!({ "now": w.clock + i64::try_from(n).expect("small") * 1000 }),
             true,

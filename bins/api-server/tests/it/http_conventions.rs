@@ -453,6 +453,8 @@ const CONTRACT_2_3: &[(&str, &str, &str)] = &[
         "compute:iam:manage",
         "compute-tenant",
     ),
+    ("secrets.*", "compute:iam:manage", "compute-tenant"),
+    ("audit.list", "compute:iam:manage", "compute-tenant"),
     ("clock.*", "compute:fleet:admin", "compute-fleet"),
 ];
 
@@ -532,7 +534,7 @@ async fn the_method_list_matches_the_contract() {
         let expected_service = match module {
             "pools" | "quotas" => Some("capacity"),
             "providerAccounts" | "reservationGrants" | "instances" | "reservations" => Some("vps"),
-            "tenants" | "projects" | "apiKeys" => Some("iam"),
+            "tenants" | "projects" | "apiKeys" | "audit" => Some("iam"),
             "events" => Some("events"),
             "usage" => Some("billing"),
             _ => None,

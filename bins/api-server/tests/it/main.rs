@@ -6,6 +6,7 @@ mod support;
 
 mod account_delete;
 mod accounts_clock;
+mod audit;
 mod authz_matrix;
 mod bcctl;
 mod billing;

@@ -70,3 +70,32 @@ pub async fn claim(
         .with("idempotencyKey", req.key))
     }
 }
+
+/// What a creating mutation answers: the object, and whether the call was a
+/// replay of an earlier one ([`Claim::Replay`]: nothing was created), so the
+/// caller can tell the two apart (the audit trail's `replayed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Created<T> {
+    /// The object, as it is now.
+    pub value: T,
+    /// True when the key had already created it.
+    pub replayed: bool,
+}
+
+impl<T> Created<T> {
+    /// An object this call created.
+    pub fn new(value: T) -> Created<T> {
+        Created {
+            value,
+            replayed: false,
+        }
+    }
+
+    /// An object an earlier call with the same key created.
+    pub fn replay(value: T) -> Created<T> {
+        Created {
+            value,
+            replayed: true,
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! typed state columns and the single-statement queries on it. Operations in
 //! [`crate::ops`] compose them; nothing here opens a transaction.
 
+pub mod audit;
 pub mod events;
 pub mod grant;
 pub mod idempotency;

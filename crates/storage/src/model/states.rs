@@ -141,6 +141,20 @@ impl SettledState {
     pub const OPEN: [SettledState; 2] = [SettledState::Scheduled, SettledState::Active];
 }
 
+text_enum! {
+    /// `audit_records.outcome` (contract 3.11).
+    AuditOutcome {
+        /// The mutation succeeded.
+        Ok = "ok",
+        /// The decision refused it (`ACCESS_DENIED`).
+        Denied = "denied",
+        /// A retry of an idempotent create: the existing object was returned.
+        Replayed = "replayed",
+        /// It failed after authentication, with the code it answered.
+        Failed = "failed",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +189,14 @@ mod tests {
         for s in [InstanceBilling::Standard, InstanceBilling::None] {
             assert_eq!(InstanceBilling::parse(s.as_str()), Some(s));
             assert_eq!(s.to_core().as_str(), s.as_str());
+        }
+        for s in [
+            AuditOutcome::Ok,
+            AuditOutcome::Denied,
+            AuditOutcome::Replayed,
+            AuditOutcome::Failed,
+        ] {
+            assert_eq!(AuditOutcome::parse(s.as_str()), Some(s));
         }
         assert_eq!(InstanceState::parse("Running"), None);
         assert_eq!(ReservationStatus::parse(""), None);

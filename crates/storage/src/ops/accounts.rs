@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::locks;
-use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::ops::secrets;
 use crate::schema::provider_accounts as pa;
 
@@ -49,11 +49,13 @@ pub async fn create(
     new: NewAccount<'_>,
     key: KeyedRequest<'_>,
     now: i64,
-) -> Result<Account> {
+) -> Result<Created<Account>> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("pacct", now);
         match idempotency::claim(conn, key, &id, now).await? {
-            Claim::Replay(existing) => get(conn, new.tenant_id, &existing).await,
+            Claim::Replay(existing) => get(conn, new.tenant_id, &existing)
+                .await
+                .map(Created::replay),
             Claim::New => {
                 locks::acting_tenant(conn, new.tenant_id).await?;
                 // `secret:NAME` names a secret of the account's own tenant
@@ -67,18 +69,20 @@ pub async fn create(
                         format!("the tenant has no secret named {name}"),
                     ));
                 }
-                Ok(diesel::insert_into(pa::table)
-                    .values((
-                        pa::account_id.eq(&id),
-                        pa::tenant_id.eq(new.tenant_id),
-                        pa::name.eq(new.name),
-                        pa::provider.eq(new.provider),
-                        pa::config.eq(new.config),
-                        pa::created_at.eq(now),
-                    ))
-                    .returning(Account::as_returning())
-                    .get_result(conn)
-                    .await?)
+                Ok(Created::new(
+                    diesel::insert_into(pa::table)
+                        .values((
+                            pa::account_id.eq(&id),
+                            pa::tenant_id.eq(new.tenant_id),
+                            pa::name.eq(new.name),
+                            pa::provider.eq(new.provider),
+                            pa::config.eq(new.config),
+                            pa::created_at.eq(now),
+                        ))
+                        .returning(Account::as_returning())
+                        .get_result(conn)
+                        .await?,
+                ))
             }
         }
     })

@@ -12,7 +12,7 @@ use crate::ids;
 use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::{GrantFilter, GrantRow, NewGrantRow};
-use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::model::instance::InstanceRow;
 use crate::model::keyset::{Page, Position};
 use crate::model::reservation::ReservationRow;
@@ -89,14 +89,14 @@ pub async fn create(
     new: NewGrant<'_>,
     key: KeyedRequest<'_>,
     now: i64,
-) -> Result<Grant> {
+) -> Result<Created<Grant>> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(GRANT_PREFIX, now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
             let row = GrantRow::find(conn, &existing)
                 .await?
                 .ok_or_else(|| StorageError::not_found("grant", &existing))?;
-            return Ok(Grant::at(row, now));
+            return Ok(Created::replay(Grant::at(row, now)));
         }
         let plan = plan(conn, root, &new, now, Locking::Lock).await?;
         // Capacity, decided under the reservation's row lock once the
@@ -153,7 +153,7 @@ pub async fn create(
         let row = GrantRow::find(conn, &id)
             .await?
             .ok_or_else(|| StorageError::internal("grant vanished"))?;
-        Ok(Grant::at(row, now))
+        Ok(Created::new(Grant::at(row, now)))
     })
     .await
 }

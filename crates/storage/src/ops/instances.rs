@@ -18,7 +18,7 @@ use crate::ids;
 use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
-use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::model::instance::{InstanceFilter, InstanceRow, NewInstanceRow};
 use crate::model::keyset::{Page, Position};
 use crate::model::quota;
@@ -407,11 +407,13 @@ pub async fn create(
     new: NewInstance<'_>,
     key: KeyedRequest<'_>,
     now: i64,
-) -> Result<InstanceRow> {
+) -> Result<Created<InstanceRow>> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(INSTANCE_PREFIX, now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
-            return get(conn, new.tenant_id, &existing).await;
+            return get(conn, new.tenant_id, &existing)
+                .await
+                .map(Created::replay);
         }
         // The tenant row first (the lock order): a deletion that committed
         // since the key was authenticated refuses the admission instead of
@@ -479,7 +481,7 @@ pub async fn create(
             placement = ?target,
             "instance created"
         );
-        get(conn, new.tenant_id, &id).await
+        get(conn, new.tenant_id, &id).await.map(Created::new)
     })
     .await
 }

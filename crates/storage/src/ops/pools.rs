@@ -11,7 +11,7 @@ use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::events::{self, NewEvent};
-use crate::model::idempotency::{self, Claim, KeyedRequest};
+use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::ops::accounts;
 use crate::schema::{pool_offers, pools, quotas};
 
@@ -307,11 +307,11 @@ pub async fn create(
     new: NewPool<'_>,
     key: KeyedRequest<'_>,
     now: i64,
-) -> Result<Pool> {
+) -> Result<Created<Pool>> {
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("pool", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
-            return get(conn, root, root, &existing).await;
+            return get(conn, root, root, &existing).await.map(Created::replay);
         }
         accounts::get(conn, root, new.account_id).await?;
         diesel::insert_into(pools::table)
@@ -332,7 +332,7 @@ pub async fn create(
             batch.push(quota_event(root, &id, resource, *max, now));
         }
         events::publish(conn, now, batch).await?;
-        get(conn, root, root, &id).await
+        get(conn, root, root, &id).await.map(Created::new)
     })
     .await
 }
