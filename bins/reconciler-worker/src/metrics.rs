@@ -7,16 +7,19 @@
 //! | `bc_worker_pass_runs_total` | counter | `pass`, `outcome` (`ok`, `error`) |
 //! | `bc_worker_pass_last_success_timestamp_seconds` | gauge | `pass` |
 //! | `bc_worker_pass_items_total` | counter | `pass`, `item` (the pass line's counts) |
-//! | `bc_worker_account_scans_total` | counter | `account`, `result` (`ok`, `error`, `backing_off`, `claimed_elsewhere`) |
+//! | `bc_worker_account_scans_total` | counter | `account`, `result` (see below) |
 //! | `bc_provider_request_duration_seconds` | histogram | `status` (HTTP status, or `none`) |
 //! | `bc_provider_pages_total` | counter | |
 //! | `bc_provider_token_refreshes_total` | counter | |
 //! | `bc_metering_lag_seconds` | gauge | |
 //! | `bc_usage_lag_seconds` | gauge | |
-//! | `bc_reservation_slots` | gauge | `account`, `reservation`, `kind` (`total`, `granted`, `held`, `ordinary`, `physical`) |
+//! | `bc_reservation_slots` | gauge | `account`, `reservation`, `kind` (see below) |
 //! | `bc_reservation_grants` | gauge | `account`, `reservation`, `state` (`scheduled`, `active`) |
 //! | `bc_capacity_short_total` | counter | |
 //! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
+//!
+//! `result` is `ok`, `error`, `backing_off` or `claimed_elsewhere`; `kind` is
+//! `total`, `granted`, `held`, `ordinary` or `physical`.
 //!
 //! Label values are bounded: passes and items are fixed names, accounts are
 //! the provider accounts, and the reservation gauges cover only reservations
