@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::google_auth::account_on;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
 use crate::support::fixtures::{grant, grant_body, instance, platform, reservations};
+use crate::support::gce::Gce;
 use crate::support::server::{Options, ROOT_TOKEN, Server};
 use crate::support::worker;
 
@@ -371,6 +373,65 @@ async fn the_workers_metrics_show_lag_scan_failures_and_reservation_fullness() {
         ),
         Some(1.0)
     );
+    let (status, err) = w.terminate().await;
+    assert!(status.success(), "{err}");
+}
+
+/// Token refreshes and 401s: a worker on `adc` asks the metadata server
+/// once, reuses the token, and asks again only when the provider refuses it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_workers_metrics_count_token_refreshes_and_refusals() {
+    let gce = Gce::start_with(fake_gce::FakeGceConfig {
+        require_auth: true,
+        ..fake_gce::FakeGceConfig::default()
+    })
+    .await;
+    gce.put("res-a", 4, 0, "READY").await;
+    let s = Server::start_with(Options {
+        env: vec![("GCE_METADATA_HOST".into(), gce.host().into())],
+        ..Options::default()
+    })
+    .await;
+    s.set_clock(T0).await;
+    account_on(&s, ROOT_TOKEN, "root", &gce, "adc").await;
+    let port = worker::free_port();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let mut cmd = worker::command(&s);
+    cmd.env("BC_WORKER_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .env("BC_INTERVAL_MS", "50")
+        .env("GCE_METADATA_HOST", gce.host())
+        .args(["--only", "vps.reservations"]);
+    let w = worker::Running::spawn(cmd);
+    let pages = |n: f64| move |m: &[Sample]| value(m, "bc_provider_pages_total", &[]) >= Some(n);
+    let first = scrape_until(&url, "three pages", pages(3.0)).await;
+    assert_eq!(
+        value(&first, "bc_provider_token_refreshes_total", &[]),
+        Some(1.0)
+    );
+    let ok = value(
+        &first,
+        "bc_provider_request_duration_seconds_count",
+        &[("status", "200")],
+    );
+    assert!(ok >= Some(3.0), "{ok:?}");
+    // Revoked at the provider: one 401, one fresh token, then pages again.
+    gce.revoke_tokens().await;
+    let seen = value(&first, "bc_provider_pages_total", &[]).unwrap_or(0.0);
+    let after = scrape_until(&url, "a page after the refusal", |m| {
+        value(m, "bc_provider_token_refreshes_total", &[]) == Some(2.0)
+            && value(m, "bc_provider_pages_total", &[]) > Some(seen + 1.0)
+    })
+    .await;
+    let refused = [("status", "401")];
+    assert_eq!(
+        value(
+            &after,
+            "bc_provider_request_duration_seconds_count",
+            &refused
+        ),
+        Some(1.0)
+    );
+    assert_eq!(gce.tokens().await, (0, 2));
     let (status, err) = w.terminate().await;
     assert!(status.success(), "{err}");
 }
