@@ -470,10 +470,10 @@ fn unauthenticated() -> Vec<(&'static str, &'static str, &'static str, Value)> {
         (
             "/metrics",
             "metrics",
-            "Prometheus metrics (text exposition format).",
+            "Prometheus metrics (OpenMetrics text).",
             json!({ "200": {
                 "description": "success",
-                "content": { "text/plain": { "schema": { "type": "string" } } },
+                "content": { (telemetry::CONTENT_TYPE): { "schema": { "type": "string" } } },
             } }),
         ),
         (
