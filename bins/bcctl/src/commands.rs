@@ -325,18 +325,7 @@ async fn run_call(ctx: &Ctx, call: cli::Call) -> Result<(), Failure> {
                         .collect()
                 })
                 .unwrap_or_default();
-            let cols: Vec<Col> = keys
-                .iter()
-                .map(|k| {
-                    let k: &'static str = Box::leak(k.clone().into_boxed_str());
-                    if crate::output::is_time_field(k) {
-                        time(k, k)
-                    } else {
-                        text(k, k)
-                    }
-                })
-                .collect();
-            return Some(p.table(items, &cols));
+            return Some(p.table_by_fields(items, &keys));
         }
         match answer.as_object() {
             Some(o) if o.len() == 1 => o.values().next().map(|v| p.object(v)),

@@ -89,10 +89,33 @@ impl Printer {
 
     /// A table of `items` with `cols`.
     pub fn table(&self, items: &[Value], cols: &[Col]) -> String {
+        let cols: Vec<(&str, &str, Kind)> =
+            cols.iter().map(|c| (c.header, c.path, c.kind)).collect();
+        self.table_of(items, &cols)
+    }
+
+    /// A table of `items` with columns named by their fields (a generic
+    /// answer's scalar fields), times shown as RFC 3339.
+    pub fn table_by_fields(&self, items: &[Value], fields: &[String]) -> String {
+        let cols: Vec<(&str, &str, Kind)> = fields
+            .iter()
+            .map(|f| {
+                let kind = if is_time_field(f) {
+                    Kind::Time
+                } else {
+                    Kind::Text
+                };
+                (f.as_str(), f.as_str(), kind)
+            })
+            .collect();
+        self.table_of(items, &cols)
+    }
+
+    fn table_of(&self, items: &[Value], cols: &[(&str, &str, Kind)]) -> String {
         let mut t = new_table();
-        t.set_header(cols.iter().map(|c| c.header));
+        t.set_header(cols.iter().map(|c| c.0));
         for item in items {
-            t.add_row(cols.iter().map(|c| self.cell(at(item, c.path), c.kind)));
+            t.add_row(cols.iter().map(|c| self.cell(at(item, c.1), c.2)));
         }
         finish(t)
     }

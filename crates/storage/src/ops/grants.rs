@@ -3,9 +3,7 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::{
-    Commitment, ForcedEnd, GrantState, Term, TimelineGrant, TimelineInstance, Transition,
-};
+use grants_core::{Commitment, ForcedEnd, GrantState, Term, TimelineGrant, Transition};
 
 use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
@@ -13,7 +11,6 @@ use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::{GrantFilter, GrantRow, NewGrantRow};
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
-use crate::model::instance::InstanceRow;
 use crate::model::keyset::{Page, Position};
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{ReservationStatus, SettledState};
@@ -358,20 +355,11 @@ async fn would_take_in(
     now: i64,
 ) -> Result<Vec<String>> {
     let res = &plan.reservation;
-    let mut grants: Vec<TimelineGrant> =
-        GrantRow::open_on_account(conn, &res.account_id, Some(&res.reservation_id))
-            .await?
-            .iter()
-            .map(GrantRow::to_timeline)
-            .collect();
+    let open = timeline::open_grants_unlocked(conn, res).await?;
+    let seated = timeline::seated_instances(conn, res).await?;
     // Transitions already due come first, as in create.
-    let seated: Vec<TimelineInstance> = InstanceRow::seated(conn, res)
-        .await?
-        .iter()
-        .map(InstanceRow::to_timeline)
-        .collect();
-    let settled = grants_core::views::preview_settlement(&grants, &seated, now);
-    grants = settled.grants;
+    let settled = grants_core::views::preview_settlement(&open, &seated, now);
+    let mut grants = settled.grants;
     grants.push(TimelineGrant {
         grant_id: PREVIEW_GRANT.to_owned(),
         tenant_id: new.grant_tenant_id.to_owned(),

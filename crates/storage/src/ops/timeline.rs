@@ -21,8 +21,10 @@ use crate::model::states::SettledState;
 use crate::ops::instances;
 use crate::schema::grants;
 
-/// The live instances on the reservation, as settlement sees them.
-async fn seated_instances(
+/// The live instances on the reservation, as settlement sees them (read as
+/// stored: under the reservation's lock for settlement, unlocked for the
+/// previews of the views and `reservationGrants.preview`).
+pub(crate) async fn seated_instances(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
 ) -> Result<Vec<TimelineInstance>> {
@@ -31,6 +33,21 @@ async fn seated_instances(
         .iter()
         .map(InstanceRow::to_timeline)
         .collect())
+}
+
+/// The open grants of the reservation as settlement sees them, read
+/// unlocked (for previews; settlement itself locks them).
+pub(crate) async fn open_grants_unlocked(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+) -> Result<Vec<TimelineGrant>> {
+    Ok(
+        GrantRow::open_on_account(conn, &res.account_id, Some(&res.reservation_id))
+            .await?
+            .iter()
+            .map(GrantRow::to_timeline)
+            .collect(),
+    )
 }
 
 /// The grants of a settled reservation that are live at `now`.

@@ -10,15 +10,15 @@ use grants_core::views::{
     self, AnonymousGrant, CommittedStep, HourRow, InUseStep, ListedGrant, SettlementPreview,
     ShownGrant, Stint, TimelineEvent, TimelineInput, Viewer,
 };
-use grants_core::{GrantState, HOUR_MS, Term, TimelineGrant, bucket_start};
+use grants_core::{GrantState, HOUR_MS, Term, bucket_start};
 
 use crate::error::{Result, StorageError};
 use crate::model::events;
 use crate::model::grant::GrantRow;
-use crate::model::instance::InstanceRow;
 use crate::model::reservation::ReservationRow;
 use crate::model::segment::SegmentRow;
 use crate::ops::grants::Grant;
+use crate::ops::timeline;
 use crate::schema::provider_accounts;
 
 /// The most hour buckets one `reservationGrants.usage` answer holds.
@@ -66,20 +66,11 @@ async fn preview(
     res: &ReservationRow,
     now: i64,
 ) -> Result<Option<SettlementPreview>> {
-    let open: Vec<TimelineGrant> =
-        GrantRow::open_on_account(conn, &res.account_id, Some(&res.reservation_id))
-            .await?
-            .iter()
-            .map(GrantRow::to_timeline)
-            .collect();
+    let open = timeline::open_grants_unlocked(conn, res).await?;
     if open.is_empty() {
         return Ok(None);
     }
-    let seated: Vec<_> = InstanceRow::seated(conn, res)
-        .await?
-        .iter()
-        .map(InstanceRow::to_timeline)
-        .collect();
+    let seated = timeline::seated_instances(conn, res).await?;
     Ok(Some(views::preview_settlement(&open, &seated, now)))
 }
 
