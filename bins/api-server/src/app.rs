@@ -67,11 +67,10 @@ impl Call {
         }
     }
 
-    /// A connection and the current instant.
+    /// A connection and the request's instant (read with the
+    /// authentication, in the same round trip).
     pub async fn conn_now(&self) -> Result<(Conn, i64), ApiError> {
-        let mut conn = self.app.conn().await?;
-        let now = self.app.clock.now(&mut conn).await?;
-        Ok((conn, now))
+        Ok((self.app.conn().await?, self.now))
     }
 
     /// The object a creating operation answered; a replay is marked for

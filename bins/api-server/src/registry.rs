@@ -43,6 +43,8 @@ pub struct Call {
     pub app: Arc<App>,
     /// The authenticated caller.
     pub caller: Authenticated,
+    /// The request's instant, read with the authentication.
+    pub now: i64,
     /// The validated input.
     pub input: Value,
     /// `module.method`.

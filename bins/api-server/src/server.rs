@@ -327,11 +327,18 @@ async fn call(
             "missing credentials: send Authorization: Bearer <api key>",
         )
     })?;
-    let caller = {
-        let mut conn = app.conn().await?;
-        storage::ops::tenancy::authenticate(&mut conn, &secret).await?
-    }
-    .ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown or revoked API key"))?;
+    // The key's lookup and the clock's read (a row under the manual clock)
+    // go in one round trip: pipelined on one connection.
+    let (caller, now) = {
+        let conn = app.conn().await?;
+        let conn = &*conn;
+        futures::try_join!(
+            storage::ops::tenancy::authenticate(conn, &secret),
+            app.clock.now_shared(conn)
+        )?
+    };
+    let caller =
+        caller.ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown or revoked API key"))?;
     log.key_id = Some(caller.key_id.clone());
     trail.caller(&caller);
 
@@ -374,6 +381,7 @@ async fn call(
     (m.endpoint.handler)(Call {
         app: app.clone(),
         caller,
+        now,
         input,
         name: m.name(),
         audit: trail.marks(),

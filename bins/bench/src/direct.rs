@@ -243,15 +243,15 @@ async fn lock_reservation(
     Ok(res)
 }
 
-/// `timeline::settle` without the pure step: its reads, `locks::open_grants`
-/// then the seated instances (no transition is due in these workloads, so it
-/// writes nothing).
-async fn settle_reads(conn: &mut AsyncPgConnection, res: &ReservationRow) -> anyhow::Result<()> {
-    let open = locks::open_grants(conn, res).await.map_err(sql)?;
-    if !open.is_empty() {
-        InstanceRow::seated(conn, res).await.map_err(sql)?;
-    }
-    Ok(())
+/// `timeline::settle` without the pure step: its read, `locks::started_grants`
+/// (nothing is due in these workloads, so it reads no instance and writes
+/// nothing); answers the grants read, which the placement view reuses.
+async fn settle_reads(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    now: i64,
+) -> anyhow::Result<Vec<GrantRow>> {
+    locks::started_grants(conn, res, now).await.map_err(sql)
 }
 
 /// The statements of `reservationGrants.create` (a new key, a grantee
@@ -285,8 +285,12 @@ impl Op for GrantSql {
                 accounts::get(conn, ROOT, &c.account_id)
                     .await
                     .map_err(sql)?;
-                let res = lock_reservation(conn, &c.account_id, &c.reservation_id).await?;
-                let pool_id = res
+                // the checks before the lock: the reservation as read, its pool
+                let read = ReservationRow::find(conn, &c.account_id, &c.reservation_id)
+                    .await
+                    .map_err(sql)?
+                    .ok_or_else(|| anyhow::anyhow!("no reservation"))?;
+                let pool_id = read
                     .pool_id
                     .clone()
                     .ok_or_else(|| anyhow::anyhow!("reservation not bound"))?;
@@ -294,8 +298,10 @@ impl Op for GrantSql {
                     .await
                     .map_err(sql)?;
                 anyhow::ensure!(offered, "pool {pool_id} not offered to {TENANT}");
-                settle_reads(conn, &res).await?;
-                grants::commitments(conn, &res.account_id, &res.reservation_id)
+                let res = lock_reservation(conn, &c.account_id, &c.reservation_id).await?;
+                settle_reads(conn, &res, now).await?;
+                let term = grants_core::Term::new(c.starts_at, c.ends_at);
+                grants::commitments(conn, &res.account_id, &res.reservation_id, term)
                     .await
                     .map_err(sql)?;
                 let new = NewGrantRow {
@@ -313,9 +319,9 @@ impl Op for GrantSql {
                 let row = GrantRow::insert(conn, new).await.map_err(sql)?;
                 let created = "reservation-grant.created";
                 let event = NewEvent::new(TENANT, created, row.event_data(None), now);
-                // The term is in the future: create settles only once.
+                // The term is in the future: create settles only once, and
+                // answers the row as inserted.
                 events::publish(conn, now, vec![event]).await.map_err(sql)?;
-                GrantRow::find(conn, &id).await.map_err(sql)?;
                 Ok(())
             })
             .await
@@ -376,10 +382,10 @@ impl Op for InstanceSql {
                     .ok_or_else(|| anyhow::anyhow!("no candidate"))?;
                 anyhow::ensure!(reservation_id == target.reservation_id, "wrong reservation");
                 let res = lock_reservation(conn, &account_id, &reservation_id).await?;
-                settle_reads(conn, &res).await?;
-                // the placement view: seated, live grants
+                let open = settle_reads(conn, &res, now).await?;
+                // the placement view: seated, and the live grants settlement read
                 InstanceRow::seated(conn, &res).await.map_err(sql)?;
-                let live = timeline::live_grants(conn, &res, now).await.map_err(sql)?;
+                let live = timeline::live_at(open, now);
                 let grant_id = live
                     .iter()
                     .find(|g| g.tenant_id == TENANT)

@@ -39,11 +39,14 @@ impl Op for ReadSql {
         let conn = &mut self.conn;
         let sql = |e: storage::StorageError| anyhow::anyhow!("{e}");
         if self.full {
-            let key = tenancy::authenticate(conn, &self.secret)
-                .await
-                .map_err(sql)?;
+            // the key and the clock, pipelined as the API sends them
+            let shared: &diesel_async::AsyncPgConnection = conn;
+            let (key, _now) = futures::try_join!(
+                tenancy::authenticate(shared, &self.secret),
+                Clock::Manual.now_shared(shared)
+            )
+            .map_err(sql)?;
             anyhow::ensure!(key.is_some(), "unknown key");
-            Clock::Manual.now(conn).await.map_err(sql)?;
         }
         if self.list {
             // grants::list (its default page: the tenant's newest, one more

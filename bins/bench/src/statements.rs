@@ -213,7 +213,7 @@ async fn read_sql_sends_what_the_api_reads_send() {
     let grant_id = w.p.inst["sql"][0].grant_id.clone();
     for list in [false, true] {
         let (mut conn, log) = recorded(w.db.url()).await;
-        let caller = storage::ops::tenancy::authenticate(&mut conn, &w.p.tenant_token)
+        let caller = storage::ops::tenancy::authenticate(&conn, &w.p.tenant_token)
             .await
             .expect("authenticate");
         assert!(caller.is_some(), "the tenant's key authenticates");

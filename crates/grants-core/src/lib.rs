@@ -21,5 +21,5 @@ pub use placement::{
 };
 pub use timeline::{
     Destination, EndReason, ForcedEnd, GrantState, Move, Power, TimelineGrant, TimelineInstance,
-    Transition, apply, force_end, grant_state, refill, settle,
+    Transition, apply, force_end, grant_state, has_due, refill, settle,
 };

@@ -37,6 +37,32 @@ proptest! {
         prop_assert_eq!(peak_overlap(&commitments, window), brute_peak(&commitments, window));
     }
 
+    /// Storage reads only the commitments whose term overlaps the new one
+    /// (PostgreSQL's `int8range(s, e) && int8range(S, E)`: both non-empty
+    /// and `s < E && S < e`); the answer is the same as over all of them.
+    #[test]
+    fn the_overlapping_commitments_decide_as_all_of_them(
+        total in 0u64..12,
+        existing in prop::collection::vec(commitment(), 0..12),
+        request in commitment(),
+    ) {
+        let (start, end) = (request.term.start, request.term.end);
+        let overlapping: Vec<Commitment> = existing
+            .iter()
+            .filter(|c| c.term.start < c.term.end && start < end)
+            .filter(|c| c.term.start < end && start < c.term.end)
+            .copied()
+            .collect();
+        prop_assert_eq!(
+            check_capacity(total, &overlapping, request),
+            check_capacity(total, &existing, request)
+        );
+        prop_assert_eq!(
+            peak_overlap(&overlapping, request.term),
+            peak_overlap(&existing, request.term)
+        );
+    }
+
     #[test]
     fn accepting_only_what_fits_never_over_commits(
         total in 0u64..12,

@@ -4,7 +4,7 @@
 
 use grants_core::{
     Billing, Destination, EndReason, ForcedEnd, GrantState, Power, Seat, TimelineGrant,
-    TimelineInstance, Transition, apply, force_end, refill, settle,
+    TimelineInstance, Transition, apply, force_end, has_due, refill, settle,
 };
 use proptest::prelude::*;
 
@@ -370,6 +370,57 @@ fn check_only_active_grants_hold(state: &Snapshot) -> Result<(), TestCaseError> 
         );
     }
     Ok(())
+}
+
+/// The grants storage hands settlement at `at`: the ones that exist by then
+/// (created at or before `at`), open, and started by `at`.
+fn started_by(grants: &[TimelineGrant], at: i64) -> Vec<TimelineGrant> {
+    grants
+        .iter()
+        .filter(|g| g.created_at <= at && g.starts_at <= at)
+        .filter(|g| matches!(g.settled, GrantState::Scheduled | GrantState::Active))
+        .cloned()
+        .collect()
+}
+
+fn existing_by(grants: &[TimelineGrant], at: i64) -> Vec<TimelineGrant> {
+    grants
+        .iter()
+        .filter(|g| g.created_at <= at)
+        .cloned()
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn settlement_needs_only_the_open_grants_started_by_now(
+        (start, t0) in snapshot(),
+        dt in 0i64..80,
+    ) {
+        let now = t0 + dt;
+        let all = existing_by(&start.grants, now);
+        let started = started_by(&all, now);
+        prop_assert_eq!(
+            settle(&started, &start.instances, now),
+            settle(&all, &start.instances, now)
+        );
+        prop_assert_eq!(
+            refill(&started, &start.instances, now),
+            refill(&all, &start.instances, now)
+        );
+    }
+
+    #[test]
+    fn has_due_is_true_exactly_when_settle_answers_something(
+        (start, t0) in snapshot(),
+        dt in 0i64..80,
+    ) {
+        let now = t0 + dt;
+        prop_assert_eq!(
+            has_due(&start.grants, now),
+            !settle(&start.grants, &start.instances, now).is_empty()
+        );
+    }
 }
 
 proptest! {

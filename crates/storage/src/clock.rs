@@ -35,12 +35,21 @@ impl Clock {
 
     /// The current instant in epoch milliseconds.
     pub async fn now(self, conn: &mut AsyncPgConnection) -> Result<i64> {
+        self.now_shared(conn).await
+    }
+
+    /// [`Clock::now`] on a shared connection, so that it can be pipelined
+    /// with other reads (one round trip for several statements).
+    pub async fn now_shared(self, conn: &AsyncPgConnection) -> Result<i64> {
         match self {
             Clock::System => Ok(system_now()),
-            Clock::Manual => Ok(manual_clock::table
-                .select(manual_clock::now_ms)
-                .first::<i64>(conn)
-                .await?),
+            Clock::Manual => {
+                let mut conn = conn;
+                Ok(manual_clock::table
+                    .select(manual_clock::now_ms)
+                    .first::<i64>(&mut conn)
+                    .await?)
+            }
         }
     }
 

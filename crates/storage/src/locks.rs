@@ -275,12 +275,45 @@ pub async fn open_grants(
     Ok(grants::table
         .filter(grants::account_id.eq(&res.account_id))
         .filter(grants::reservation_id.eq(&res.reservation_id))
-        .filter(grants::settled_state.eq_any(SettledState::OPEN))
+        .filter(open_state())
         .order((grants::starts_at.asc(), grants::grant_id.asc()))
         .select(GrantRow::as_select())
         .for_update()
         .load(conn)
         .await?)
+}
+
+/// Locks the open grants of a reservation that have started by `at`, by
+/// start then grant id: all that settlement, a refill and the live grants at
+/// `at` need (`grants_core::has_due`), however many grants the reservation
+/// had before or has scheduled later. Read through the partial index
+/// `grants_open_started_idx`.
+pub async fn started_grants(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    at: i64,
+) -> Result<Vec<GrantRow>> {
+    Ok(grants::table
+        .filter(grants::account_id.eq(&res.account_id))
+        .filter(grants::reservation_id.eq(&res.reservation_id))
+        .filter(open_state())
+        .filter(grants::starts_at.le(at))
+        .order((grants::starts_at.asc(), grants::grant_id.asc()))
+        .select(GrantRow::as_select())
+        .for_update()
+        .load(conn)
+        .await?)
+}
+
+/// `settled_state IN ('scheduled', 'active')` as literal SQL, not a bound
+/// array: the planner proves a partial index's predicate only from
+/// constants, and a prepared statement's generic plan has none.
+pub(crate) fn open_state() -> diesel::expression::SqlLiteral<Bool> {
+    debug_assert_eq!(
+        SettledState::OPEN.map(SettledState::as_str),
+        ["scheduled", "active"]
+    );
+    diesel::dsl::sql::<Bool>("grants.settled_state IN ('scheduled', 'active')")
 }
 
 /// Locks up to `limit` grants of the claimed reservations with an unmetered

@@ -25,6 +25,7 @@ mod grants_preview;
 mod grants_rules;
 mod grants_visibility;
 mod hostile_tenant;
+mod hot_paths;
 mod http_conventions;
 mod idempotency;
 mod instance_quotas;

@@ -337,7 +337,7 @@ fn is_renewal(ending: &TimelineGrant, candidate: &TimelineGrant, at: i64) -> boo
 
 /// The instant from which `grant` takes in instances: its `startsAt`, or its
 /// `createdAt` if it was created later, but never after its `endsAt`.
-fn take_in_instant(grant: &TimelineGrant) -> i64 {
+pub(super) fn take_in_instant(grant: &TimelineGrant) -> i64 {
     grant.starts_at.max(grant.created_at).min(grant.ends_at)
 }
 

@@ -61,7 +61,7 @@ use serde::{Deserialize, Serialize};
 use crate::placement::{Billing, Seat};
 use crate::rules::Owner;
 
-use engine::Engine;
+use engine::{Engine, take_in_instant};
 
 /// The state of a grant (`scheduled`, `active`, `ended`, `cancelled`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -498,6 +498,23 @@ pub fn settle(
     let mut engine = Engine::new(grants, instances);
     engine.settle(now);
     engine.into_transitions()
+}
+
+/// Whether anything is due up to `now` among `grants`: a scheduled grant
+/// whose take-in instant has come, or an open grant whose term is over. It is
+/// true exactly when [`settle`] answers at least one transition, whatever the
+/// instances, so storage asks it before reading the seated instances.
+///
+/// Only grants that have started by `now` can be due, and [`settle`] answers
+/// the same for the open grants that have started as for all of them: a
+/// grant starting later is neither activated, nor ended, nor live to take an
+/// instance over (`tests/timeline_props.rs` checks both).
+pub fn has_due(grants: &[TimelineGrant], now: i64) -> bool {
+    grants.iter().any(|g| match g.settled {
+        GrantState::Scheduled => take_in_instant(g) <= now,
+        GrantState::Active => g.ends_at <= now,
+        GrantState::Ended | GrantState::Cancelled => false,
+    })
 }
 
 /// A forced end at `at`: first the transitions due up to `at` (exactly as

@@ -1,7 +1,7 @@
 //! The event log: per-tenant sequences in commit order, and cursor paging.
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Jsonb, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
@@ -53,12 +53,6 @@ pub struct Event {
     pub seq: i64,
 }
 
-#[derive(QueryableByName)]
-struct Head {
-    #[diesel(sql_type = BigInt)]
-    last_seq: i64,
-}
-
 /// Publishes events inside the caller's transaction. Call it as the last
 /// write of the transaction: it takes each tenant's head row lock, held until
 /// commit, so that sequence order is commit order within a tenant. Tenants
@@ -80,35 +74,32 @@ pub async fn publish(
             .position(|e| e.tenant_id != tenant)
             .map_or(batch.len(), |p| start + p);
         let count = i64::try_from(end - start).map_err(StorageError::internal)?;
-        let head: Head = diesel::sql_query(
-            "INSERT INTO event_heads (tenant_id, last_seq) VALUES ($1, $2) \
-             ON CONFLICT (tenant_id) \
-             DO UPDATE SET last_seq = event_heads.last_seq + EXCLUDED.last_seq \
-             RETURNING last_seq",
+        let group = &batch[start..end];
+        let ids: Vec<String> = group.iter().map(|_| ids::new_id("evt", now)).collect();
+        let types: Vec<&str> = group.iter().map(|e| e.event_type.as_str()).collect();
+        let data: Vec<&Value> = group.iter().map(|e| &e.data).collect();
+        let at: Vec<i64> = group.iter().map(|e| e.occurred_at).collect();
+        // One statement, one round trip: the head's advance and the events
+        // numbered from it (the head row's lock is held until commit).
+        diesel::sql_query(
+            "WITH head AS (\
+               INSERT INTO event_heads (tenant_id, last_seq) VALUES ($1, $2) \
+               ON CONFLICT (tenant_id) \
+               DO UPDATE SET last_seq = event_heads.last_seq + EXCLUDED.last_seq \
+               RETURNING last_seq) \
+             INSERT INTO events (tenant_id, seq, event_id, event_type, data, occurred_at) \
+             SELECT $1, head.last_seq - $2 + e.ord, e.event_id, e.event_type, e.data, e.at \
+             FROM head, unnest($3, $4, $5, $6) \
+               WITH ORDINALITY AS e (event_id, event_type, data, at, ord)",
         )
         .bind::<Text, _>(&tenant)
         .bind::<BigInt, _>(count)
-        .get_result(conn)
+        .bind::<Array<Text>, _>(&ids)
+        .bind::<Array<Text>, _>(&types)
+        .bind::<Array<Jsonb>, _>(&data)
+        .bind::<Array<BigInt>, _>(&at)
+        .execute(conn)
         .await?;
-        let first = head.last_seq - count + 1;
-        let rows: Vec<_> = batch[start..end]
-            .iter()
-            .zip(first..)
-            .map(|(e, seq)| {
-                (
-                    events::tenant_id.eq(&e.tenant_id),
-                    events::seq.eq(seq),
-                    events::event_id.eq(ids::new_id("evt", now)),
-                    events::event_type.eq(&e.event_type),
-                    events::data.eq(&e.data),
-                    events::occurred_at.eq(e.occurred_at),
-                )
-            })
-            .collect();
-        diesel::insert_into(events::table)
-            .values(rows)
-            .execute(conn)
-            .await?;
         start = end;
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! contract 3.6).
 
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term, TimelineGrant, Transition};
 
@@ -13,7 +14,7 @@ use crate::model::grant::{GrantFilter, GrantRow, NewGrantRow};
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::model::keyset::{Page, Position};
 use crate::model::reservation::ReservationRow;
-use crate::model::states::{ReservationStatus, SettledState};
+use crate::model::states::ReservationStatus;
 use crate::ops::accounts;
 use crate::ops::pools;
 use crate::ops::tenancy;
@@ -95,7 +96,21 @@ pub async fn create(
                 .ok_or_else(|| StorageError::not_found("grant", &existing))?;
             return Ok(Created::replay(Grant::at(row, now)));
         }
-        let plan = plan(conn, root, &new, now, Locking::Lock).await?;
+        // Every check that needs no lock runs before the reservation's row
+        // lock, which serializes the creates on a reservation: under it, only
+        // what must be (the reservation as locked, settlement, capacity, the
+        // writes).
+        let mut plan = plan(conn, root, &new, now, Locking::Lock).await?;
+        let locked = locks::reservation(conn, new.account_id, new.reservation_id)
+            .await?
+            .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
+        let pool_id = ready_pool(&locked)?;
+        if pool_id != plan.pool_id {
+            // Rebound between the read and the lock: offer the new pool.
+            offered(conn, root, new.grant_tenant_id, &pool_id).await?;
+            plan.pool_id = pool_id;
+        }
+        plan.reservation = locked;
         // Capacity, decided under the reservation's row lock once the
         // transitions due before the new grant are settled.
         let mut events = Vec::new();
@@ -134,7 +149,8 @@ pub async fn create(
         ));
         // A grant starting at or before now activates (and takes in) at once;
         // one starting later has nothing due (the rest was settled above).
-        if new.starts_at <= now {
+        let started = new.starts_at <= now;
+        if started {
             timeline::settle(conn, &res, now, &mut events).await?;
         }
         events::publish(conn, now, events).await?;
@@ -147,19 +163,26 @@ pub async fn create(
             ends_at = new.ends_at,
             "grant created"
         );
-        let row = GrantRow::find(conn, &id)
-            .await?
-            .ok_or_else(|| StorageError::internal("grant vanished"))?;
+        // Settlement may have moved a started grant on; a later one is as
+        // inserted.
+        let row = if started {
+            GrantRow::find(conn, &id)
+                .await?
+                .ok_or_else(|| StorageError::internal("grant vanished"))?
+        } else {
+            row
+        };
         Ok(Created::new(Grant::at(row, now)))
     })
     .await
 }
 
-/// Whether [`plan`] locks what it reads (`create`) or only reads it
-/// (`preview`).
+/// Whether [`plan`] locks the grantee (`create`) or only reads it
+/// (`preview`). The reservation is read unlocked either way; `create` locks
+/// it after the plan and checks it again as locked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Locking {
-    /// The grantee's row `FOR SHARE`, then the reservation's `FOR UPDATE`.
+    /// The grantee's row `FOR SHARE` (the first lock of the lock order).
     Lock,
     /// Plain reads: a preview writes and holds nothing.
     Read,
@@ -170,7 +193,7 @@ enum Locking {
 /// reservation, its state and pool, the offer, the project, the term);
 /// [`fit`] then gives the capacity answer.
 struct Plan {
-    /// The reservation (locked under [`Locking::Lock`]).
+    /// The reservation as read (unlocked).
     reservation: ReservationRow,
     /// The pool it serves.
     pool_id: String,
@@ -186,9 +209,9 @@ async fn fit(
     new: &NewGrant<'_>,
 ) -> Result<(u64, std::result::Result<(), grants_core::CapacityShort>)> {
     let res = &plan.reservation;
-    let existing = commitments(conn, &res.account_id, &res.reservation_id).await?;
-    let total = u64::try_from(res.total).unwrap_or(0);
     let term = Term::new(new.starts_at, new.ends_at);
+    let existing = commitments(conn, &res.account_id, &res.reservation_id, term).await?;
+    let total = u64::try_from(res.total).unwrap_or(0);
     Ok((
         grants_core::peak_overlap(&existing, term),
         grants_core::check_capacity(total, &existing, Commitment::new(term, plan.slots)),
@@ -214,36 +237,12 @@ async fn plan(
         }
     }
     accounts::get(conn, root, new.account_id).await?;
-    let res = match locking {
-        Locking::Lock => locks::reservation(conn, new.account_id, new.reservation_id).await?,
-        Locking::Read => ReservationRow::find(conn, new.account_id, new.reservation_id).await?,
-    }
-    .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
-    // State of the reservation.
-    if res.status != ReservationStatus::Ready {
-        return Err(StorageError::invalid_state(format!(
-            "the reservation is {}, not ready",
-            res.status
-        ))
-        .with("reservationId", res.reservation_id.as_str())
-        .with("status", res.status.as_str()));
-    }
-    let Some(pool_id) = res.pool_id.clone() else {
-        return Err(
-            StorageError::invalid_state("the reservation is not bound to a pool")
-                .with("reservationId", res.reservation_id.as_str())
-                .with("reason", "unbound"),
-        );
-    };
+    let res = ReservationRow::find(conn, new.account_id, new.reservation_id)
+        .await?
+        .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
+    let pool_id = ready_pool(&res)?;
     // The grantee may use the pool, and the project is the grantee's.
-    if !pools::is_visible(conn, new.grant_tenant_id, root, &pool_id).await? {
-        return Err(StorageError::invalid(
-            "grantTenantId",
-            "pool-not-offered",
-            format!("pool {pool_id} is not offered to {}", new.grant_tenant_id),
-        )
-        .with("poolId", pool_id.as_str()));
-    }
+    offered(conn, root, new.grant_tenant_id, &pool_id).await?;
     if let Some(project) = new.project_id
         && tenancy::tenant_project(conn, new.grant_tenant_id, project)
             .await?
@@ -279,6 +278,41 @@ async fn plan(
         pool_id,
         slots: u32::try_from(new.slots).map_err(StorageError::internal)?,
     })
+}
+
+/// The pool of a reservation that can commit grants: ready and bound.
+fn ready_pool(res: &ReservationRow) -> Result<String> {
+    if res.status != ReservationStatus::Ready {
+        return Err(StorageError::invalid_state(format!(
+            "the reservation is {}, not ready",
+            res.status
+        ))
+        .with("reservationId", res.reservation_id.as_str())
+        .with("status", res.status.as_str()));
+    }
+    res.pool_id.clone().ok_or_else(|| {
+        StorageError::invalid_state("the reservation is not bound to a pool")
+            .with("reservationId", res.reservation_id.as_str())
+            .with("reason", "unbound")
+    })
+}
+
+/// Refuses a grantee the pool is not offered to.
+async fn offered(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    grantee: &str,
+    pool_id: &str,
+) -> Result<()> {
+    if pools::is_visible(conn, grantee, root, pool_id).await? {
+        return Ok(());
+    }
+    Err(StorageError::invalid(
+        "grantTenantId",
+        "pool-not-offered",
+        format!("pool {pool_id} is not offered to {grantee}"),
+    )
+    .with("poolId", pool_id))
 }
 
 /// `reservationGrants.preview` (contract 3.6): what `create` of the same
@@ -381,16 +415,30 @@ async fn would_take_in(
         .unwrap_or_default())
 }
 
-/// The terms of every non-cancelled grant of a reservation.
+/// The terms of the non-cancelled grants of a reservation that overlap
+/// `term`: all the capacity check of a grant over `term` needs
+/// (`grants_core::check_capacity` counts overlaps within the term only).
 pub async fn commitments(
     conn: &mut AsyncPgConnection,
     account_id: &str,
     reservation_id: &str,
+    term: Term,
 ) -> Result<Vec<Commitment>> {
+    // Literal SQL for the state and the range test, so that the planner can
+    // use the partial GiST index `grants_committed_term_idx` (a partial
+    // index's predicate is proved from constants only).
+    let overlaps = diesel::dsl::sql::<Bool>(
+        "grants.settled_state <> 'cancelled' \
+         AND int8range(grants.starts_at, grants.ends_at) && int8range(",
+    )
+    .bind::<BigInt, _>(term.start)
+    .sql(", ")
+    .bind::<BigInt, _>(term.end)
+    .sql(")");
     let rows: Vec<(i64, i64, i32)> = grants::table
         .filter(grants::account_id.eq(account_id))
         .filter(grants::reservation_id.eq(reservation_id))
-        .filter(grants::settled_state.ne(SettledState::Cancelled))
+        .filter(overlaps)
         .select((grants::starts_at, grants::ends_at, grants::slots))
         .load(conn)
         .await?;

@@ -205,13 +205,16 @@ pub async fn take_in(
 }
 
 /// The placement view of a locked, settled reservation at `now`.
+/// The placement view of a settled reservation, its live grants taken from
+/// `open` (its open grants started by `now`, as settlement left them).
 async fn view(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     now: i64,
+    open: Vec<GrantRow>,
 ) -> Result<ReservationView> {
     let seated = InstanceRow::seated(conn, res).await?;
-    let live = timeline::live_grants(conn, res, now).await?;
+    let live = timeline::live_at(open, now);
     let live_grants = live
         .into_iter()
         .map(|g| {
@@ -301,8 +304,8 @@ async fn decide(
         if res.status != ReservationStatus::Ready || res.pool_id.as_deref() != Some(pool_id) {
             continue;
         }
-        timeline::settle(conn, &res, now, events).await?;
-        let view = view(conn, &res, now).await?;
+        let open = timeline::settled_grants(conn, &res, now, events).await?;
+        let view = view(conn, &res, now, open).await?;
         let seat = grants_core::place_on(&view, request);
         views.push(view);
         rows.push(res);
@@ -634,7 +637,8 @@ pub async fn start(
                 // It still holds its slot in a live grant (settlement would
                 // have moved it otherwise): only its own reservation decides.
                 request.held_grant = Some(g.clone());
-                let view = view(conn, r, now).await?;
+                let open = locks::started_grants(conn, r, now).await?;
+                let view = view(conn, r, now, open).await?;
                 let seat =
                     grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
                 Target::from_seat(seat, r)

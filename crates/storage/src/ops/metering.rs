@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Jsonb, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{HOUR_MS, Record, Segment};
 use serde_json::{Map, Value, json};
@@ -39,19 +39,21 @@ fn hour_floor(t: i64) -> i64 {
     t.div_euclid(HOUR_MS) * HOUR_MS
 }
 
-/// A usage record to write.
+/// Usage records to write about one subject and meter: everything but the
+/// hour buckets is shared (a grant's or an instance's run of hours).
 #[derive(Debug, Clone)]
-struct NewRecord {
+struct RecordGroup {
     tenant_id: String,
     project_id: Option<String>,
     meter: &'static str,
     unit: &'static str,
-    record: Record,
     grant_id: Option<String>,
     instance_id: Option<String>,
     subject: String,
     target: String,
     tags: Value,
+    /// The hour buckets, in period order.
+    records: Vec<Record>,
 }
 
 /// Writes records under the global usage sequence (taken last, held to
@@ -59,12 +61,16 @@ struct NewRecord {
 ///
 /// One array-bound statement per call, whatever the number of records: the
 /// same prepared statement every time, and no per-statement parameter limit.
+/// What the records of a group share is sent once per group (a grant's 24
+/// hours carry one tags object, parsed once by PostgreSQL); each record
+/// sends its id, its group's position and its bucket.
 async fn write_records(
     conn: &mut AsyncPgConnection,
     now: i64,
-    records: &[NewRecord],
+    groups: &[RecordGroup],
 ) -> Result<u64> {
-    if records.is_empty() {
+    let count: usize = groups.iter().map(|g| g.records.len()).sum();
+    if count == 0 {
         return Ok(0);
     }
     #[derive(QueryableByName)]
@@ -72,48 +78,63 @@ async fn write_records(
         #[diesel(sql_type = BigInt)]
         last_seq: i64,
     }
-    let n = i64::try_from(records.len()).map_err(StorageError::internal)?;
+    let n = i64::try_from(count).map_err(StorageError::internal)?;
     let head: Head = diesel::sql_query(
         "UPDATE usage_head SET last_seq = last_seq + $1 WHERE id = 1 RETURNING last_seq",
     )
     .bind::<BigInt, _>(n)
     .get_result(conn)
     .await?;
-    let col = |f: fn(&NewRecord) -> String| records.iter().map(f).collect::<Vec<String>>();
-    let opt = |f: fn(&NewRecord) -> Option<String>| {
-        records.iter().map(f).collect::<Vec<Option<String>>>()
-    };
-    let num = |f: fn(&NewRecord) -> i64| records.iter().map(f).collect::<Vec<i64>>();
-    let usage_ids: Vec<String> = records.iter().map(|_| ids::new_id("use", now)).collect();
-    let tags: Vec<Value> = records.iter().map(|r| r.tags.clone()).collect();
+    let mut usage_ids = Vec::with_capacity(count);
+    let mut group_of = Vec::with_capacity(count);
+    let (mut q, mut ps, mut pe) = (
+        Vec::with_capacity(count),
+        Vec::with_capacity(count),
+        Vec::with_capacity(count),
+    );
+    for (k, g) in groups.iter().enumerate() {
+        let k = i32::try_from(k + 1).map_err(StorageError::internal)?;
+        for r in &g.records {
+            usage_ids.push(ids::new_id("use", now));
+            group_of.push(k);
+            q.push(r.quantity_micro);
+            ps.push(r.period_start);
+            pe.push(r.period_end);
+        }
+    }
+    let col = |f: fn(&RecordGroup) -> &str| groups.iter().map(f).collect::<Vec<&str>>();
+    let opt = |f: fn(&RecordGroup) -> Option<&str>| groups.iter().map(f).collect::<Vec<_>>();
+    let tags: Vec<&Value> = groups.iter().map(|g| &g.tags).collect();
     // The claim on the subject's row makes a duplicate impossible; the unique
     // key would turn a bug into a failed, retried transaction, not a double bill.
     let written = diesel::sql_query(
         "INSERT INTO usage_records (seq, usage_id, tenant_id, project_id, meter, quantity_micro, \
          unit, period_start, period_end, grant_id, instance_id, subject, target, tags, \
          recorded_at) \
-         SELECT $1 + s.i, s.usage_id, s.tenant_id, s.project_id, s.meter, s.q, s.unit, s.ps, s.pe, \
-                s.grant_id, s.instance_id, s.subject, s.target, s.tags, $15 \
-         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], \
-                     $8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::text[], \
-                     $13::text[], $14::jsonb[]) \
-              WITH ORDINALITY AS s(usage_id, tenant_id, project_id, meter, q, unit, ps, pe, \
-                                   grant_id, instance_id, subject, target, tags, i) \
+         SELECT $1 + s.i, s.usage_id, g.tenant_id, g.project_id, g.meter, s.q, g.unit, s.ps, \
+                s.pe, g.grant_id, g.instance_id, g.subject, g.target, g.tags, $16 \
+         FROM unnest($2::text[], $3::int4[], $4::bigint[], $5::bigint[], $6::bigint[]) \
+              WITH ORDINALITY AS s(usage_id, k, q, ps, pe, i) \
+         JOIN unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
+                     $12::text[], $13::text[], $14::text[], $15::jsonb[]) \
+              WITH ORDINALITY AS g(tenant_id, project_id, meter, unit, grant_id, instance_id, \
+                                   subject, target, tags, k) ON g.k = s.k \
          ORDER BY s.i",
     )
     .bind::<BigInt, _>(head.last_seq - n)
     .bind::<Array<Text>, _>(&usage_ids)
-    .bind::<Array<Text>, _>(col(|r| r.tenant_id.clone()))
-    .bind::<Array<Nullable<Text>>, _>(opt(|r| r.project_id.clone()))
-    .bind::<Array<Text>, _>(col(|r| r.meter.to_owned()))
-    .bind::<Array<BigInt>, _>(num(|r| r.record.quantity_micro))
-    .bind::<Array<Text>, _>(col(|r| r.unit.to_owned()))
-    .bind::<Array<BigInt>, _>(num(|r| r.record.period_start))
-    .bind::<Array<BigInt>, _>(num(|r| r.record.period_end))
-    .bind::<Array<Nullable<Text>>, _>(opt(|r| r.grant_id.clone()))
-    .bind::<Array<Nullable<Text>>, _>(opt(|r| r.instance_id.clone()))
-    .bind::<Array<Text>, _>(col(|r| r.subject.clone()))
-    .bind::<Array<Text>, _>(col(|r| r.target.clone()))
+    .bind::<Array<Integer>, _>(&group_of)
+    .bind::<Array<BigInt>, _>(&q)
+    .bind::<Array<BigInt>, _>(&ps)
+    .bind::<Array<BigInt>, _>(&pe)
+    .bind::<Array<Text>, _>(col(|g| &g.tenant_id))
+    .bind::<Array<Nullable<Text>>, _>(opt(|g| g.project_id.as_deref()))
+    .bind::<Array<Text>, _>(col(|g| g.meter))
+    .bind::<Array<Text>, _>(col(|g| g.unit))
+    .bind::<Array<Nullable<Text>>, _>(opt(|g| g.grant_id.as_deref()))
+    .bind::<Array<Nullable<Text>>, _>(opt(|g| g.instance_id.as_deref()))
+    .bind::<Array<Text>, _>(col(|g| &g.subject))
+    .bind::<Array<Text>, _>(col(|g| &g.target))
     .bind::<Array<Jsonb>, _>(&tags)
     .bind::<BigInt, _>(now)
     .execute(conn)
@@ -251,25 +272,23 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                         .get(&(g.account_id.clone(), g.reservation_id.clone()))
                         .cloned()
                         .unwrap_or_default();
-                    for r in due {
-                        records.push(NewRecord {
-                            tenant_id: g.tenant_id.clone(),
-                            project_id: g.project_id.clone(),
-                            meter: "vm.grant.slot.hours",
-                            unit: "slot-hours",
-                            record: r,
-                            grant_id: Some(g.grant_id.clone()),
-                            instance_id: None,
-                            subject: g.grant_id.clone(),
-                            target: g.grant_id.clone(),
-                            tags: tags(
-                                &region,
-                                &g.pool_id,
-                                &provider,
-                                &[("reservationId", &g.reservation_id)],
-                            ),
-                        });
-                    }
+                    records.push(RecordGroup {
+                        tenant_id: g.tenant_id.clone(),
+                        project_id: g.project_id.clone(),
+                        meter: "vm.grant.slot.hours",
+                        unit: "slot-hours",
+                        grant_id: Some(g.grant_id.clone()),
+                        instance_id: None,
+                        subject: g.grant_id.clone(),
+                        target: g.grant_id.clone(),
+                        tags: tags(
+                            &region,
+                            &g.pool_id,
+                            &provider,
+                            &[("reservationId", &g.reservation_id)],
+                        ),
+                        records: due,
+                    });
                     marks.0.push(g.grant_id.clone());
                     marks.1.push(through);
                 }
@@ -340,7 +359,7 @@ async fn instance_records(
     conn: &mut AsyncPgConnection,
     inst: &InstanceRow,
     now: i64,
-) -> Result<Vec<NewRecord>> {
+) -> Result<Vec<RecordGroup>> {
     let segments: Vec<SegmentRow> = seg::table
         .filter(seg::instance_id.eq(&inst.instance_id))
         .filter(seg::running.eq(true))
@@ -400,22 +419,24 @@ async fn instance_records(
         if let Some(g) = &grant_id {
             extra.push(("grantId", g.as_str()));
         }
-        let tags = tags(&region, &inst.pool_id, &provider, &extra);
-        for r in grants_core::cumulative_rounded_records(&segments, inst.usage_metered_through, now)
-        {
-            out.push(NewRecord {
-                tenant_id: inst.tenant_id.clone(),
-                project_id: inst.project_id.clone(),
-                meter,
-                unit: "instance-hours",
-                record: r,
-                grant_id: grant_id.clone(),
-                instance_id: Some(inst.instance_id.clone()),
-                subject: inst.instance_id.clone(),
-                target: target.clone(),
-                tags: tags.clone(),
-            });
+        let records =
+            grants_core::cumulative_rounded_records(&segments, inst.usage_metered_through, now);
+        if records.is_empty() {
+            continue;
         }
+        let tags = tags(&region, &inst.pool_id, &provider, &extra);
+        out.push(RecordGroup {
+            tenant_id: inst.tenant_id.clone(),
+            project_id: inst.project_id.clone(),
+            meter,
+            unit: "instance-hours",
+            grant_id: grant_id.clone(),
+            instance_id: Some(inst.instance_id.clone()),
+            subject: inst.instance_id.clone(),
+            target,
+            tags,
+            records,
+        });
     }
     Ok(out)
 }

@@ -206,6 +206,8 @@ async fn on_reservation(
 ) -> Result<NoticeOutcome> {
     let mut events = Vec::new();
     timeline::settle(conn, res, now, &mut events).await?;
+    // All open grants, the scheduled ones too: a notice names the grant that
+    // renews the expiring one.
     let open = locks::open_grants(conn, res).await?;
     let mut outcome = NoticeOutcome::default();
     for g in open

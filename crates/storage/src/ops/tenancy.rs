@@ -81,10 +81,13 @@ pub struct Authenticated {
 }
 
 /// Looks up an active key of an active tenant by its secret.
-pub async fn authenticate(
-    conn: &mut AsyncPgConnection,
-    secret: &str,
-) -> Result<Option<Authenticated>> {
+///
+/// It takes the connection shared (`&AsyncPgConnection`), so that a caller
+/// can pipeline it with other reads on the same connection (the server sends
+/// it with the manual clock's read in one round trip).
+pub async fn authenticate(conn: &AsyncPgConnection, secret: &str) -> Result<Option<Authenticated>> {
+    let mut conn = conn;
+    let conn = &mut conn;
     let hash = ids::hash_secret(secret);
     type KeyRow = (String, String, String, Option<String>, Vec<u8>);
     let row: Option<KeyRow> = api_keys::table

@@ -56,21 +56,64 @@ pub async fn live_grants(
     res: &ReservationRow,
     now: i64,
 ) -> Result<Vec<GrantRow>> {
-    Ok(locks::open_grants(conn, res)
-        .await?
+    Ok(live_at(locks::started_grants(conn, res, now).await?, now))
+}
+
+/// Those of `grants` (a settled reservation's open grants) live at `now`.
+pub fn live_at(grants: Vec<GrantRow>, now: i64) -> Vec<GrantRow> {
+    grants
         .into_iter()
         .filter(|g| g.state_at(now) == GrantState::Active)
-        .collect())
+        .collect()
 }
 
 /// Settles the locked reservation's timeline up to `now`, queuing events.
+/// It reads (and locks) only the open grants started by `now`, and the
+/// seated instances only when one of them is due: a settlement with nothing
+/// due costs one indexed read, whatever the reservation's history.
 pub async fn settle(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
-    run(conn, res, events, |g, i| grants_core::settle(g, i, now)).await
+    Ok(settle_reading(conn, res, now, events).await?.0)
+}
+
+/// Settles like [`settle`] and answers, with the number of transitions, the
+/// open grants started by `now` as they stand after it (locked): read once
+/// when nothing was due, again after the writes otherwise. The placement
+/// view and the notices take the live grants from it.
+pub async fn settled_grants(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<Vec<GrantRow>> {
+    match settle_reading(conn, res, now, events).await? {
+        (_, Some(grants)) => Ok(grants),
+        (_, None) => locks::started_grants(conn, res, now).await,
+    }
+}
+
+/// [`settle`]'s work: the transitions written, and the grants read when
+/// nothing was due (then they are as stored).
+async fn settle_reading(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<(usize, Option<Vec<GrantRow>>)> {
+    let grants = locks::started_grants(conn, res, now).await?;
+    let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
+    if !grants_core::has_due(&timeline, now) {
+        return Ok((0, Some(grants)));
+    }
+    let n = run(conn, res, &grants, timeline, events, |g, i| {
+        grants_core::settle(g, i, now)
+    })
+    .await?;
+    Ok((n, None))
 }
 
 /// Settles up to `at`, then refills the grants that an instance just left
@@ -83,25 +126,32 @@ pub async fn refill(
     at: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
-    run(conn, res, events, |g, i| grants_core::refill(g, i, at)).await
-}
-
-/// Reads the locked reservation's open grants and seated instances, asks
-/// the engine (`decide`) what happens, and writes the answer.
-async fn run(
-    conn: &mut AsyncPgConnection,
-    res: &ReservationRow,
-    events: &mut Vec<NewEvent>,
-    decide: impl FnOnce(&[TimelineGrant], &[TimelineInstance]) -> Vec<Transition>,
-) -> Result<usize> {
-    let grants = locks::open_grants(conn, res).await?;
+    let grants = locks::started_grants(conn, res, at).await?;
     if grants.is_empty() {
         return Ok(0);
     }
-    let instances = seated_instances(conn, res).await?;
     let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
+    run(conn, res, &grants, timeline, events, |g, i| {
+        grants_core::refill(g, i, at)
+    })
+    .await
+}
+
+/// Reads the locked reservation's seated instances, asks the engine
+/// (`decide`, a settlement and maybe more) what happens to `grants` (the
+/// locked open grants started by the instant it decides at: grants starting
+/// later take no part, `grants_core::has_due`), and writes the answer.
+async fn run(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    grants: &[GrantRow],
+    timeline: Vec<TimelineGrant>,
+    events: &mut Vec<NewEvent>,
+    decide: impl FnOnce(&[TimelineGrant], &[TimelineInstance]) -> Vec<Transition>,
+) -> Result<usize> {
+    let instances = seated_instances(conn, res).await?;
     let due = decide(&timeline, &instances);
-    write(conn, res, &grants, &due, events).await?;
+    write(conn, res, grants, &due, events).await?;
     Ok(due.len())
 }
 
