@@ -8,22 +8,30 @@
 //! 1. `reservationGrants.create` on one hot reservation, 16 clients over
 //!    HTTP, next to the storage call and the same SQL transaction with 16
 //!    connections (the same number of operations, on a hot reservation of
-//!    their own, so each starts from the same state);
+//!    their own, so each starts from the same state), and next to the real
+//!    `pgbench` running the create's lock pattern (a row lock, an insert);
+//!    1h. right after its HTTP run, the same on a hot reservation carrying
+//!    10,000 earlier grants;
 //! 2. `instances.create` over 100 reservations with grants, likewise;
+//!    2h. then over 10 reservations, without and with 10,000 deleted
+//!    instances on each;
 //! 3. `reservationGrants.get` and `list` (1000 items), next to a trivial
 //!    hyper handler answering the same bytes;
 //! 4. `vps.grants` metering 10,000 grants × 24 ended hours with the real
-//!    `reconciler-worker`, next to one bulk `INSERT ... SELECT`;
-//! 5. the api-server's peak RSS during 1 and during 3.
+//!    `reconciler-worker`, next to one bulk `INSERT ... SELECT` and one
+//!    binary `COPY`;
+//! 5. the api-server's peak RSS during each figure it serves.
 //!
 //! It prints the tables and rewrites the generated part of
 //! `docs/benchmarks.md` (between its marker lines; the text around them is
 //! written by hand).
 
 mod direct;
+mod history;
 mod http;
 mod load;
 mod metering;
+mod pgbench;
 mod procs;
 mod reads;
 mod report;
@@ -45,8 +53,8 @@ use crate::http::{BodyFn, FixedServer, HttpOp};
 use crate::load::{Outcome, Stop};
 use crate::procs::{ApiServer, Database};
 use crate::reads::ReadSql;
-use crate::report::{Machine, Measured, ReadFigure, Report};
-use crate::setup::{Api, TENANT};
+use crate::report::{Machine, Measured, ReadFigure, Report, Rss};
+use crate::setup::{Api, INST_HISTORY_RESERVATIONS, TENANT};
 
 /// Concurrent clients (and direct connections) of every figure.
 const CLIENTS: usize = 16;
@@ -145,22 +153,37 @@ async fn manual_now(db: &Database) -> anyhow::Result<i64> {
         .now_ms)
 }
 
-/// The grants figure: HTTP for `dur`, then the storage call and the SQL for
-/// the same number of operations, each on its own hot reservation.
-async fn figure_grants(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
-    dur: Duration,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let ctx = |tag: &'static str| GrantCtx::new(tag, p, &p.hot[tag]);
-    let http_ctx = Arc::new(ctx("http"));
-    let body: BodyFn = {
-        let c = http_ctx.clone();
-        Arc::new(move |i| c.body(i).to_string())
-    };
-    say("figure 1: reservationGrants.create, one hot reservation, 16 clients");
+/// The api-server's memory over one figure: the peak reset at its start.
+struct RssWatch {
+    fig: &'static str,
+    reset: bool,
+    before: Option<u64>,
+}
+
+impl RssWatch {
+    fn start(server: &ApiServer, fig: &'static str) -> RssWatch {
+        let reset = server.reset_peak_rss();
+        RssWatch {
+            fig,
+            reset,
+            before: server.rss().ok(),
+        }
+    }
+
+    fn done(self, server: &ApiServer) -> anyhow::Result<Rss> {
+        Ok(Rss {
+            fig: self.fig,
+            before: self.before,
+            reset: self.reset,
+            peak: Some(server.peak_rss()?),
+        })
+    }
+}
+
+/// `reservationGrants.create` over HTTP for `dur` with `ctx`'s bodies.
+async fn grants_http(server: &ApiServer, ctx: GrantCtx, dur: Duration) -> anyhow::Result<Outcome> {
+    let ctx = Arc::new(ctx);
+    let body: BodyFn = Arc::new(move |i| ctx.body(i).to_string());
     let workers = HttpOp::many(
         CLIENTS,
         server.addr,
@@ -169,10 +192,38 @@ async fn figure_grants(
         body,
     )
     .await?;
-    let api = load::run(workers, Stop::After(dur)).await?;
+    load::run(workers, Stop::After(dur)).await
+}
+
+/// The grants figure: HTTP for `dur` on an empty hot reservation, then
+/// (1h) HTTP for `dur` on one carrying earlier grants, then the storage call
+/// and the SQL for the same number of operations as the first, each on its
+/// own hot reservation, then pgbench's row lock and insert for `dur`.
+async fn figure_grants(
+    db: &Database,
+    server: &ApiServer,
+    p: &setup::Platform,
+    dur: Duration,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let ctx = |tag: &'static str| GrantCtx::new(tag, p, &p.hot[tag]);
+    say(&format!(
+        "figure 1h: {} earlier grants on the history reservation (SQL)",
+        history::GRANTS
+    ));
+    history::seed_grants(db, p, &p.hot["history"]).await?;
+    say("figure 1: reservationGrants.create, one hot reservation, 16 clients");
+    let rss = RssWatch::start(server, "1");
+    let api = grants_http(server, ctx("http"), dur).await?;
     show("HTTP API", &api);
-    report.rss_fig1 = Some(server.peak_rss()?);
+    report.rss.push(rss.done(server)?);
     let n = api.ops;
+
+    let rss = RssWatch::start(server, "1h");
+    let hist = grants_http(server, ctx("history"), dur).await?;
+    show("1h: HTTP API, 10,000 earlier grants", &hist);
+    report.rss.push(rss.done(server)?);
+    report.grants_history = Some(hist);
 
     let ctx_storage = Arc::new(ctx("storage"));
     let storage = on_connections(db, n, |conn| GrantStorage {
@@ -190,6 +241,60 @@ async fn figure_grants(
     .await?;
     show("direct SQL", &sql);
     report.grants = Some(Measured { api, storage, sql });
+
+    let b = pgbench::run(db, &ctx("http"), &p.hot_pool, CLIENTS, dur).await?;
+    say(&format!(
+        "  pgbench row lock + insert: {} transactions, tps {:.0}, latency average {:.2} ms",
+        b.transactions,
+        b.tps,
+        b.latency_avg.as_secs_f64() * 1e3
+    ));
+    report.pgbench = Some(b);
+    Ok(())
+}
+
+/// `instances.create` over HTTP for `dur` with `ctx`'s bodies.
+async fn instances_http(
+    server: &ApiServer,
+    p: &setup::Platform,
+    ctx: InstanceCtx,
+    dur: Duration,
+) -> anyhow::Result<Outcome> {
+    let ctx = Arc::new(ctx);
+    let body: BodyFn = Arc::new(move |i| ctx.body(i).to_string());
+    let workers = HttpOp::many(
+        CLIENTS,
+        server.addr,
+        "/api/compute/instances/create",
+        &p.tenant_token,
+        body,
+    )
+    .await?;
+    load::run(workers, Stop::After(dur)).await
+}
+
+/// Figure 2h: the deleted instances inserted, then the API for `dur` on
+/// the layout without them and for `dur` on the one with them.
+async fn figure_instances_history(
+    db: &Database,
+    server: &ApiServer,
+    p: &setup::Platform,
+    dur: Duration,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    say(&format!(
+        "figure 2h: instances.create over {INST_HISTORY_RESERVATIONS} reservations, without and \
+         with {} deleted instances on each (SQL)",
+        history::INSTANCES
+    ));
+    history::seed_instances(db, p, &p.inst["hist-with"]).await?;
+    let rss = RssWatch::start(server, "2h");
+    let without = instances_http(server, p, InstanceCtx::new("hist-without", p), dur).await?;
+    show("HTTP API, no deleted instances", &without);
+    let with = instances_http(server, p, InstanceCtx::new("hist-with", p), dur).await?;
+    show("HTTP API, 10,000 deleted instances per reservation", &with);
+    report.rss.push(rss.done(server)?);
+    report.instances_history = Some((without, with));
     Ok(())
 }
 
@@ -203,21 +308,10 @@ async fn figure_instances(
 ) -> anyhow::Result<()> {
     let ctx = |tag: &'static str| InstanceCtx::new(tag, p);
     say("figure 2: instances.create over 100 reservations with grants, 16 clients");
-    let http_ctx = Arc::new(ctx("http"));
-    let body: BodyFn = {
-        let c = http_ctx.clone();
-        Arc::new(move |i| c.body(i).to_string())
-    };
-    let workers = HttpOp::many(
-        CLIENTS,
-        server.addr,
-        "/api/compute/instances/create",
-        &p.tenant_token,
-        body,
-    )
-    .await?;
-    let api = load::run(workers, Stop::After(dur)).await?;
+    let rss = RssWatch::start(server, "2");
+    let api = instances_http(server, p, ctx("http"), dur).await?;
     show("HTTP API", &api);
+    report.rss.push(rss.done(server)?);
     let n = api.ops;
 
     let ctx_storage = Arc::new(ctx("storage"));
@@ -351,8 +445,7 @@ async fn figure_reads(
     let log = procs::workspace_root().join("target/bench/api-server-system-clock.log");
     let system = ApiServer::start(db, "system", &report.log_filter, &log).await?;
 
-    report.rss_reset = server.reset_peak_rss();
-    report.rss_before_fig3 = Some(server.rss()?);
+    let rss = RssWatch::start(server, "3");
     let result = async {
         say(" get:");
         let get_body: BodyFn = {
@@ -411,7 +504,7 @@ async fn figure_reads(
             )
             .await?,
         );
-        report.rss_fig3 = Some(server.peak_rss()?);
+        report.rss.push(rss.done(server)?);
         let mut conn = db.connect().await?;
         let cost = reads::list_cost(&mut conn, p.now).await?;
         say(&format!(
@@ -480,11 +573,18 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
     let result = async {
         let now = manual_now(&db).await?;
         say(
-            "setting up: account, tenant, 3 hot reservations, 300 pools with a reservation and \
+            "setting up: account, tenant, 4 hot reservations, 320 pools with a reservation and \
              a grant each",
         );
         let api = Api::new(&server.url());
-        let p = setup::platform(&api, now, setup::INST_RESERVATIONS)
+        let extra = setup::Extra {
+            hot: vec!["history"],
+            inst: vec![
+                ("hist-without", INST_HISTORY_RESERVATIONS),
+                ("hist-with", INST_HISTORY_RESERVATIONS),
+            ],
+        };
+        let p = setup::platform_with(&api, now, setup::INST_RESERVATIONS, &extra)
             .await
             .context("setup")?;
         report.rss_after_setup = Some(server.rss()?);
@@ -496,6 +596,7 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
         }
         if wanted("instances") {
             figure_instances(&db, &server, &p, write_dur, &mut report).await?;
+            figure_instances_history(&db, &server, &p, write_dur, &mut report).await?;
         }
         if wanted("reads") {
             figure_reads(&db, &server, &p, read_dur, &mut report).await?;
@@ -514,7 +615,7 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
     }
     say(
         "figure 4: vps.grants metering 10,000 grants x 24 ended hours, next to one bulk \
-         INSERT ... SELECT",
+         INSERT ... SELECT and one COPY ... FROM STDIN (FORMAT binary)",
     );
     let m = metering::run(server_url).await?;
     say(&format!(
@@ -529,6 +630,11 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
         "  bulk insert: {} rows in {:.2} s",
         m.bulk_rows,
         m.bulk.as_secs_f64()
+    ));
+    say(&format!(
+        "  COPY binary: {} rows in {:.2} s",
+        m.copy_rows,
+        m.copy.as_secs_f64()
     ));
     report.metering = Some(m);
     report.machine.loadavg_end = loadavg();

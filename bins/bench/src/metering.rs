@@ -1,13 +1,18 @@
 //! Figure 4: `vps.grants` metering 10,000 grants × 24 ended hours with the
 //! real `reconciler-worker --once --only vps.grants`, next to one bulk
 //! `INSERT ... SELECT` of the same rows into a scratch copy of
-//! `usage_records` (same columns, constraints and indexes).
+//! `usage_records` (same columns, constraints and indexes), and next to a
+//! `COPY ... FROM STDIN (FORMAT binary)` of the same rows built in the client
+//! into another scratch copy.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use bytes::BufMut;
 use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use crate::procs::{self, Database, WorkerRun};
 
@@ -34,6 +39,10 @@ pub struct Metering {
     pub bulk: Duration,
     /// Rows the bulk insert wrote.
     pub bulk_rows: i64,
+    /// The binary COPY's time.
+    pub copy: Duration,
+    /// Rows the binary COPY wrote.
+    pub copy_rows: i64,
 }
 
 #[derive(diesel::QueryableByName)]
@@ -153,6 +162,7 @@ pub async fn run(server_url: &str) -> anyhow::Result<Metering> {
     let worker = procs::run_worker_once(&db.url, "vps.grants").await?;
     let records_written = count(&db, "SELECT count(*) AS n FROM usage_records").await?;
     let (bulk, bulk_rows) = bulk(&db).await?;
+    let (copy, copy_rows) = copy_binary(&db).await?;
     db.drop_now().await?;
 
     let mut catch_up = None;
@@ -187,5 +197,147 @@ pub async fn run(server_url: &str) -> anyhow::Result<Metering> {
         catch_up,
         bulk,
         bulk_rows,
+        copy,
+        copy_rows,
     })
+}
+
+/// A `jsonb` value in the binary format: version 1, then the JSON text.
+#[derive(Debug)]
+struct Jsonb(Vec<u8>);
+
+impl ToSql for Jsonb {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.put_u8(1);
+        out.extend_from_slice(&self.0);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSONB
+    }
+
+    to_sql_checked!();
+}
+
+/// A grant to meter, as the worker reads it.
+struct Due {
+    grant_id: String,
+    tenant_id: String,
+    project_id: Option<String>,
+    slots: i64,
+    starts_at: i64,
+    tags: Vec<u8>,
+}
+
+/// The second ceiling: the same 240,000 rows (columns, types, sizes, tags as
+/// the worker writes them, usage ids made as the worker makes them), built
+/// in the client while they stream, in (grant, hour) order, as one
+/// `COPY ... FROM STDIN (FORMAT binary)` (tokio-postgres's
+/// `BinaryCopyInWriter`) into a scratch copy of `usage_records`. The grants
+/// are read before the clock starts.
+async fn copy_binary(db: &Database) -> anyhow::Result<(Duration, i64)> {
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .context("connecting with tokio-postgres")?;
+    let conn_task = tokio::spawn(connection);
+    client
+        .batch_execute("CREATE TABLE usage_copy (LIKE usage_records INCLUDING ALL)")
+        .await?;
+    let now: i64 = client
+        .query_one("SELECT now_ms FROM manual_clock", &[])
+        .await?
+        .get(0);
+    let due: Vec<Due> = client
+        .query(
+            "SELECT g.grant_id, g.tenant_id, g.project_id, g.slots, g.starts_at, r.region, \
+             g.pool_id, g.reservation_id FROM grants g \
+             JOIN reservations r USING (account_id, reservation_id) ORDER BY g.grant_id",
+            &[],
+        )
+        .await?
+        .into_iter()
+        .map(|r| {
+            let mut tags = serde_json::Map::new();
+            tags.insert("region".into(), r.get::<_, String>(5).into());
+            tags.insert("poolId".into(), r.get::<_, String>(6).into());
+            tags.insert("provider".into(), "gce".into());
+            tags.insert("reservationId".into(), r.get::<_, String>(7).into());
+            anyhow::Ok(Due {
+                grant_id: r.get(0),
+                tenant_id: r.get(1),
+                project_id: r.get(2),
+                slots: i64::from(r.get::<_, i32>(3)),
+                starts_at: r.get(4),
+                tags: serde_json::to_vec(&tags)?,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let types = [
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::JSONB,
+        Type::INT8,
+    ];
+    let start = Instant::now();
+    let sink = client
+        .copy_in(
+            "COPY usage_copy (seq, usage_id, tenant_id, project_id, meter, quantity_micro, \
+             unit, period_start, period_end, grant_id, instance_id, subject, target, tags, \
+             recorded_at) FROM STDIN (FORMAT binary)",
+        )
+        .await?;
+    let writer = BinaryCopyInWriter::new(sink, &types);
+    let mut writer = std::pin::pin!(writer);
+    let mut seq: i64 = 0;
+    for g in &due {
+        let tags = Jsonb(g.tags.clone());
+        for h in 0..HOURS {
+            seq += 1;
+            let usage_id = storage::ids::new_id("use", now);
+            let period_start = g.starts_at + h * HOUR_MS;
+            let period_end = period_start + HOUR_MS;
+            let quantity = g.slots * 1_000_000;
+            writer
+                .as_mut()
+                .write(&[
+                    &seq,
+                    &usage_id,
+                    &g.tenant_id,
+                    &g.project_id,
+                    &"vm.grant.slot.hours",
+                    &quantity,
+                    &"slot-hours",
+                    &period_start,
+                    &period_end,
+                    &g.grant_id,
+                    &None::<&str>,
+                    &g.grant_id,
+                    &g.grant_id,
+                    &tags,
+                    &now,
+                ])
+                .await?;
+        }
+    }
+    let rows = writer.finish().await?;
+    let elapsed = start.elapsed();
+    drop(client);
+    conn_task.await??;
+    Ok((elapsed, i64::try_from(rows)?))
 }

@@ -6,9 +6,12 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::history;
 use crate::load::Outcome;
 use crate::metering::{self, Metering};
+use crate::pgbench::Pgbench;
 use crate::reads::ListCost;
+use crate::setup::INST_HISTORY_RESERVATIONS;
 
 /// The line before the generated part of `docs/benchmarks.md`.
 pub const BEGIN: &str = "<!-- generated: begin -->";
@@ -89,6 +92,19 @@ pub struct ReadFigure {
     pub sql_query: Outcome,
 }
 
+/// The api-server's memory during one figure.
+#[derive(Debug, Clone)]
+pub struct Rss {
+    /// The figure (`1`, `1h`, ...).
+    pub fig: &'static str,
+    /// VmRSS right before it, once the peak was reset.
+    pub before: Option<u64>,
+    /// Whether the peak could be reset (`clear_refs` 5) before it.
+    pub reset: bool,
+    /// VmHWM right after it.
+    pub peak: Option<u64>,
+}
+
 /// Everything one run measured.
 #[derive(Debug)]
 pub struct Report {
@@ -101,8 +117,15 @@ pub struct Report {
     pub log_filter: String,
     /// Figure 1.
     pub grants: Option<Measured>,
+    /// Figure 1: pgbench's row lock + insert.
+    pub pgbench: Option<Pgbench>,
+    /// Figure 1h: the API on a reservation with earlier grants.
+    pub grants_history: Option<Outcome>,
     /// Figure 2.
     pub instances: Option<Measured>,
+    /// Figure 2h: the API on a smaller layout, without and with deleted
+    /// instances on its reservations.
+    pub instances_history: Option<(Outcome, Outcome)>,
     /// Figure 3: get.
     pub get: Option<ReadFigure>,
     /// Figure 3: list.
@@ -119,21 +142,20 @@ pub struct Report {
     pub metering: Option<Metering>,
     /// RSS once set up, before figure 1.
     pub rss_after_setup: Option<u64>,
-    /// VmHWM after figure 1 (peak since start).
-    pub rss_fig1: Option<u64>,
-    /// RSS right before figure 3 (after the peak reset).
-    pub rss_before_fig3: Option<u64>,
-    /// Whether the peak could be reset before figure 3.
-    pub rss_reset: bool,
-    /// VmHWM after figure 3.
-    pub rss_fig3: Option<u64>,
+    /// The api-server's peak during each figure it served.
+    pub rss: Vec<Rss>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Target ratios and memory.
 const TARGET_WRITE: f64 = 0.6;
+const TARGET_PGBENCH: f64 = 0.4;
+const TARGET_HISTORY: f64 = 0.9;
 const TARGET_READ: f64 = 0.5;
+const TARGET_GET_QUERY: f64 = 0.5;
+const TARGET_LIST_QUERY: f64 = 0.8;
 const TARGET_METER: f64 = 0.5;
+const TARGET_COPY: f64 = 0.7;
 const TARGET_RSS_MIB: f64 = 100.0;
 
 fn ms(d: Duration) -> String {
@@ -142,6 +164,19 @@ fn ms(d: Duration) -> String {
 
 fn mib(b: Option<u64>) -> String {
     b.map_or_else(|| "n/a".into(), |b| format!("{:.1}", b as f64 / MIB))
+}
+
+/// `n` with a comma every three digits (10,000).
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (k, ch) in digits.chars().enumerate() {
+        if k > 0 && (digits.len() - k).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if n < 0 { format!("-{out}") } else { out }
 }
 
 fn met(ok: bool) -> &'static str {
@@ -215,7 +250,10 @@ impl Report {
             read_dur,
             log_filter: log_filter.to_owned(),
             grants: None,
+            pgbench: None,
+            grants_history: None,
             instances: None,
+            instances_history: None,
             get: None,
             list: None,
             list_cost: None,
@@ -224,10 +262,7 @@ impl Report {
             list_bytes: 0,
             metering: None,
             rss_after_setup: None,
-            rss_fig1: None,
-            rss_before_fig3: None,
-            rss_reset: false,
-            rss_fig3: None,
+            rss: Vec::new(),
         }
     }
 
@@ -274,6 +309,32 @@ impl Report {
                 &g.sql,
             ));
         }
+        if let Some(b) = &self.pgbench {
+            out.push(Line {
+                fig: "1",
+                what: "reservationGrants.create, 1 hot reservation".into(),
+                run: format!(
+                    "pgbench row lock + insert (ceiling), {c} clients, `-j 2 -M prepared` \
+                     (p50: latency average)"
+                ),
+                ops: b.transactions.to_string(),
+                secs: format!("{:.2}", b.duration.as_secs_f64()),
+                rate: format!("{:.0}", b.tps),
+                p50: format!("avg {}", ms(b.latency_avg)),
+                p99: "–".into(),
+            });
+        }
+        if let Some(h) = &self.grants_history {
+            out.push(Line::load(
+                "1h",
+                &format!(
+                    "reservationGrants.create, 1 hot reservation with {} earlier grants",
+                    thousands(history::GRANTS)
+                ),
+                &format!("HTTP API, {c} clients"),
+                h,
+            ));
+        }
         if let Some(g) = &self.instances {
             let what = "instances.create, 100 reservations with grants";
             out.push(Line::load(
@@ -293,6 +354,25 @@ impl Report {
                 what,
                 &format!("direct SQL (ceiling), {c} conns"),
                 &g.sql,
+            ));
+        }
+        if let Some((without, with)) = &self.instances_history {
+            let what =
+                format!("instances.create, {INST_HISTORY_RESERVATIONS} reservations with grants");
+            out.push(Line::load(
+                "2h",
+                &what,
+                &format!("HTTP API, {c} clients, no deleted instances"),
+                without,
+            ));
+            out.push(Line::load(
+                "2h",
+                &what,
+                &format!(
+                    "HTTP API, {c} clients, {} deleted instances per reservation",
+                    thousands(history::INSTANCES)
+                ),
+                with,
             ));
         }
         for (fig, what) in [
@@ -388,11 +468,22 @@ impl Report {
             }
             out.push(Line {
                 fig: "4",
-                what,
+                what: what.clone(),
                 run: "one bulk INSERT ... SELECT (ceiling)".into(),
                 ops: m.bulk_rows.to_string(),
                 secs: format!("{:.2}", m.bulk.as_secs_f64()),
                 rate: format!("{:.0}", m.bulk_rows as f64 / m.bulk.as_secs_f64().max(1e-9)),
+                p50: "–".into(),
+                p99: "–".into(),
+            });
+            out.push(Line {
+                fig: "4",
+                what,
+                run: "one COPY ... FROM STDIN (FORMAT binary), rows built in the client (ceiling)"
+                    .into(),
+                ops: m.copy_rows.to_string(),
+                secs: format!("{:.2}", m.copy.as_secs_f64()),
+                rate: format!("{:.0}", m.copy_rows as f64 / m.copy.as_secs_f64().max(1e-9)),
                 p50: "–".into(),
                 p99: "–".into(),
             });
@@ -422,6 +513,31 @@ impl Report {
                 &g.sql,
                 TARGET_WRITE,
             ));
+            if let Some(b) = &self.pgbench {
+                let r = g.api.throughput() / b.tps.max(1e-9);
+                out.push(Ratio {
+                    fig: "1",
+                    what: "reservationGrants.create: API / pgbench row lock + insert".into(),
+                    api: format!("{:.0}/s", g.api.throughput()),
+                    ceiling: format!("{:.0}/s", b.tps),
+                    ratio: format!("{r:.2}"),
+                    target: format!("≥ {TARGET_PGBENCH}"),
+                    ok: r >= TARGET_PGBENCH,
+                });
+            }
+            if let Some(h) = &self.grants_history {
+                out.push(tput(
+                    "1h",
+                    &format!(
+                        "reservationGrants.create with {} earlier grants / on an empty \
+                         reservation",
+                        thousands(history::GRANTS)
+                    ),
+                    h,
+                    &g.api,
+                    TARGET_HISTORY,
+                ));
+            }
         }
         if let Some(g) = &self.instances {
             out.push(tput(
@@ -432,6 +548,19 @@ impl Report {
                 TARGET_WRITE,
             ));
         }
+        if let Some((without, with)) = &self.instances_history {
+            out.push(tput(
+                "2h",
+                &format!(
+                    "instances.create, {INST_HISTORY_RESERVATIONS} pools per side: with {} \
+                     deleted instances per reservation / without them",
+                    thousands(history::INSTANCES)
+                ),
+                with,
+                without,
+                TARGET_HISTORY,
+            ));
+        }
         if let Some(f) = &self.get {
             out.push(tput(
                 "3",
@@ -439,6 +568,13 @@ impl Report {
                 &f.api,
                 &f.trivial,
                 TARGET_READ,
+            ));
+            out.push(tput(
+                "3",
+                "reservationGrants.get: API / the query alone",
+                &f.api,
+                &f.sql_query,
+                TARGET_GET_QUERY,
             ));
         }
         if let Some(f) = &self.list {
@@ -448,6 +584,13 @@ impl Report {
                 &f.api,
                 &f.trivial,
                 TARGET_READ,
+            ));
+            out.push(tput(
+                "3",
+                "reservationGrants.list: API / the query alone",
+                &f.api,
+                &f.sql_query,
+                TARGET_LIST_QUERY,
             ));
         }
         if let Some(m) = &self.metering {
@@ -468,14 +611,31 @@ impl Report {
                 target: format!("≥ {TARGET_METER}"),
                 ok: r >= TARGET_METER && m.catch_up.is_none(),
             });
+            let copy = m.copy_rows as f64 / m.copy.as_secs_f64().max(1e-9);
+            let r = api / copy.max(1e-9);
+            out.push(Ratio {
+                fig: "4",
+                what: if m.catch_up.is_some() {
+                    "vps.grants records/s: worker (in rounds) / COPY binary".into()
+                } else {
+                    "vps.grants records/s: worker / COPY binary".into()
+                },
+                api: format!("{api:.0}/s"),
+                ceiling: format!("{copy:.0}/s"),
+                ratio: format!("{r:.2}"),
+                target: format!("≥ {TARGET_COPY}"),
+                ok: r >= TARGET_COPY && m.catch_up.is_none(),
+            });
         }
-        for (what, v) in [
-            ("api-server peak RSS during 1", self.rss_fig1),
-            ("api-server peak RSS during 3", self.rss_fig3),
-        ] {
+        for m in &self.rss {
+            let v = m.peak;
             out.push(Ratio {
                 fig: "5",
-                what: what.into(),
+                what: format!(
+                    "api-server peak RSS during {}{}",
+                    m.fig,
+                    if m.reset { "" } else { " (peak not reset)" }
+                ),
                 api: format!("{} MiB", mib(v)),
                 ceiling: "–".into(),
                 ratio: "–".into(),
@@ -491,16 +651,30 @@ impl Report {
     fn derived(&self) -> Vec<(&'static str, String, String)> {
         let mut out = Vec::new();
         let first_last = "throughput in the first and in the last quarter of its run";
+        let mut write = |fig, run: &str, o: &Outcome| {
+            out.push((fig, format!("{run}: {first_last}"), quarters(o)));
+        };
         if let Some(g) = &self.grants {
-            out.push(("1", format!("HTTP API: {first_last}"), quarters(&g.api)));
-            out.push((
-                "1",
-                format!("direct SQL (ceiling): {first_last}"),
-                quarters(&g.sql),
-            ));
+            write("1", "HTTP API", &g.api);
+            write("1", "storage call", &g.storage);
+            write("1", "direct SQL (ceiling)", &g.sql);
+        }
+        if let Some(h) = &self.grants_history {
+            let run = format!("HTTP API, {} earlier grants", thousands(history::GRANTS));
+            write("1h", &run, h);
         }
         if let Some(g) = &self.instances {
-            out.push(("2", format!("HTTP API: {first_last}"), quarters(&g.api)));
+            write("2", "HTTP API", &g.api);
+            write("2", "storage call", &g.storage);
+            write("2", "direct SQL (ceiling)", &g.sql);
+        }
+        if let Some((without, with)) = &self.instances_history {
+            write("2h", "HTTP API, no deleted instances", without);
+            let run = format!(
+                "HTTP API, {} deleted instances per reservation",
+                thousands(history::INSTANCES)
+            );
+            write("2h", &run, with);
         }
         let bound = "at best the trivial handler's work plus the query alone, \
                      1 / (1/trivial + 1/query),";
@@ -602,20 +776,28 @@ impl Report {
     }
 
     fn rss_line(&self) -> String {
-        format!(
-            "api-server RSS: {} MiB once set up; peak (VmHWM) {} MiB during figure 1; \
-             {} MiB before figure 3, where the peak was reset (`/proc/PID/clear_refs` 5: {}); \
-             peak {} MiB during figure 3.\n",
-            mib(self.rss_after_setup),
-            mib(self.rss_fig1),
-            mib(self.rss_before_fig3),
-            if self.rss_reset {
-                "done"
-            } else {
-                "refused, so the figure 3 peak includes 1 and 2"
-            },
-            mib(self.rss_fig3)
-        )
+        let mut s = format!(
+            "api-server RSS: {} MiB once set up. Before each figure the api-server serves, its \
+             peak (VmHWM) is reset to its RSS (`/proc/PID/clear_refs` 5) and read after it:",
+            mib(self.rss_after_setup)
+        );
+        for (k, m) in self.rss.iter().enumerate() {
+            let _ = write!(
+                s,
+                "{} figure {}: {} MiB before, peak {} MiB{}",
+                if k == 0 { "" } else { ";" },
+                m.fig,
+                mib(m.before),
+                mib(m.peak),
+                if m.reset {
+                    ""
+                } else {
+                    " (the reset was refused: the peak since the start)"
+                }
+            );
+        }
+        s.push_str(". Figure 4 runs the worker alone, without the api-server.\n");
+        s
     }
 
     /// When `vps.grants` failed all at once: what the worker row is instead.
@@ -680,8 +862,9 @@ impl Report {
         let _ = writeln!(
             s,
             "{} clients (connections) everywhere; writes: the API runs {} s, then the storage \
-             call and the SQL run exactly as many operations; reads: {} s each after a 1 s \
-             warm-up. api-server: release build, `BC_CLOCK=manual`, `BC_DB_POOL_SIZE=16`, \
+             call and the SQL run exactly as many operations; the history runs (1h, 2h) and \
+             `pgbench` (`-n -j 2 -M prepared`) run as long as the API; reads: {} s each after a \
+             1 s warm-up. api-server: release build, `BC_CLOCK=manual`, `BC_DB_POOL_SIZE=16`, \
              `RUST_LOG={}` (logs to `target/bench/api-server.log`).\n",
             self.clients,
             self.write_dur.as_secs(),
@@ -707,6 +890,15 @@ mod tests {
 
     const DOC: &str = "# Title\n\nhand-written before\n\n<!-- generated: begin -->\n\nold \
                        numbers\n\n<!-- generated: end -->\n\nhand-written after\n";
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(10_000), "10,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(-1000), "-1,000");
+    }
 
     #[test]
     fn splice_replaces_only_the_generated_part() {

@@ -27,6 +27,8 @@ pub const HOT_TOTAL: i64 = 100_000;
 pub const INST_TOTAL: i64 = 1_000;
 /// Reservations (and pools) per side of the instance figure.
 pub const INST_RESERVATIONS: usize = 100;
+/// Reservations (and pools) per side of the instance history comparison.
+pub const INST_HISTORY_RESERVATIONS: usize = 10;
 /// An hour in milliseconds.
 pub const HOUR_MS: i64 = 3_600_000;
 
@@ -163,7 +165,10 @@ pub struct Platform {
     pub now: i64,
     /// Root's provider account.
     pub account_id: String,
-    /// Hot reservation per side: `http`, `storage`, `sql`.
+    /// The pool the hot reservations are bound to.
+    pub hot_pool: String,
+    /// Hot reservation per side: `http`, `storage`, `sql` and the extra
+    /// sides of [`platform_with`].
     pub hot: BTreeMap<&'static str, String>,
     /// Instance targets per side.
     pub inst: BTreeMap<&'static str, Vec<InstTarget>>,
@@ -194,12 +199,40 @@ fn big_quotas() -> Value {
 /// Sets the platform up with `per_side` instance targets per side
 /// ([`INST_RESERVATIONS`] in the benchmark); `now` is the manual clock's
 /// instant.
+#[cfg(test)]
 pub async fn platform(api: &Api, now: i64, per_side: usize) -> anyhow::Result<Platform> {
+    platform_with(api, now, per_side, &Extra::default()).await
+}
+
+/// Sides beyond [`SIDES`], for the history figures.
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    /// More hot reservations (`hot-{side}`), bound to the hot pool.
+    pub hot: Vec<&'static str>,
+    /// More instance sides, each with this many targets.
+    pub inst: Vec<(&'static str, usize)>,
+}
+
+/// [`platform`] with the `extra` sides.
+pub async fn platform_with(
+    api: &Api,
+    now: i64,
+    per_side: usize,
+    extra: &Extra,
+) -> anyhow::Result<Platform> {
     let gce = Gce::start().await?;
     let http = reqwest::Client::new();
-    for side in SIDES {
+    let hot_sides: Vec<&'static str> = SIDES.iter().copied().chain(extra.hot.clone()).collect();
+    let inst_sides: Vec<(&'static str, usize)> = SIDES
+        .iter()
+        .map(|s| (*s, per_side))
+        .chain(extra.inst.clone())
+        .collect();
+    for side in &hot_sides {
         gce.put(&http, &format!("hot-{side}"), HOT_TOTAL).await?;
-        for k in 0..per_side {
+    }
+    for (side, n) in &inst_sides {
+        for k in 0..*n {
             gce.put(&http, &format!("inst-{side}-{k:03}"), INST_TOTAL)
                 .await?;
         }
@@ -234,7 +267,7 @@ pub async fn platform(api: &Api, now: i64, per_side: usize) -> anyhow::Result<Pl
     )
     .await?;
     let mut hot = BTreeMap::new();
-    for side in SIDES {
+    for side in hot_sides {
         let rid = Gce::reservation_id(&format!("hot-{side}"));
         api.root(
             "providerAccounts/bindReservation",
@@ -245,8 +278,8 @@ pub async fn platform(api: &Api, now: i64, per_side: usize) -> anyhow::Result<Pl
     }
 
     let mut inst = BTreeMap::new();
-    for side in SIDES {
-        let targets: Vec<InstTarget> = futures::stream::iter(0..per_side)
+    for (side, n) in inst_sides {
+        let targets: Vec<InstTarget> = futures::stream::iter(0..n)
             .map(|k| {
                 let api = api.clone();
                 let account_id = account_id.clone();
@@ -306,6 +339,7 @@ pub async fn platform(api: &Api, now: i64, per_side: usize) -> anyhow::Result<Pl
         _gce: gce,
         now,
         account_id,
+        hot_pool,
         hot,
         inst,
         tenant_token,
