@@ -180,19 +180,25 @@ impl RssWatch {
     }
 }
 
+/// The creates of `path` over HTTP for `dur` by 16 clients with `token`,
+/// operation `i` sending `body(i)`.
+async fn create_http(
+    server: &ApiServer,
+    path: &str,
+    token: &str,
+    body: BodyFn,
+    dur: Duration,
+) -> anyhow::Result<Outcome> {
+    let workers = HttpOp::many(CLIENTS, server.addr, path, token, body).await?;
+    load::run(workers, Stop::After(dur)).await
+}
+
 /// `reservationGrants.create` over HTTP for `dur` with `ctx`'s bodies.
 async fn grants_http(server: &ApiServer, ctx: GrantCtx, dur: Duration) -> anyhow::Result<Outcome> {
     let ctx = Arc::new(ctx);
     let body: BodyFn = Arc::new(move |i| ctx.body(i).to_string());
-    let workers = HttpOp::many(
-        CLIENTS,
-        server.addr,
-        "/api/compute/reservationGrants/create",
-        procs::ROOT_TOKEN,
-        body,
-    )
-    .await?;
-    load::run(workers, Stop::After(dur)).await
+    let path = "/api/compute/reservationGrants/create";
+    create_http(server, path, procs::ROOT_TOKEN, body, dur).await
 }
 
 /// The grants figure: HTTP for `dur` on an empty hot reservation, then
@@ -262,15 +268,8 @@ async fn instances_http(
 ) -> anyhow::Result<Outcome> {
     let ctx = Arc::new(ctx);
     let body: BodyFn = Arc::new(move |i| ctx.body(i).to_string());
-    let workers = HttpOp::many(
-        CLIENTS,
-        server.addr,
-        "/api/compute/instances/create",
-        &p.tenant_token,
-        body,
-    )
-    .await?;
-    load::run(workers, Stop::After(dur)).await
+    let path = "/api/compute/instances/create";
+    create_http(server, path, &p.tenant_token, body, dur).await
 }
 
 /// Figure 2h: the deleted instances inserted, then the API for `dur` on
