@@ -14,7 +14,7 @@ use storage::error::StorageError;
 use storage::model::idempotency::KeyedRequest;
 
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::db::db;
+use crate::support::db::{db, hold_reservation};
 use crate::support::fixtures::{create_instance_ok, grant_body, platform};
 use crate::support::gce::FLAVOR;
 use crate::support::server::Server;
@@ -237,4 +237,66 @@ async fn an_instance_create_reads_only_the_seated_instances() {
         seen.idx_tup_fetch <= 10,
         "a create fetches the seated instances, not the {HISTORY} deleted ones: {seen:?}"
     );
+}
+
+/// The checks that need no lock run before the reservation's row lock; the
+/// create then checks the reservation again as locked. A reservation that
+/// stops being ready while the create waits for its lock refuses it, and
+/// nothing is written.
+#[tokio::test]
+async fn a_reservation_that_changes_while_a_create_waits_is_checked_again() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 10).await;
+    let mut holder = hold_reservation(&s, &p.account, &p.reservation).await;
+    diesel::sql_query(
+        "UPDATE reservations SET status = 'not-ready' \
+         WHERE account_id = $1 AND reservation_id = $2",
+    )
+    .bind::<Text, _>(&p.account)
+    .bind::<Text, _>(&p.reservation)
+    .execute(&mut holder)
+    .await
+    .expect("mark not ready");
+    let create = s.root(
+        "reservationGrants/create",
+        grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "waits"),
+    );
+    let release = async {
+        // Once the create waits for the row lock it has passed the lockless
+        // checks, which read the reservation as committed: still ready.
+        let mut waited = false;
+        for _ in 0..200 {
+            let waiting: i64 =
+                diesel::sql_query("SELECT count(*) AS n FROM pg_locks WHERE NOT granted")
+                    .get_result::<Count>(&mut holder)
+                    .await
+                    .expect("pg_locks")
+                    .n;
+            if waiting > 0 {
+                waited = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        execute(&mut holder, "COMMIT").await;
+        waited
+    };
+    let (answer, waited) = tokio::join!(create, release);
+    assert!(waited, "the create waited for the reservation's row lock");
+    let details = answer.err(409, "INVALID_STATE");
+    assert_eq!(details["status"], "not-ready", "{details}");
+    let mut conn = db(&s).await;
+    let grants: i64 = diesel::sql_query("SELECT count(*) AS n FROM grants")
+        .get_result::<Count>(&mut conn)
+        .await
+        .expect("count")
+        .n;
+    assert_eq!(grants, 0, "nothing was written");
+}
+
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
 }
