@@ -272,15 +272,8 @@ pub async fn open_grants(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
 ) -> Result<Vec<GrantRow>> {
-    Ok(grants::table
-        .filter(grants::account_id.eq(&res.account_id))
-        .filter(grants::reservation_id.eq(&res.reservation_id))
-        .filter(open_state())
-        .order((grants::starts_at.asc(), grants::grant_id.asc()))
-        .select(GrantRow::as_select())
-        .for_update()
-        .load(conn)
-        .await?)
+    // Every open grant has started by the end of time.
+    started_grants(conn, res, i64::MAX).await
 }
 
 /// Locks the open grants of a reservation that have started by `at`, by

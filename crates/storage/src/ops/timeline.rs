@@ -50,15 +50,6 @@ pub(crate) async fn open_grants_unlocked(
     )
 }
 
-/// The grants of a settled reservation that are live at `now`.
-pub async fn live_grants(
-    conn: &mut AsyncPgConnection,
-    res: &ReservationRow,
-    now: i64,
-) -> Result<Vec<GrantRow>> {
-    Ok(live_at(locks::started_grants(conn, res, now).await?, now))
-}
-
 /// Those of `grants` (a settled reservation's open grants) live at `now`.
 pub fn live_at(grants: Vec<GrantRow>, now: i64) -> Vec<GrantRow> {
     grants
