@@ -8,7 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use diesel::QueryableByName;
+use diesel::sql_types::BigInt;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
 use crate::support::clock::{MIN, SEC, T0};
+use crate::support::db::db;
 use crate::support::fixtures::{grant, id, instance, offer, platform};
 use crate::support::meter::{Sim, audit, usage_everyone};
 use crate::support::rng::Rng;
@@ -64,7 +69,8 @@ async fn workers_killed_mid_pass_lose_and_duplicate_nothing() {
 
     let mut now = T0;
     let (mut kills, mut kills_after_connect, mut passes_done) = (0, 0, 0);
-    for _ in 0..ROUNDS {
+    let mut conn = db(&s).await;
+    for round in 0..ROUNDS {
         now += rng.range(60, 150) * MIN + rng.range(0, 3599) * SEC + rng.range(0, 999);
         s.set_clock(now).await;
         for _ in 0..rng.range(0, 3) {
@@ -80,6 +86,16 @@ async fn workers_killed_mid_pass_lose_and_duplicate_nothing() {
                 worker::Running::spawn(cmd)
             })
             .collect();
+        // Every fourth round waits for the killed worker to have metered
+        // something, however slow the machine is to start it, so that some
+        // kills land in (or after) a metering pass and not only in the scan.
+        if round % 4 == 3 {
+            let before = records(&mut conn).await;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while records(&mut conn).await == before && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
         let wait = u64::try_from(rng.range(5, 200)).expect("ms");
         tokio::time::sleep(Duration::from_millis(wait)).await;
         for w in running {
@@ -113,4 +129,19 @@ async fn workers_killed_mid_pass_lose_and_duplicate_nothing() {
         written_by_killed > 0,
         "the killed workers never got anything done"
     );
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// The usage records written so far, read directly from the database.
+async fn records(conn: &mut AsyncPgConnection) -> i64 {
+    diesel::sql_query("SELECT count(*) AS n FROM usage_records")
+        .get_result::<Count>(conn)
+        .await
+        .expect("count usage records")
+        .n
 }
