@@ -187,6 +187,21 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
     Ok(pass)
 }
 
+/// Creates the months ahead of `now` in the partitioned tables before a pass
+/// writes; a failure is logged and the pass goes on (its rows land in the
+/// default partitions and are moved when the month is created).
+async fn ensure_partitions(conn: &mut storage::db::Conn, now: i64) {
+    match storage::ops::partitions::ensure_ahead(conn, now).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(created = n, "monthly partitions created"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "creating the monthly partitions failed; rows go to the default partitions \
+             until the next pass"
+        ),
+    }
+}
+
 /// `vps.grants`: settles every reservation's timeline, writes
 /// `vm.grant.slot.hours`, then sends the grant notices due
 /// (`reservation-grant.expiring`, `.underused`; contract 9).
@@ -201,6 +216,7 @@ impl Pass for Grants {
         Box::pin(async move {
             let mut conn = ctx.pool.get().await?;
             let now = ctx.clock.now(&mut conn).await?;
+            ensure_partitions(&mut conn, now).await;
             // Settle first, one reservation per transaction (one another
             // transaction holds is skipped: it settles it itself).
             let mut transitions = 0;
@@ -248,6 +264,7 @@ impl Pass for Usage {
         Box::pin(async move {
             let mut conn = ctx.pool.get().await?;
             let now = ctx.clock.now(&mut conn).await?;
+            ensure_partitions(&mut conn, now).await;
             let (mut instances, mut records) = (0, 0);
             // Instances on reservations: under each reservation's lock after
             // settling it, so no pending take-in or hand-over can change an

@@ -14,6 +14,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    archived_months (parent, month_start) {
+        parent -> Text,
+        month_start -> Int8,
+        month_end -> Int8,
+        table_name -> Text,
+        detached_at -> Int8,
+    }
+}
+
+diesel::table! {
     audit_records (audit_id) {
         audit_id -> Text,
         at -> Int8,
@@ -35,7 +45,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    events (tenant_id, seq) {
+    events (tenant_id, seq, occurred_at) {
         tenant_id -> Text,
         seq -> Int8,
         event_id -> Text,
@@ -237,7 +247,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    usage_records (seq) {
+    usage_records (seq, period_start) {
         seq -> Int8,
         usage_id -> Text,
         tenant_id -> Text,
@@ -278,6 +288,7 @@ diesel::joinable!(secrets -> tenants (tenant_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
+    archived_months,
     audit_records,
     event_heads,
     events,

@@ -151,6 +151,7 @@ async fn list_usage(call: Call, input: ListUsage) -> Result<Page<views::UsageRec
         instance_id: input.instance_id,
     };
     let mut conn = call.app.conn().await?;
+    refuse_archived(&mut conn, &filter).await?;
     let (items, has_more) = metering::list(&mut conn, &filter, after, input.limit).await?;
     let next = items.last().map_or(after, |r| r.seq);
     Ok(Page {
@@ -158,6 +159,33 @@ async fn list_usage(call: Call, input: ListUsage) -> Result<Page<views::UsageRec
         next_cursor: events::encode_cursor(next),
         has_more,
     })
+}
+
+/// A `from` (or, without one, a `to`) inside a month already archived is
+/// refused (`INVALID_INPUT`, reason `archived`, with `archivedThrough`): those
+/// records are no longer in the database, and a partial answer would read as
+/// a complete one. A range without bounds lists what is kept.
+async fn refuse_archived(
+    conn: &mut storage::db::Conn,
+    filter: &UsageFilter,
+) -> Result<(), ApiError> {
+    let bound = match (filter.from, filter.to) {
+        (Some(from), _) => Some(("from", from)),
+        (None, Some(to)) => Some(("to", to)),
+        (None, None) => None,
+    };
+    let Some((field, at)) = bound else {
+        return Ok(());
+    };
+    match storage::ops::partitions::usage_archived_through(conn).await? {
+        Some(through) if at < through => Err(ApiError::invalid(
+            field,
+            "archived",
+            format!("usage before {through} is archived and no longer listed"),
+        )
+        .with("archivedThrough", through)),
+        _ => Ok(()),
+    }
 }
 
 async fn get_clock(call: Call, _: TenantOnly) -> Result<ClockReading, ApiError> {

@@ -33,6 +33,7 @@ mod instances;
 mod instances_api;
 mod instances_concurrency;
 mod metrics;
+mod partitions;
 mod placement;
 mod pools_quotas;
 mod provider_accounts;

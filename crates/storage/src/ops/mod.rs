@@ -9,6 +9,7 @@ pub mod instances;
 pub mod lifecycle;
 pub mod metering;
 pub mod notices;
+pub mod partitions;
 pub mod pools;
 pub mod reservations;
 pub mod secrets;
