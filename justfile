@@ -57,3 +57,12 @@ db:
 # Stop the private PostgreSQL.
 db-stop:
     scripts/db.sh stop
+
+# Failover under load: a primary and a synchronous standby (ports 54350,
+# 54351), the primary SIGKILLed and the standby promoted (docs/operations.md).
+failover:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    # It runs the real binaries found beside it: build them all first.
+    cargo build --workspace --bins --locked
+    cargo run --quiet --locked -p failover

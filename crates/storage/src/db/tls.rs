@@ -500,14 +500,25 @@ fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// The hosts of a configuration, for error messages.
+/// The hosts of a configuration with their ports (`h1:5432,h2:5433`), for
+/// error messages: a multi-host URL names several, and each may have its
+/// own port (libpq's rule: one port for all, or one per host).
 fn hosts(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
     let names: Vec<String> = config
         .get_hosts()
         .iter()
-        .map(|h| match h {
-            Host::Tcp(name) => name.clone(),
-            Host::Unix(path) => path.display().to_string(),
+        .enumerate()
+        .map(|(i, h)| {
+            let port = match ports {
+                [one] => Some(one),
+                many => many.get(i),
+            };
+            match (h, port) {
+                (Host::Tcp(name), Some(p)) => format!("{name}:{p}"),
+                (Host::Tcp(name), None) => name.clone(),
+                (Host::Unix(path), _) => path.display().to_string(),
+            }
         })
         .collect();
     names.join(",")
@@ -690,6 +701,28 @@ mod tests {
             parse_rest(&t).expect("config").get_ssl_mode(),
             tokio_postgres::config::SslMode::Require
         );
+    }
+
+    #[test]
+    fn multi_host_urls_keep_every_host_and_the_session_rule() {
+        let t =
+            target("postgres://u@10.0.0.1:5432,10.0.0.2:5433/app?target_session_attrs=read-write");
+        assert_eq!(t.mode, SslMode::Prefer);
+        let config = parse_rest(&t).expect("tokio-postgres reads the rest");
+        assert_eq!(
+            config.get_hosts(),
+            &[Host::Tcp("10.0.0.1".into()), Host::Tcp("10.0.0.2".into())]
+        );
+        assert_eq!(config.get_ports(), &[5432, 5433]);
+        assert_eq!(
+            config.get_target_session_attrs(),
+            tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        );
+        assert_eq!(hosts(&config), "10.0.0.1:5432,10.0.0.2:5433");
+        let one_port = parse_rest(&target("host=a,b port=6000 dbname=d")).expect("config");
+        assert_eq!(hosts(&one_port), "a:6000,b:6000");
+        check("postgres://u@a:1,b:2/d?target_session_attrs=read-write&sslmode=disable")
+            .expect("a multi-host URL is accepted");
     }
 
     #[test]
