@@ -158,3 +158,76 @@ pub async fn ready(pool: &DbPool) -> bool {
         Err(_) => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `url` with its database name replaced by `name` (no query string).
+    fn on_database(url: &str, name: &str) -> String {
+        let base = url.split('?').next().unwrap_or(url);
+        let scheme_end = base.find("://").map_or(0, |i| i + 3);
+        let path = base[scheme_end..]
+            .find('/')
+            .map_or(base.len(), |i| scheme_end + i);
+        format!("{}/{name}", &base[..path])
+    }
+
+    /// Several processes starting at once on a fresh database: the
+    /// migrations are applied once, by one of them, and the others find
+    /// nothing pending. Through the pooler of `BC_TEST_POOLER_URL` when set
+    /// (the lock is transaction-level, so a transaction pooler keeps it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_migrations_apply_once() {
+        let server = std::env::var("DATABASE_URL").expect("DATABASE_URL (run with `just test`)");
+        let name = format!("bc_migrate_{}", &crate::ids::new_secret()[4..20]);
+        let mut admin = establish(&server).await.expect("connect");
+        diesel::sql_query(format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create database");
+        let through = std::env::var("BC_TEST_POOLER_URL")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| server.clone());
+        let url = on_database(&through, &name);
+        let runs: Vec<_> = (0..4)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { migrate(&url).await })
+            })
+            .collect();
+        let mut applied = Vec::new();
+        for run in runs {
+            applied.push(run.await.expect("join").expect("migrate").len());
+        }
+        let total = diesel::migration::MigrationSource::<diesel::pg::Pg>::migrations(&MIGRATIONS)
+            .expect("migrations")
+            .len();
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let mut conn = establish(&on_database(&server, &name))
+            .await
+            .expect("connect");
+        let recorded = diesel::sql_query("SELECT count(*) AS n FROM __diesel_schema_migrations")
+            .get_result::<Count>(&mut conn)
+            .await
+            .expect("count")
+            .n;
+        drop(conn);
+        diesel::sql_query(format!("DROP DATABASE {name} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await
+            .expect("drop database");
+        applied.sort_unstable();
+        assert_eq!(
+            applied,
+            vec![0, 0, 0, total],
+            "one run applies every migration"
+        );
+        assert_eq!(recorded, i64::try_from(total).expect("count"));
+    }
+}
