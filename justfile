@@ -21,6 +21,29 @@ test:
     cargo test --workspace --all-targets --locked
     cargo test --workspace --doc --locked
 
+# The end-to-end modules that run through PgBouncer in transaction pooling
+# mode (docs/operations.md, "PgBouncer").
+pgbouncer_tests := "smoke:: grants:: instances:: billing:: events:: worker_replicas:: tenancy:: audit:: idempotency:: pools_quotas::"
+
+# A representative part of the end-to-end suite with the api-server and the
+# workers behind PgBouncer (transaction pooling, BC_DB_PREPARED_STATEMENTS=off);
+# the tests' own set-up and checks go to PostgreSQL directly.
+pgbouncer-test prepared="off":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    export DATABASE_URL="$(scripts/db.sh url)"
+    export BC_TEST_POOLER_URL="$(scripts/pgbouncer.sh url)"
+    export BC_DB_PREPARED_STATEMENTS="{{prepared}}" BC_DB_CHECK_POOLER=1
+    cargo build --workspace --bins --locked
+    # The same features as `just test` (`--workspace`): nothing is rebuilt.
+    # Several migrations at once, through the pooler.
+    cargo test --workspace --lib --locked -- db::tests::concurrent_migrations_apply_once
+    cargo test --workspace --test it --locked -- {{pgbouncer_tests}}
+
+# Stop the private PgBouncer.
+pgbouncer-stop:
+    scripts/pgbouncer.sh stop
+
 # Formatting (and no line rustfmt would skip), clippy with warnings as errors,
 # and the pure crates' dependency rule.
 lint:

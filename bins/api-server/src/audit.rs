@@ -109,7 +109,12 @@ impl Trail {
         let written = async {
             let mut conn = app.conn().await?;
             let now = app.clock.now(&mut conn).await?;
-            Ok::<_, ApiError>(audit::insert(&mut conn, &new, now).await?)
+            Ok::<_, ApiError>(
+                storage::db::single_write(&mut conn, async |conn| {
+                    audit::insert(conn, &new, now).await
+                })
+                .await?,
+            )
         }
         .await;
         if let Err(e) = written {

@@ -33,6 +33,9 @@ pub struct Config {
     pub bootstrap_token: Option<String>,
     /// `BC_DB_POOL_SIZE` (default 16).
     pub pool_size: usize,
+    /// `BC_DB_PREPARED_STATEMENTS` (`on` by default; `off` behind a pooler
+    /// in transaction mode, docs/operations.md "PgBouncer").
+    pub prepared_statements: storage::db::PreparedStatements,
     /// What provider accounts may reach (`BC_PROVIDER_ENDPOINTS`,
     /// `BC_CREDENTIAL_ENV`, `BC_CREDENTIAL_DIR`; contract 3.5).
     pub provider_policy: Arc<ProviderPolicy>,
@@ -61,6 +64,7 @@ impl Config {
                 .transpose()
                 .context("BC_DB_POOL_SIZE")?
                 .unwrap_or(16),
+            prepared_statements: storage::db::PreparedStatements::from_env()?,
             provider_policy: Arc::new(ProviderPolicy::from_env().context("the provider policy")?),
             provider_options: providers::gce::GceProviderOptions::from_env()
                 .map_err(anyhow::Error::msg)?,
@@ -91,6 +95,7 @@ pub fn init_tracing() {
 
 /// Migrates, bootstraps, binds and serves until SIGTERM/SIGINT.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    storage::db::set_prepared_statements(config.prepared_statements);
     let applied = storage::db::migrate(&config.database_url)
         .await
         .context("applying migrations")?;
@@ -103,12 +108,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .now(&mut conn)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        storage::ops::tenancy::bootstrap(
-            &mut conn,
-            &config.root_tenant,
-            config.bootstrap_token.as_deref(),
-            now,
-        )
+        storage::db::single_write(&mut conn, async |conn| {
+            storage::ops::tenancy::bootstrap(
+                conn,
+                &config.root_tenant,
+                config.bootstrap_token.as_deref(),
+                now,
+            )
+            .await
+        })
         .await
         .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
         log_disallowed_accounts(&mut conn, &config).await?;
@@ -157,10 +165,12 @@ async fn log_disallowed_accounts(
     conn: &mut storage::db::Conn,
     config: &Config,
 ) -> anyhow::Result<()> {
-    let refused =
+    let refused = storage::db::read_only(conn, async |conn| {
         storage::ops::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy)
             .await
-            .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
     tracing::info!(
         policy = ?config.provider_policy,
         disallowed_accounts = refused,

@@ -328,14 +328,18 @@ async fn call(
         )
     })?;
     // The key's lookup and the clock's read (a row under the manual clock)
-    // go in one round trip: pipelined on one connection.
+    // go in one round trip: pipelined on one connection (between BEGIN and
+    // COMMIT behind a transaction pooler, `storage::db::read_only`).
     let (caller, now) = {
-        let conn = app.conn().await?;
-        let conn = &*conn;
-        futures::try_join!(
-            storage::ops::tenancy::authenticate(conn, &secret),
-            app.clock.now_shared(conn)
-        )?
+        let mut conn = app.conn().await?;
+        storage::db::read_only(&mut conn, async |conn| {
+            let conn = &*conn;
+            futures::try_join!(
+                storage::ops::tenancy::authenticate(conn, &secret),
+                app.clock.now_shared(conn)
+            )
+        })
+        .await?
     };
     let caller =
         caller.ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown or revoked API key"))?;

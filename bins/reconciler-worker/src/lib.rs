@@ -28,6 +28,9 @@ pub struct Config {
     pub root_tenant: String,
     /// `BC_CLOCK` (default `system`).
     pub clock: Clock,
+    /// `BC_DB_PREPARED_STATEMENTS` (`on` by default; `off` behind a pooler
+    /// in transaction mode, docs/operations.md "PgBouncer").
+    pub prepared_statements: storage::db::PreparedStatements,
     /// `BC_INTERVAL_MS` (default 10000).
     pub interval: Duration,
     /// `BC_WORKER_METRICS_LISTEN` (optional).
@@ -81,6 +84,7 @@ impl Config {
             root_tenant: var("BC_ROOT_TENANT").unwrap_or_else(|| "root".into()),
             clock: Clock::parse(&clock)
                 .with_context(|| format!("BC_CLOCK must be system or manual, not {clock:?}"))?,
+            prepared_statements: storage::db::PreparedStatements::from_env()?,
             interval: Duration::from_millis(
                 var("BC_INTERVAL_MS")
                     .map(|v| v.parse())
@@ -128,14 +132,18 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<bool> {
+    storage::db::set_prepared_statements(config.prepared_statements);
     let pool: DbPool = storage::db::pool(&config.database_url, 4)?;
     {
         let mut conn = pool.get().await.context("connecting to the database")?;
-        storage::ops::accounts::warn_disallowed(
-            &mut conn,
-            &config.root_tenant,
-            &config.provider_policy,
-        )
+        storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::accounts::warn_disallowed(
+                conn,
+                &config.root_tenant,
+                &config.provider_policy,
+            )
+            .await
+        })
         .await
         .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
     }
@@ -242,9 +250,14 @@ async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
     let read = async {
         let mut conn = ctx.pool.get().await?;
         let now = ctx.clock.now(&mut conn).await?;
-        let lag = storage::ops::metering::lag(&mut conn, now).await?;
-        let reservations =
-            storage::ops::reservations::gauges(&mut conn, now, metrics::MAX_RESERVATIONS).await?;
+        let lag = storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::metering::lag(conn, now).await
+        })
+        .await?;
+        let reservations = storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::reservations::gauges(conn, now, metrics::MAX_RESERVATIONS).await
+        })
+        .await?;
         Ok::<_, anyhow::Error>((lag, reservations))
     };
     match read.await {

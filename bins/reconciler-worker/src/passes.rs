@@ -125,7 +125,13 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
     let (now, candidates) = {
         let mut conn = ctx.pool.get().await?;
         let now = ctx.clock.now(&mut conn).await?;
-        (now, reservations::scan_candidates(&mut conn).await?)
+        (
+            now,
+            storage::db::read_only(&mut conn, async |conn| {
+                reservations::scan_candidates(conn).await
+            })
+            .await?,
+        )
     };
     let mut pass = ScanTally::default();
     for c in candidates {
@@ -220,7 +226,11 @@ impl Pass for Grants {
             // Settle first, one reservation per transaction (one another
             // transaction holds is skipped: it settles it itself).
             let mut transitions = 0;
-            for (account, reservation) in metering::due_settlements(&mut conn, now).await? {
+            for (account, reservation) in storage::db::read_only(&mut conn, async |conn| {
+                metering::due_settlements(conn, now).await
+            })
+            .await?
+            {
                 transitions +=
                     metering::settle_reservation(&mut conn, &account, &reservation, now).await?;
             }
@@ -269,8 +279,10 @@ impl Pass for Usage {
             // Instances on reservations: under each reservation's lock after
             // settling it, so no pending take-in or hand-over can change an
             // hour being billed; in batches, each its own transaction.
-            for (account, reservation) in
-                metering::instance_reservations_due(&mut conn, now).await?
+            for (account, reservation) in storage::db::read_only(&mut conn, async |conn| {
+                metering::instance_reservations_due(conn, now).await
+            })
+            .await?
             {
                 loop {
                     let batch =

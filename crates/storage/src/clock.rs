@@ -33,9 +33,13 @@ impl Clock {
         }
     }
 
-    /// The current instant in epoch milliseconds.
+    /// The current instant in epoch milliseconds (in a read-only
+    /// transaction behind a transaction pooler, `db::read_only`).
     pub async fn now(self, conn: &mut AsyncPgConnection) -> Result<i64> {
-        self.now_shared(conn).await
+        if self == Clock::System {
+            return Ok(system_now());
+        }
+        crate::db::read_only(conn, async |conn| self.now_shared(conn).await).await
     }
 
     /// [`Clock::now`] on a shared connection, so that it can be pipelined
@@ -60,13 +64,16 @@ impl Clock {
                 "the clock can only be set when the server runs with BC_CLOCK=manual",
             ));
         }
-        let updated: Option<i64> = diesel::update(manual_clock::table)
-            .filter(manual_clock::now_ms.le(now))
-            .set(manual_clock::now_ms.eq(now))
-            .returning(manual_clock::now_ms)
-            .get_result(conn)
-            .await
-            .optional()?;
+        let updated: Option<i64> = crate::db::single_write(conn, async |conn| {
+            diesel::update(manual_clock::table)
+                .filter(manual_clock::now_ms.le(now))
+                .set(manual_clock::now_ms.eq(now))
+                .returning(manual_clock::now_ms)
+                .get_result(conn)
+                .await
+                .optional()
+        })
+        .await?;
         match updated {
             Some(v) => Ok(v),
             None => {

@@ -1,21 +1,32 @@
 //! Connections (libpq's `sslmode` and `sslrootcert` over rustls), the pool
-//! and migrations.
+//! and migrations; behind a transaction pooler with
+//! `BC_DB_PREPARED_STATEMENTS=off` (`pooler`).
 
 use diesel::sql_types::{BigInt, Bool, Text};
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
-use diesel_async::{AsyncMigrationHarness, AsyncPgConnection, RunQueryDsl};
+use diesel_async::pooled_connection::{
+    AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
+};
+use diesel_async::{
+    AnsiTransactionManager, AsyncConnection, AsyncMigrationHarness, AsyncPgConnection, RunQueryDsl,
+    SimpleAsyncConnection, TransactionManager,
+};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
+mod pooler;
 mod tls;
 
+pub use pooler::{
+    PreparedStatements, prepared_statements, read_only, set_prepared_statements, single_write,
+    statements_outside_transactions,
+};
 pub use tls::{check, describe, establish};
 
 /// The migrations of `migrations/`, embedded at build time.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 
-/// Advisory lock key held while migrations run, so several processes starting
-/// at once apply them one at a time.
+/// Transaction-level advisory lock key held while migrations run, so several
+/// processes starting at once apply them one at a time.
 const MIGRATION_LOCK: i64 = 0x6263_6d69_6772_6174; // "bcmigrat"
 
 /// A pooled connection.
@@ -31,7 +42,14 @@ pub fn pool(url: &str, max_size: usize) -> anyhow::Result<DbPool> {
     check(url)?;
     tracing::info!(settings = %describe(url)?, "database connections");
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
-    config.custom_setup = Box::new(|url| Box::pin(establish(url)));
+    config.custom_setup = Box::new(|url| Box::pin(establish_pooled(url)));
+    if pooler::pinned() {
+        // The default check (`SELECT 1` as a prepared statement) would be
+        // sent outside a transaction: the simple protocol prepares nothing.
+        config.recycling_method = RecyclingMethod::CustomFunction(Box::new(|conn| {
+            Box::pin(conn.batch_execute(pooler::POOL_CHECK))
+        }));
+    }
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
     Ok(Pool::builder(manager)
         .max_size(max_size)
@@ -40,12 +58,26 @@ pub fn pool(url: &str, max_size: usize) -> anyhow::Result<DbPool> {
         .build()?)
 }
 
-/// Applies pending migrations on a dedicated connection, under a session
-/// advisory lock. Returns the versions applied by this call.
-pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
+/// A pooled connection: [`establish`], and in `off` mode the check that no
+/// statement leaves a transaction (`pooler::PoolerCheck`).
+async fn establish_pooled(url: &str) -> diesel::ConnectionResult<AsyncPgConnection> {
     let mut conn = establish(url).await?;
+    if pooler::pinned() {
+        conn.set_instrumentation(pooler::PoolerCheck::new());
+    }
+    Ok(conn)
+}
+
+/// Applies pending migrations on a dedicated connection, in one transaction
+/// under a transaction-level advisory lock (each migration's own
+/// transaction is a savepoint in it): several processes starting at once
+/// apply them one at a time, through a transaction pooler too, and a failed
+/// migration leaves none applied. Returns the versions applied by this call.
+pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
+    let mut conn = establish_pooled(url).await?;
+    AnsiTransactionManager::begin_transaction(&mut conn).await?;
     log_session_tls(&mut conn, url).await;
-    diesel::sql_query("SELECT pg_advisory_lock($1)")
+    diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
         .bind::<BigInt, _>(MIGRATION_LOCK)
         .execute(&mut conn)
         .await?;
@@ -56,11 +88,16 @@ pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
         .map(|v| v.iter().map(|m| m.to_string()).collect())
         .map_err(|e| e.to_string());
     let mut conn = harness.into_inner();
-    diesel::sql_query("SELECT pg_advisory_unlock($1)")
-        .bind::<BigInt, _>(MIGRATION_LOCK)
-        .execute(&mut conn)
-        .await?;
-    applied.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))
+    match applied {
+        Ok(applied) => {
+            AnsiTransactionManager::commit_transaction(&mut conn).await?;
+            Ok(applied)
+        }
+        Err(e) => {
+            let _ = AnsiTransactionManager::rollback_transaction(&mut conn).await;
+            Err(anyhow::anyhow!("migrations failed: {e}"))
+        }
+    }
 }
 
 /// Logs whether the session runs over TLS, as the server sees it.
@@ -110,11 +147,87 @@ pub async fn ready(pool: &DbPool) -> bool {
             .unwrap_or(usize::MAX),
     )
     .unwrap_or(i64::MAX);
-    match diesel::sql_query("SELECT count(*) AS n FROM __diesel_schema_migrations")
-        .get_result::<Count>(&mut conn)
-        .await
-    {
+    let count = read_only(&mut conn, async |conn| {
+        diesel::sql_query("SELECT count(*) AS n FROM __diesel_schema_migrations")
+            .get_result::<Count>(conn)
+            .await
+    })
+    .await;
+    match count {
         Ok(c) => c.n >= expected,
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `url` with its database name replaced by `name` (no query string).
+    fn on_database(url: &str, name: &str) -> String {
+        let base = url.split('?').next().unwrap_or(url);
+        let scheme_end = base.find("://").map_or(0, |i| i + 3);
+        let path = base[scheme_end..]
+            .find('/')
+            .map_or(base.len(), |i| scheme_end + i);
+        format!("{}/{name}", &base[..path])
+    }
+
+    /// Several processes starting at once on a fresh database: the
+    /// migrations are applied once, by one of them, and the others find
+    /// nothing pending. Through the pooler of `BC_TEST_POOLER_URL` when set
+    /// (the lock is transaction-level, so a transaction pooler keeps it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_migrations_apply_once() {
+        let server = std::env::var("DATABASE_URL").expect("DATABASE_URL (run with `just test`)");
+        let name = format!("bc_migrate_{}", &crate::ids::new_secret()[4..20]);
+        let mut admin = establish(&server).await.expect("connect");
+        diesel::sql_query(format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create database");
+        let through = std::env::var("BC_TEST_POOLER_URL")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| server.clone());
+        let url = on_database(&through, &name);
+        let runs: Vec<_> = (0..4)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { migrate(&url).await })
+            })
+            .collect();
+        let mut applied = Vec::new();
+        for run in runs {
+            applied.push(run.await.expect("join").expect("migrate").len());
+        }
+        let total = diesel::migration::MigrationSource::<diesel::pg::Pg>::migrations(&MIGRATIONS)
+            .expect("migrations")
+            .len();
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let mut conn = establish(&on_database(&server, &name))
+            .await
+            .expect("connect");
+        let recorded = diesel::sql_query("SELECT count(*) AS n FROM __diesel_schema_migrations")
+            .get_result::<Count>(&mut conn)
+            .await
+            .expect("count")
+            .n;
+        drop(conn);
+        diesel::sql_query(format!("DROP DATABASE {name} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await
+            .expect("drop database");
+        applied.sort_unstable();
+        assert_eq!(
+            applied,
+            vec![0, 0, 0, total],
+            "one run applies every migration"
+        );
+        assert_eq!(recorded, i64::try_from(total).expect("count"));
     }
 }

@@ -5,9 +5,16 @@
 //! advisory lock; every [`TestDatabase`] is then a fresh
 //! `CREATE DATABASE ... TEMPLATE` copy, dropped when the value is dropped. No
 //! test shares rows with another, whatever runner or process runs it.
+//!
+//! `BC_TEST_POOLER_URL`, when set, names a pooler in front of that server
+//! (PgBouncer, `scripts/pgbouncer.sh`): the processes a test starts connect
+//! through it ([`TestDatabase::product_url`]), while the test's own set-up,
+//! checks and the databases' creation and removal go to the server directly
+//! (`CREATE DATABASE ... TEMPLATE` fails while a pooler keeps a session on
+//! the template).
 
 use diesel::sql_types::{BigInt, Text};
-use diesel_async::RunQueryDsl;
+use diesel_async::{AnsiTransactionManager, RunQueryDsl, TransactionManager};
 
 use crate::db;
 
@@ -15,6 +22,7 @@ use crate::db;
 pub struct TestDatabase {
     name: String,
     url: String,
+    product_url: String,
     server_url: String,
     /// Whether dropping the value drops the database.
     owned: bool,
@@ -28,6 +36,13 @@ pub fn server_url() -> String {
              PostgreSQL"
         )
     })
+}
+
+/// The pooler's URL from `BC_TEST_POOLER_URL` (any database name), if set.
+pub fn pooler_url() -> Option<String> {
+    std::env::var("BC_TEST_POOLER_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
 }
 
 /// `url` with its database name replaced by `name`.
@@ -60,19 +75,28 @@ struct Exists {
     n: i64,
 }
 
+/// The key of the transaction-level advisory lock under which one process
+/// builds the template.
+const TEMPLATE_LOCK: i64 = 7362846105;
+
 async fn ensure_template(server: &str) -> anyhow::Result<String> {
     let template = template_name();
-    let mut conn = db::establish(server).await?;
-    diesel::sql_query("SELECT pg_advisory_lock(7362846105)")
-        .execute(&mut conn)
+    // CREATE DATABASE cannot run in a transaction block: the lock is held in
+    // an open transaction on a second connection while `conn` builds.
+    let mut lock = db::establish(server).await?;
+    AnsiTransactionManager::begin_transaction(&mut lock).await?;
+    diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
+        .bind::<BigInt, _>(TEMPLATE_LOCK)
+        .execute(&mut lock)
         .await?;
     let exists: Exists =
         diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname = $1")
             .bind::<Text, _>(&template)
-            .get_result(&mut conn)
+            .get_result(&mut lock)
             .await?;
     let result = async {
         if exists.n == 0 {
+            let mut conn = db::establish(server).await?;
             let building = format!("{template}_building");
             diesel::sql_query(format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)"))
                 .execute(&mut conn)
@@ -88,9 +112,8 @@ async fn ensure_template(server: &str) -> anyhow::Result<String> {
         anyhow::Ok(())
     }
     .await;
-    diesel::sql_query("SELECT pg_advisory_unlock(7362846105)")
-        .execute(&mut conn)
-        .await?;
+    // Committing (or dropping the connection) releases the lock.
+    AnsiTransactionManager::commit_transaction(&mut lock).await?;
     result?;
     Ok(template)
 }
@@ -111,9 +134,11 @@ impl TestDatabase {
             .await
             .expect("create the test database");
         let url = with_database(&server_url, &name);
+        let product_url = pooler_url().map_or_else(|| url.clone(), |p| with_database(&p, &name));
         TestDatabase {
             name,
             url,
+            product_url,
             server_url,
             owned: true,
         }
@@ -125,14 +150,22 @@ impl TestDatabase {
         TestDatabase {
             name: String::new(),
             url: url.to_owned(),
+            product_url: url.to_owned(),
             server_url: url.to_owned(),
             owned: false,
         }
     }
 
-    /// The database's URL.
+    /// The database's URL, on the server itself: for the test's own set-up
+    /// and checks.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL the processes under test connect to: through the pooler of
+    /// `BC_TEST_POOLER_URL` when set, else [`TestDatabase::url`].
+    pub fn product_url(&self) -> &str {
+        &self.product_url
     }
 
     /// The database's name (empty for [`TestDatabase::existing`]).

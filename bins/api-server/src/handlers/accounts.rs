@@ -157,14 +157,21 @@ input! {
 
 async fn get(call: Call, input: AccountRef) -> Result<AccountReply, ApiError> {
     let mut conn = call.app.conn().await?;
-    Ok(accounts::get(&mut conn, call.tenant(), &input.account_id)
-        .await?
-        .into())
+    Ok(storage::db::read_only(&mut conn, async |conn| {
+        accounts::get(conn, call.tenant(), &input.account_id).await
+    })
+    .await?
+    .into())
 }
 
 async fn list(call: Call, _: TenantOnly) -> Result<Items<views::Account>, ApiError> {
     let mut conn = call.app.conn().await?;
-    Ok(Items::of(accounts::list(&mut conn, call.tenant()).await?))
+    Ok(Items::of(
+        storage::db::read_only(&mut conn, async |conn| {
+            accounts::list(conn, call.tenant()).await
+        })
+        .await?,
+    ))
 }
 
 /// The methods that act on an account's reservations and lifecycle.
@@ -236,7 +243,10 @@ async fn list_reservations(
 ) -> Result<Items<views::Reservation>, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
     Ok(Items::of(
-        reservations::list(&mut conn, call.tenant(), &input.account_id, now).await?,
+        storage::db::read_only(&mut conn, async |conn| {
+            reservations::list(conn, call.tenant(), &input.account_id, now).await
+        })
+        .await?,
     ))
 }
 

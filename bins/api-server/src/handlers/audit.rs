@@ -64,7 +64,10 @@ async fn list(call: Call, input: ListAudit) -> Result<Page<views::AuditRecord>, 
         method: input.method,
     };
     let mut conn = call.app.conn().await?;
-    let (items, next, has_more) = audit::page(&mut conn, &filter, after, input.limit).await?;
+    let (items, next, has_more) = storage::db::read_only(&mut conn, async |conn| {
+        audit::page(conn, &filter, after, input.limit).await
+    })
+    .await?;
     Ok(Page {
         items: items.into_iter().map(Into::into).collect(),
         next_cursor: next.encode(AUDIT_PREFIX),

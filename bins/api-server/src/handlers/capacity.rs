@@ -209,17 +209,20 @@ input! {
 
 async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
     let mut conn = call.app.conn().await?;
-    Ok(
-        pools::get(&mut conn, call.tenant(), call.root(), &input.pool_id)
-            .await?
-            .into(),
-    )
+    Ok(storage::db::read_only(&mut conn, async |conn| {
+        pools::get(conn, call.tenant(), call.root(), &input.pool_id).await
+    })
+    .await?
+    .into())
 }
 
 async fn list_pools(call: Call, _: TenantOnly) -> Result<Items<views::Pool>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
-        pools::list(&mut conn, call.tenant(), call.root()).await?,
+        storage::db::read_only(&mut conn, async |conn| {
+            pools::list(conn, call.tenant(), call.root()).await
+        })
+        .await?,
     ))
 }
 
@@ -232,12 +235,9 @@ input! {
 
 async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<views::Quota>, ApiError> {
     let mut conn = call.app.conn().await?;
-    let rows = pools::get_quotas(
-        &mut conn,
-        call.tenant(),
-        call.root(),
-        input.pool_id.as_deref(),
-    )
+    let rows = storage::db::read_only(&mut conn, async |conn| {
+        pools::get_quotas(conn, call.tenant(), call.root(), input.pool_id.as_deref()).await
+    })
     .await?;
     Ok(Items::of(rows))
 }

@@ -178,11 +178,11 @@ input! {
 
 async fn get(call: Call, input: GrantRef) -> Result<GrantReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    Ok(
-        grants::get(&mut conn, call.tenant(), call.root(), &input.grant_id, now)
-            .await?
-            .into(),
-    )
+    Ok(storage::db::read_only(&mut conn, async |conn| {
+        grants::get(conn, call.tenant(), call.root(), &input.grant_id, now).await
+    })
+    .await?
+    .into())
 }
 
 /// The grant states `reservationGrants.list` filters by.
@@ -220,7 +220,10 @@ async fn list(call: Call, input: List) -> Result<Page<views::Grant>, ApiError> {
         active_at: input.active_at,
     };
     let (mut conn, now) = call.conn_now().await?;
-    let page = grants::list(&mut conn, &filter, after, input.limit, now).await?;
+    let page = storage::db::read_only(&mut conn, async |conn| {
+        grants::list(conn, &filter, after, input.limit, now).await
+    })
+    .await?;
     Ok(Page::of(page, GRANT_PREFIX))
 }
 

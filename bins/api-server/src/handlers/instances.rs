@@ -182,9 +182,11 @@ async fn delete(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiErro
 
 async fn get(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> {
     let mut conn = call.app.conn().await?;
-    Ok(instances::get(&mut conn, call.tenant(), &input.instance_id)
-        .await?
-        .into())
+    Ok(storage::db::read_only(&mut conn, async |conn| {
+        instances::get(conn, call.tenant(), &input.instance_id).await
+    })
+    .await?
+    .into())
 }
 
 input! {
@@ -220,6 +222,9 @@ async fn list(call: Call, input: List) -> Result<Page<views::Instance>, ApiError
         }),
     };
     let mut conn = call.app.conn().await?;
-    let page = instances::list(&mut conn, &filter, after, input.limit).await?;
+    let page = storage::db::read_only(&mut conn, async |conn| {
+        instances::list(conn, &filter, after, input.limit).await
+    })
+    .await?;
     Ok(Page::of(page, INSTANCE_PREFIX))
 }

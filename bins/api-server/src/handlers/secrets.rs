@@ -106,7 +106,12 @@ async fn put(call: Call, input: Put) -> Result<SecretReply, ApiError> {
 
 async fn list(call: Call, _input: TenantOnly) -> Result<Items<Secret>, ApiError> {
     let mut conn = call.app.conn().await?;
-    Ok(Items::of(secrets::list(&mut conn, call.tenant()).await?))
+    Ok(Items::of(
+        storage::db::read_only(&mut conn, async |conn| {
+            secrets::list(conn, call.tenant()).await
+        })
+        .await?,
+    ))
 }
 
 input! {

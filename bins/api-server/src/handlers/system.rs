@@ -104,13 +104,16 @@ async fn list_events(call: Call, input: ListEvents) -> Result<Page<views::Event>
         None => 0,
     };
     let mut conn = call.app.conn().await?;
-    let page = events::list(
-        &mut conn,
-        call.tenant(),
-        after,
-        input.limit,
-        input.types.as_deref(),
-    )
+    let page = storage::db::read_only(&mut conn, async |conn| {
+        events::list(
+            conn,
+            call.tenant(),
+            after,
+            input.limit,
+            input.types.as_deref(),
+        )
+        .await
+    })
     .await?;
     Ok(Page {
         items: page.items.into_iter().map(Into::into).collect(),
@@ -152,7 +155,10 @@ async fn list_usage(call: Call, input: ListUsage) -> Result<Page<views::UsageRec
     };
     let mut conn = call.app.conn().await?;
     refuse_archived(&mut conn, &filter).await?;
-    let (items, has_more) = metering::list(&mut conn, &filter, after, input.limit).await?;
+    let (items, has_more) = storage::db::read_only(&mut conn, async |conn| {
+        metering::list(conn, &filter, after, input.limit).await
+    })
+    .await?;
     let next = items.last().map_or(after, |r| r.seq);
     Ok(Page {
         items: items.into_iter().map(Into::into).collect(),
@@ -177,7 +183,11 @@ async fn refuse_archived(
     let Some((field, at)) = bound else {
         return Ok(());
     };
-    match storage::ops::partitions::usage_archived_through(conn).await? {
+    let through = storage::db::read_only(conn, async |conn| {
+        storage::ops::partitions::usage_archived_through(conn).await
+    })
+    .await?;
+    match through {
         Some(through) if at < through => Err(ApiError::invalid(
             field,
             "archived",

@@ -139,7 +139,9 @@ async fn delete_tenant(call: Call, input: DeleteTenant) -> Result<TenantReply, A
 
 async fn list_tenants(call: Call, _: TenantOnly) -> Result<Items<views::Tenant>, ApiError> {
     let mut conn = call.app.conn().await?;
-    Ok(Items::of(tenancy::list_tenants(&mut conn).await?))
+    Ok(Items::of(
+        storage::db::read_only(&mut conn, async |conn| tenancy::list_tenants(conn).await).await?,
+    ))
 }
 
 input! {
@@ -161,7 +163,10 @@ async fn create_project(call: Call, input: CreateProject) -> Result<ProjectReply
 async fn list_projects(call: Call, _: TenantOnly) -> Result<Items<views::Project>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
-        tenancy::list_projects(&mut conn, call.tenant()).await?,
+        storage::db::read_only(&mut conn, async |conn| {
+            tenancy::list_projects(conn, call.tenant()).await
+        })
+        .await?,
     ))
 }
 
@@ -193,7 +198,10 @@ async fn create_key(call: Call, input: CreateKey) -> Result<IssuedKey, ApiError>
 async fn list_keys(call: Call, _: TenantOnly) -> Result<Items<views::ApiKey>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
-        tenancy::list_keys(&mut conn, call.tenant()).await?,
+        storage::db::read_only(&mut conn, async |conn| {
+            tenancy::list_keys(conn, call.tenant()).await
+        })
+        .await?,
     ))
 }
 
@@ -206,9 +214,9 @@ input! {
 
 async fn revoke_key(call: Call, input: RevokeKey) -> Result<ApiKeyReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    Ok(
-        tenancy::revoke_key(&mut conn, call.tenant(), &input.key_id, now)
-            .await?
-            .into(),
-    )
+    Ok(storage::db::single_write(&mut conn, async |conn| {
+        tenancy::revoke_key(conn, call.tenant(), &input.key_id, now).await
+    })
+    .await?
+    .into())
 }

@@ -80,15 +80,18 @@ async fn timeline(call: Call, input: Timeline) -> Result<TimelineReply, ApiError
         .with("maxRangeMs", MAX_TIMELINE_MS));
     }
     let (mut conn, now) = call.conn_now().await?;
-    let timeline = views::timeline(
-        &mut conn,
-        call.tenant(),
-        call.root(),
-        &input.account_id,
-        &input.reservation_id,
-        grants_core::Term::new(input.from, input.to),
-        now,
-    )
+    let timeline = storage::db::read_only(&mut conn, async |conn| {
+        views::timeline(
+            conn,
+            call.tenant(),
+            call.root(),
+            &input.account_id,
+            &input.reservation_id,
+            grants_core::Term::new(input.from, input.to),
+            now,
+        )
+        .await
+    })
     .await?;
     Ok(timeline.into())
 }
@@ -107,15 +110,18 @@ async fn usage(call: Call, input: Usage) -> Result<Items<GrantHour>, ApiError> {
         after_from(from, to)?;
     }
     let (mut conn, now) = call.conn_now().await?;
-    let rows = views::grant_usage(
-        &mut conn,
-        call.tenant(),
-        call.root(),
-        &input.grant_id,
-        input.from,
-        input.to,
-        now,
-    )
+    let rows = storage::db::read_only(&mut conn, async |conn| {
+        views::grant_usage(
+            conn,
+            call.tenant(),
+            call.root(),
+            &input.grant_id,
+            input.from,
+            input.to,
+            now,
+        )
+        .await
+    })
     .await?;
     Ok(Items::of(rows))
 }

@@ -579,14 +579,51 @@ pub async fn establish(url: &str) -> ConnectionResult<AsyncPgConnection> {
         let mut plain = config.clone();
         plain.ssl_mode(tokio_postgres::config::SslMode::Disable);
         let (client, connection) = plain.connect(tokio_postgres::NoTls).await.map_err(failed)?;
-        return AsyncPgConnection::try_from_client_and_connection(client, connection).await;
+        return connected(client, connection).await;
     }
     let tls = client_config(target.mode, target.root_cert.as_ref())?;
     let (client, connection) = config
         .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
         .await
         .map_err(failed)?;
-    AsyncPgConnection::try_from_client_and_connection(client, connection).await
+    connected(client, connection).await
+}
+
+/// The diesel connection over an open session. With
+/// `BC_DB_PREPARED_STATEMENTS=off`, diesel-async's set-up (`SET TIME ZONE`,
+/// `SET CLIENT_ENCODING`, each a prepared statement) runs in a transaction,
+/// so that a transaction pooler keeps it on one server, and the connection
+/// caches no statement (`pooler`).
+async fn connected<S>(
+    client: tokio_postgres::Client,
+    mut connection: tokio_postgres::Connection<tokio_postgres::Socket, S>,
+) -> ConnectionResult<AsyncPgConnection>
+where
+    S: tokio_postgres::tls::TlsStream + Unpin + Send + 'static,
+{
+    if !super::pooler::pinned() {
+        return AsyncPgConnection::try_from_client_and_connection(client, connection).await;
+    }
+    let setup_failed = |e: String| {
+        ConnectionError::BadConnection(format!("could not set up the database session: {e}"))
+    };
+    // The session is driven here until BEGIN is answered; diesel-async
+    // drives it from then on.
+    tokio::select! {
+        r = client.batch_execute("BEGIN") => r.map_err(|e| setup_failed(with_causes(&e)))?,
+        r = &mut connection => {
+            let e = r.err().map_or_else(|| "the server closed the session".into(), |e| {
+                with_causes(&e)
+            });
+            return Err(setup_failed(e));
+        }
+    }
+    let mut conn = AsyncPgConnection::try_from_client_and_connection(client, connection).await?;
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, "COMMIT")
+        .await
+        .map_err(ConnectionError::CouldntSetupConfiguration)?;
+    super::pooler::configure(&mut conn);
+    Ok(conn)
 }
 
 #[cfg(test)]

@@ -172,7 +172,8 @@ pub async fn send_due(
     now: i64,
 ) -> Result<NoticeOutcome> {
     let mut outcome = NoticeOutcome::default();
-    for key in due(conn, rules, now).await? {
+    let keys = crate::db::read_only(conn, async |conn| due(conn, rules, now).await).await?;
+    for key in keys {
         let done = conn
             .transaction::<_, StorageError, _>(async |conn| {
                 let Some(res) =

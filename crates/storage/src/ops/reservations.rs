@@ -368,6 +368,19 @@ pub async fn claim_scan(
     account_id: &str,
     rules: ClaimRules,
 ) -> Result<Option<ScanClaim>> {
+    // One short transaction behind a transaction pooler (`db::single_write`).
+    crate::db::single_write(conn, async |conn| {
+        claim_scan_now(conn, tenant, account_id, rules).await
+    })
+    .await
+}
+
+async fn claim_scan_now(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    account_id: &str,
+    rules: ClaimRules,
+) -> Result<Option<ScanClaim>> {
     let account = accounts::get(conn, tenant, account_id).await?;
     let ticket: Option<i64> = diesel::sql_query(format!(
         "UPDATE provider_accounts SET scan_seq = scan_seq + 1, \
@@ -536,8 +549,12 @@ pub async fn scan(
     let outcome = run_scan(pool, clock, root, &claim, factory, keyring).await?;
     let mut conn = pool.get().await?;
     let now = clock.now(&mut conn).await?;
-    let rows = ReservationRow::of_account(&mut conn, account_id).await?;
-    Ok((outcome, with_accounts(&mut conn, rows, now).await?))
+    let reservations = crate::db::read_only(&mut conn, async |conn| {
+        let rows = ReservationRow::of_account(conn, account_id).await?;
+        with_accounts(conn, rows, now).await
+    })
+    .await?;
+    Ok((outcome, reservations))
 }
 
 /// One reservation with its slot accounts at `now`.

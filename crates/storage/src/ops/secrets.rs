@@ -185,7 +185,8 @@ pub async fn resolve(
 ) -> std::result::Result<ResolvedSecret, providers::ProviderError> {
     let unusable =
         |why: String| providers::ProviderError::Credentials(format!("secret:{name}: {why}"));
-    let row = SecretRow::find(conn, tenant, name)
+    // A read of its own (the scan's provider call comes next).
+    let row = crate::db::read_only(conn, async |conn| SecretRow::find(conn, tenant, name).await)
         .await
         .map_err(|e| unusable(format!("cannot be read: {e}")))?
         .ok_or_else(|| unusable("does not exist".into()))?;

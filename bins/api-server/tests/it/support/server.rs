@@ -103,7 +103,7 @@ impl Server {
 
     /// Starts a server on an existing database.
     pub async fn start_on(db: TestDatabase, opts: Options) -> Server {
-        let mut cmd = command(db.url(), &opts);
+        let mut cmd = command(db.product_url(), &opts);
         cmd.stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);

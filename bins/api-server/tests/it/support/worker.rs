@@ -28,7 +28,7 @@ pub fn path() -> PathBuf {
 
 /// A worker command for the server's database and manual clock.
 pub fn command(s: &Server) -> Command {
-    command_for(s.db.url())
+    command_for(s.db.product_url())
 }
 
 /// A worker command for `database_url` and the manual clock.
