@@ -23,7 +23,7 @@ test:
 
 # The end-to-end modules that run through PgBouncer in transaction pooling
 # mode (docs/operations.md, "PgBouncer").
-pgbouncer_tests := "smoke:: grants:: instances:: billing:: events:: worker_replicas:: tenancy:: audit:: idempotency:: pools_quotas::"
+pgbouncer_tests := "smoke:: grants:: instances:: billing:: events:: worker_replicas:: tenancy:: audit:: idempotency:: pools_quotas:: partitions::"
 
 # A representative part of the end-to-end suite with the api-server and the
 # workers behind PgBouncer (transaction pooling, BC_DB_PREPARED_STATEMENTS=off);
@@ -68,6 +68,14 @@ bench:
     set -euo pipefail
     cargo build --release --locked -p api-server -p reconciler-worker
     DATABASE_URL="$(scripts/db.sh url)" cargo run --release --locked -p bench
+
+# List pages at a year of data (10M usage records and events, 100k grants); writes the
+# scale part of docs/benchmarks.md. Not part of `just test`.
+scale:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo build --release --locked -p api-server
+    DATABASE_URL="$(scripts/db.sh url)" cargo run --release --locked -p bench -- scale
 
 # Regenerate docs/api/openapi.json from the method registry.
 docs:

@@ -35,6 +35,7 @@ mod pgbench;
 mod procs;
 mod reads;
 mod report;
+mod scale;
 mod setup;
 #[cfg(test)]
 mod statements;
@@ -644,6 +645,11 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
 async fn main() -> anyhow::Result<()> {
     let server_url = std::env::var("DATABASE_URL")
         .context("DATABASE_URL must name a PostgreSQL server (`just bench` provides one)")?;
+    if std::env::args().nth(1).as_deref() == Some("scale") {
+        let text = scale::run(&server_url).await?;
+        println!("{text}");
+        return write_part(scale::BEGIN, scale::END, &text);
+    }
     let report = run(&server_url).await?;
     println!("{}", report.terminal());
     if std::env::var_os("BENCH_FIGURES").is_some() {
@@ -651,6 +657,19 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     write_doc(&report.generated())
+}
+
+/// Rewrites the part of `docs/benchmarks.md` between `begin` and `end`,
+/// which must be there.
+fn write_part(begin: &str, end: &str, text: &str) -> anyhow::Result<()> {
+    let path = procs::workspace_root().join("docs/benchmarks.md");
+    let doc =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let out = report::splice_between(&doc, begin, end, text)
+        .with_context(|| format!("{} needs the lines {begin} and {end}", path.display()))?;
+    std::fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
+    say(&format!("wrote the scale part of {}", path.display()));
+    Ok(())
 }
 
 /// Rewrites the generated part of `docs/benchmarks.md` (a new file if there

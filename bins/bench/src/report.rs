@@ -21,6 +21,18 @@ pub const END: &str = "<!-- generated: end -->";
 /// `doc` with the part between [`BEGIN`] and [`END`] replaced by
 /// `generated`; everything outside the markers is kept byte for byte.
 pub fn splice(doc: &str, generated: &str) -> anyhow::Result<String> {
+    splice_between(doc, BEGIN, END, generated)
+}
+
+/// `doc` with the part between the lines `begin` and `end` replaced by
+/// `generated`; everything outside them is kept byte for byte.
+pub fn splice_between(
+    doc: &str,
+    begin: &str,
+    end: &str,
+    generated: &str,
+) -> anyhow::Result<String> {
+    let (begin_marker, end_marker) = (begin, end);
     let once = |marker: &str| -> anyhow::Result<usize> {
         let mut at = doc.match_indices(marker).map(|(i, _)| i);
         match (at.next(), at.next()) {
@@ -29,9 +41,9 @@ pub fn splice(doc: &str, generated: &str) -> anyhow::Result<String> {
             (Some(_), Some(_)) => anyhow::bail!("more than one {marker} line"),
         }
     };
-    let begin = once(BEGIN)? + BEGIN.len();
-    let end = once(END)?;
-    anyhow::ensure!(begin <= end, "{END} comes before {BEGIN}");
+    let begin = once(begin_marker)? + begin_marker.len();
+    let end = once(end_marker)?;
+    anyhow::ensure!(begin <= end, "{end_marker} comes before {begin_marker}");
     Ok(format!(
         "{}\n\n{}\n\n{}",
         &doc[..begin],

@@ -60,7 +60,7 @@ impl Gce {
         format!("projects/{PROJECT}/zones/{ZONE}/reservations/{name}")
     }
 
-    async fn put(&self, http: &reqwest::Client, name: &str, count: i64) -> anyhow::Result<()> {
+    pub async fn put(&self, http: &reqwest::Client, name: &str, count: i64) -> anyhow::Result<()> {
         let resp = http
             .put(format!(
                 "{}/fake/projects/{PROJECT}/zones/{ZONE}/reservations/{name}",

@@ -1,0 +1,824 @@
+//! `just scale` (`bench scale`): list pages at a year of data.
+//!
+//! One database: 1,000 tenants, 50 reservations, then two stages generated
+//! in SQL in time order, as a platform would accumulate them over a year:
+//!
+//! 1. 10,000 grants, 1,000,000 usage records and 1,000,000 events (the
+//!    first five weeks);
+//! 2. 100,000 grants, 10,000,000 usage records and 10,000,000 events (the
+//!    whole year, 13 monthly partitions of each log).
+//!
+//! After each stage (vacuumed and analysed) it times `usage.list` (a tenant's
+//! and root's `all` pages), `events.list` and `reservationGrants.list` pages
+//! of 100 through the release api-server, one request at a time from random
+//! cursors, and reports p50 and p99 per stage and their ratio (target: at
+//! most 1.25). It also reads PostgreSQL's scan counters around each stage's
+//! requests: a sequential scan of `grants` or of any partition of the two
+//! logs fails the run (the plans must use their indexes).
+//!
+//! The figures go to the part of `docs/benchmarks.md` between the scale
+//! markers.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use diesel::sql_types::{BigInt, Text};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::{Value, json};
+
+use crate::http::HttpConn;
+use crate::procs::{self, ApiServer, Database, ROOT_TOKEN};
+use crate::setup::{Api, FLAVOR, Gce, HOUR_MS, TENANT};
+
+/// Tenants, `acme` (the one measured) included.
+const TENANTS: i64 = 1_000;
+/// Reservations the grants are spread over.
+const RESERVATIONS: i64 = 50;
+/// Grants, usage records and events at the end of each stage: the grants
+/// are all there from the first stage (they do not grow with the logs), so
+/// the grant pages compare like with like.
+const STAGES: [(&str, i64, i64); 2] = [("1M", 100_000, 1_000_000), ("10M", 100_000, 10_000_000)];
+/// Rows per generating statement.
+const CHUNK: i64 = 1_000_000;
+/// A year of hours: the last stage's records fill it.
+const YEAR_HOURS: i64 = 365 * 24;
+/// Records per hour, so that 10,000,000 take a year.
+const PER_HOUR: i64 = 10_000_000 / YEAR_HOURS + 1;
+/// Page size of every timed request.
+const PAGE: i64 = 100;
+/// The ratio target of the issue.
+const TARGET: f64 = 1.25;
+
+/// The generated part's markers in `docs/benchmarks.md`.
+pub const BEGIN: &str = "<!-- scale: begin -->";
+/// The line after it.
+pub const END: &str = "<!-- scale: end -->";
+
+fn say(msg: &str) {
+    eprintln!("scale: {msg}");
+}
+
+/// One timed page kind.
+#[derive(Clone, Copy)]
+enum Kind {
+    UsageTenant,
+    UsageAll,
+    Events,
+    Grants,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [
+        Kind::UsageTenant,
+        Kind::UsageAll,
+        Kind::Events,
+        Kind::Grants,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Kind::UsageTenant => "`usage.list`, one tenant",
+            Kind::UsageAll => "`usage.list`, root `all`",
+            Kind::Events => "`events.list`, one tenant",
+            Kind::Grants => "`reservationGrants.list`, one tenant",
+        }
+    }
+}
+
+/// p50 and p99 of one kind at one stage.
+#[derive(Clone, Copy, Debug)]
+struct Latency {
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Scans of the big tables during a stage's timed requests.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Scans {
+    /// Sequential scans of tables of at least [`SMALL_TABLE`] rows.
+    seq: i64,
+    /// Which, and how many each.
+    big: Vec<String>,
+    /// Sequential scans of smaller tables.
+    small: i64,
+    /// Index scans.
+    idx: i64,
+}
+
+/// What a stage measured.
+struct Stage {
+    name: &'static str,
+    grants: i64,
+    rows: i64,
+    generate: Duration,
+    vacuum: Duration,
+    latency: Vec<Latency>,
+    scans: Scans,
+    plans: Vec<String>,
+    size: String,
+}
+
+/// A small deterministic generator for the cursors (no `rand` needed).
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: i64) -> i64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        i64::try_from(self.0 % u64::try_from(n.max(1)).unwrap_or(1)).unwrap_or(0)
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct Num {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[derive(diesel::QueryableByName)]
+struct Txt {
+    #[diesel(sql_type = Text)]
+    t: String,
+}
+
+async fn num(conn: &mut AsyncPgConnection, sql: &str) -> anyhow::Result<i64> {
+    Ok(diesel::sql_query(sql)
+        .get_result::<Num>(conn)
+        .await
+        .with_context(|| sql.to_owned())?
+        .n)
+}
+
+async fn exec(conn: &mut AsyncPgConnection, sql: &str) -> anyhow::Result<()> {
+    diesel::sql_query(sql)
+        .execute(conn)
+        .await
+        .with_context(|| sql.chars().take(120).collect::<String>())?;
+    Ok(())
+}
+
+/// The tenant id of tenant number `t` (0 is `acme`), as SQL over `expr`.
+fn tenant_sql(expr: &str) -> String {
+    format!(
+        "(CASE WHEN ({expr}) % {TENANTS} = 0 THEN '{TENANT}' \
+         ELSE 'scale-' || lpad((({expr}) % {TENANTS})::text, 4, '0') END)"
+    )
+}
+
+/// The world every stage builds on: the account, 50 reservations bound to
+/// one pool offered to `acme`, and 999 more tenants. Returns `acme`'s
+/// secret, the account and the pool.
+async fn world(
+    api: &Api,
+    conn: &mut AsyncPgConnection,
+) -> anyhow::Result<(String, String, String)> {
+    let gce = Gce::start().await?;
+    let http = reqwest::Client::new();
+    for r in 0..RESERVATIONS {
+        gce.put(&http, &format!("scale-{r:02}"), 100_000).await?;
+    }
+    let account = api
+        .root(
+            "providerAccounts/create",
+            json!({
+                "name": "scale",
+                "provider": "gce",
+                "config": {
+                    "project": crate::setup::PROJECT,
+                    "endpoint": gce.url,
+                    "credentials": "none"
+                },
+                "idempotencyKey": "acct-scale",
+            }),
+        )
+        .await?;
+    let account_id = at(&account, "/account/accountId")?;
+    api.root("providerAccounts/scan", json!({ "accountId": account_id }))
+        .await?;
+    let pool = api
+        .root(
+            "pools/create",
+            json!({
+                "name": "scale",
+                "region": "us-central1",
+                "provider": "gce",
+                "accountId": account_id,
+                "flavors": [{ "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
+                "quotas": { "instances": 1_000_000 },
+                "idempotencyKey": "pool-scale",
+            }),
+        )
+        .await?;
+    let pool_id = at(&pool, "/pool/poolId")?;
+    for r in 0..RESERVATIONS {
+        api.root(
+            "providerAccounts/bindReservation",
+            json!({
+                "accountId": account_id,
+                "reservationId": Gce::reservation_id(&format!("scale-{r:02}")),
+                "poolId": pool_id,
+            }),
+        )
+        .await?;
+    }
+    let tenant = api
+        .root("tenants/create", json!({ "name": TENANT }))
+        .await?;
+    let secret = at(&tenant, "/adminKey/secret")?;
+    exec(
+        conn,
+        &format!(
+            "INSERT INTO tenants (tenant_id, display_name, state, created_at) \
+             SELECT 'scale-' || lpad(t::text, 4, '0'), 'scale tenant ' || t, 'active', 0 \
+             FROM generate_series(1, {}) t",
+            TENANTS - 1
+        ),
+    )
+    .await?;
+    drop(gce);
+    Ok((secret, account_id, pool_id))
+}
+
+fn at(v: &Value, pointer: &str) -> anyhow::Result<String> {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .with_context(|| format!("{pointer} missing in {v}"))
+}
+
+/// Generates grants `[from, to)`, records and events `[from_rows, to_rows)`.
+async fn generate(
+    conn: &mut AsyncPgConnection,
+    y0: i64,
+    account: &str,
+    pool: &str,
+    grants: (i64, i64),
+    rows: (i64, i64),
+) -> anyhow::Result<()> {
+    let day = format!("{}::bigint", 24 * HOUR_MS);
+    let grant_id = |e: &str| format!("'rgrant_0' || lpad(to_hex({e}), 25, '0')");
+    // Grants: one a little more than every 4 minutes over 300 days, a week
+    // each, all ended before the clock's now.
+    exec(
+        conn,
+        &format!(
+            "INSERT INTO grants (grant_id, account_id, reservation_id, pool_id, tenant_id, \
+               slots, starts_at, ends_at, settled_state, reason, created_at, ended_at, \
+               metered_through) \
+             SELECT {gid}, '{account}', \
+               'projects/{project}/zones/us-central1-a/reservations/scale-' \
+                 || lpad((g % {RESERVATIONS})::text, 2, '0'), \
+               '{pool}', {tenant}, 1, s, s + 7 * {day}, 'ended', 'term-over', s - {HOUR_MS}, \
+               s + 7 * {day}, s + 7 * {day} \
+             FROM generate_series({lo}::bigint, {hi}) g, \
+                  LATERAL (SELECT {y0} + g * (300 * {day} / 100000) AS s) t",
+            gid = grant_id("g"),
+            project = crate::setup::PROJECT,
+            tenant = tenant_sql("g"),
+            lo = grants.0,
+            hi = grants.1 - 1,
+        ),
+    )
+    .await?;
+    let mut from = rows.0;
+    while from < rows.1 {
+        let to = (from + CHUNK).min(rows.1);
+        let started = Instant::now();
+        // Record i bills hour i / PER_HOUR for one of 100,000 grants,
+        // distinct within the hour (the dedupe key holds).
+        let g = format!("((i % {PER_HOUR}) + (i / {PER_HOUR}) * 7919) % 100000");
+        exec(
+            conn,
+            &format!(
+                "INSERT INTO usage_records (seq, usage_id, tenant_id, meter, quantity_micro, \
+                   unit, period_start, period_end, grant_id, subject, target, tags, \
+                   recorded_at) \
+                 SELECT i + 1, 'use_0' || lpad(to_hex(i), 25, '0'), {tenant}, \
+                   'vm.grant.slot.hours', 1000000, 'slot-hours', p, p + {HOUR_MS}, {gid}, \
+                   {gid}, {gid}, jsonb_build_object('region', 'us-central1', 'poolId', \
+                   '{pool}', 'provider', 'gce', 'grantId', {gid}), p + {HOUR_MS} + 60000 \
+                 FROM generate_series({from}::bigint, {last}) i, \
+                      LATERAL (SELECT {y0} + (i / {PER_HOUR}) * {HOUR_MS} AS p) t",
+                tenant = tenant_sql(&g),
+                gid = grant_id(&g),
+                last = to - 1,
+            ),
+        )
+        .await?;
+        // Event i is tenant i % 1000's event number i / 1000 + 1.
+        exec(
+            conn,
+            &format!(
+                "INSERT INTO events (tenant_id, seq, event_id, event_type, data, occurred_at) \
+                 SELECT {tenant}, i / {TENANTS} + 1, 'evt_0' || lpad(to_hex(i), 25, '0'), \
+                   (ARRAY['reservation-grant.created', 'reservation-grant.active', \
+                          'reservation-grant.ended', 'instance.created'])[i % 4 + 1], \
+                   jsonb_build_object('grantId', {gid}), \
+                   {y0} + i * ({year}::bigint / 10000000) \
+                 FROM generate_series({from}::bigint, {last}) i",
+                tenant = tenant_sql("i"),
+                gid = grant_id("i % 100000"),
+                year = YEAR_HOURS * HOUR_MS,
+                last = to - 1,
+            ),
+        )
+        .await?;
+        say(&format!(
+            "rows {from}..{to} of usage records and events in {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+        from = to;
+    }
+    exec(
+        conn,
+        &format!("UPDATE usage_head SET last_seq = {}", rows.1),
+    )
+    .await?;
+    exec(
+        conn,
+        "INSERT INTO event_heads (tenant_id, last_seq) \
+         SELECT tenant_id, max(seq) FROM events GROUP BY tenant_id \
+         ON CONFLICT (tenant_id) DO UPDATE SET last_seq = EXCLUDED.last_seq",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Tables smaller than this may be scanned sequentially: that is the right
+/// plan for them (an empty default partition, a month with a few rows).
+const SMALL_TABLE: i64 = 10_000;
+
+/// Per table (`grants` and every partition of the logs): sequential scans,
+/// index scans and live rows.
+async fn scans(
+    conn: &mut AsyncPgConnection,
+) -> anyhow::Result<std::collections::BTreeMap<String, (i64, i64, i64)>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        relname: String,
+        #[diesel(sql_type = BigInt)]
+        seq: i64,
+        #[diesel(sql_type = BigInt)]
+        idx: i64,
+        #[diesel(sql_type = BigInt)]
+        live: i64,
+    }
+    exec(conn, "SELECT pg_stat_clear_snapshot()").await?;
+    let rows: Vec<Row> = diesel::sql_query(
+        "SELECT relname::text AS relname, seq_scan AS seq, coalesce(idx_scan, 0) AS idx, \
+                n_live_tup AS live \
+         FROM pg_stat_user_tables \
+         WHERE relname = 'grants' OR relname LIKE 'usage\\_records%' OR relname LIKE 'events%'",
+    )
+    .load(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.relname, (r.seq, r.idx, r.live)))
+        .collect())
+}
+
+/// What changed between two readings of [`scans`]: the sequential scans of
+/// tables of at least [`SMALL_TABLE`] rows (named), of smaller ones, and
+/// the index scans.
+fn scans_between(
+    before: &std::collections::BTreeMap<String, (i64, i64, i64)>,
+    after: &std::collections::BTreeMap<String, (i64, i64, i64)>,
+) -> Scans {
+    let mut out = Scans::default();
+    for (name, (seq, idx, live)) in after {
+        let (seq0, idx0, _) = before.get(name).copied().unwrap_or_default();
+        out.idx += idx - idx0;
+        if seq - seq0 > 0 {
+            if *live >= SMALL_TABLE {
+                out.seq += seq - seq0;
+                out.big
+                    .push(format!("{name} ({} rows): {}", live, seq - seq0));
+            } else {
+                out.small += seq - seq0;
+            }
+        }
+    }
+    out
+}
+
+/// `EXPLAIN (ANALYZE, BUFFERS)` of the tenant's usage and events pages from
+/// the middle of the log: the plan's top line, buffers and time.
+async fn explain(conn: &mut AsyncPgConnection, rows: i64) -> anyhow::Result<Vec<String>> {
+    let queries = [
+        (
+            "usage",
+            format!(
+                "SELECT * FROM usage_records WHERE tenant_id = '{TENANT}' AND seq > {} \
+                 ORDER BY seq LIMIT {}",
+                rows / 2,
+                PAGE + 1
+            ),
+        ),
+        (
+            "events",
+            format!(
+                "SELECT * FROM events WHERE tenant_id = '{TENANT}' AND seq > {} \
+                 ORDER BY seq LIMIT {}",
+                rows / TENANTS / 2,
+                PAGE + 1
+            ),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, sql) in queries {
+        let plan = explain_lines(conn, &sql).await?;
+        let keep: Vec<&str> = plan
+            .iter()
+            .map(String::as_str)
+            .filter(|l| {
+                l.starts_with("Limit")
+                    || l.starts_with("  Buffers: shared")
+                    || l.contains("Execution Time")
+            })
+            .collect();
+        out.push(format!("{name}: {}", keep.join("; ")));
+    }
+    Ok(out)
+}
+
+/// The lines of `EXPLAIN (ANALYZE, BUFFERS)` of `sql`.
+async fn explain_lines(conn: &mut AsyncPgConnection, sql: &str) -> anyhow::Result<Vec<String>> {
+    exec(
+        conn,
+        "CREATE OR REPLACE FUNCTION bc_scale_explain(q text) RETURNS SETOF text \
+         LANGUAGE plpgsql AS $f$ DECLARE r text; BEGIN \
+         FOR r IN EXECUTE 'EXPLAIN (ANALYZE, BUFFERS) ' || q LOOP RETURN NEXT r; END LOOP; \
+         END $f$",
+    )
+    .await?;
+    let rows: Vec<Txt> = diesel::sql_query(format!(
+        "SELECT line AS t FROM bc_scale_explain($${sql}$$) AS line"
+    ))
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.t).collect())
+}
+
+/// Times `n` pages of `kind`, one at a time, from random cursors.
+async fn time_pages(
+    http: &mut HttpConn,
+    kind: Kind,
+    secret: &str,
+    rows: i64,
+    rng: &mut XorShift,
+    n: usize,
+) -> anyhow::Result<Latency> {
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (path, token, body) = match kind {
+            Kind::UsageTenant => (
+                "usage/list",
+                secret,
+                json!({ "tenantId": TENANT, "limit": PAGE,
+                        "after": storage::model::events::encode_cursor(rng.below(rows)) }),
+            ),
+            Kind::UsageAll => (
+                "usage/list",
+                ROOT_TOKEN,
+                json!({ "tenantId": "root", "all": true, "limit": PAGE,
+                        "after": storage::model::events::encode_cursor(rng.below(rows)) }),
+            ),
+            Kind::Events => (
+                "events/list",
+                secret,
+                json!({ "tenantId": TENANT, "limit": PAGE,
+                        "after": storage::model::events::encode_cursor(
+                            rng.below(rows / TENANTS)) }),
+            ),
+            Kind::Grants => (
+                "reservationGrants/list",
+                secret,
+                json!({ "tenantId": TENANT, "limit": PAGE }),
+            ),
+        };
+        let body = Bytes::from(body.to_string());
+        let started = Instant::now();
+        let (status, answer) = http
+            .post(&format!("/api/compute/{path}"), token, body)
+            .await?;
+        took.push(started.elapsed());
+        anyhow::ensure!(
+            status == 200,
+            "{path} answered {status}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        let v: Value = serde_json::from_slice(&answer)?;
+        let items = v["items"].as_array().map_or(0, Vec::len);
+        anyhow::ensure!(
+            matches!(kind, Kind::Grants) || items > 0 || v["hasMore"] == json!(false),
+            "{path} answered an empty page with more to come"
+        );
+    }
+    took.sort();
+    let pick = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
+    Ok(Latency {
+        p50: pick(0.50),
+        p99: pick(0.99),
+    })
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+/// Runs both stages; the report's text.
+pub async fn run(server_url: &str) -> anyhow::Result<String> {
+    let requests: usize = std::env::var("SCALE_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let root = procs::workspace_root();
+    let log_dir = root.join("target/bench");
+    std::fs::create_dir_all(&log_dir)?;
+    let log = log_dir.join("api-server-scale.log");
+    let db = Database::create(server_url, "scale").await?;
+    say(&format!("database {} on {server_url}", db.name));
+    let server = ApiServer::start(&db, "manual", "warn", &log).await?;
+    let result = async {
+        let mut conn = db.connect().await?;
+        let now = num(&mut conn, "SELECT now_ms AS n FROM manual_clock").await?;
+        // The year before now, from a month's start.
+        let y0 = num(
+            &mut conn,
+            &format!(
+                "SELECT bc_month_start({now} - {}::bigint) AS n",
+                YEAR_HOURS * HOUR_MS
+            ),
+        )
+        .await?;
+        let api = Api::new(&server.url());
+        let (secret, account, pool) = world(&api, &mut conn).await?;
+        for table in ["usage_records", "events"] {
+            exec(
+                &mut conn,
+                &format!("SELECT bc_ensure_month_partitions('{table}', {y0}, {now})"),
+            )
+            .await?;
+        }
+        let mut http = HttpConn::connect(server.addr).await?;
+        let mut rng = XorShift(0x5ca1_ab1e_d00d_f00d);
+        let mut stages = Vec::new();
+        let (mut grants_done, mut rows_done) = (0, 0);
+        // SCALE_DIVISOR (default 1) shrinks both stages for a quick try.
+        let divisor: i64 = std::env::var("SCALE_DIVISOR")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|d| *d >= 1)
+            .unwrap_or(1);
+        for (name, grants, rows) in STAGES {
+            let (grants, rows) = (grants / divisor, rows / divisor);
+            say(&format!(
+                "stage {name}: generating up to {grants} grants, {rows} rows"
+            ));
+            let started = Instant::now();
+            generate(
+                &mut conn,
+                y0,
+                &account,
+                &pool,
+                (grants_done, grants),
+                (rows_done, rows),
+            )
+            .await?;
+            let generate_took = started.elapsed();
+            let started = Instant::now();
+            exec(&mut conn, "VACUUM (ANALYZE) usage_records, events, grants").await?;
+            let vacuum = started.elapsed();
+            (grants_done, rows_done) = (grants, rows);
+            // Warm up, then count scans around the timed requests only.
+            for kind in Kind::ALL {
+                time_pages(&mut http, kind, &secret, rows, &mut rng, 20).await?;
+            }
+            // The server's backends report their counters when idle for a
+            // while (PostgreSQL 15 flushes at most every 10 s when idle).
+            tokio::time::sleep(Duration::from_secs(11)).await;
+            let before = scans(&mut conn).await?;
+            let mut latency = Vec::new();
+            for kind in Kind::ALL {
+                latency.push(time_pages(&mut http, kind, &secret, rows, &mut rng, requests).await?);
+            }
+            tokio::time::sleep(Duration::from_secs(11)).await;
+            let after = scans(&mut conn).await?;
+            let plans = explain(&mut conn, rows).await?;
+            let size = diesel::sql_query(
+                "SELECT pg_size_pretty(sum(pg_total_relation_size(c.oid))) AS t \
+                 FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid \
+                 WHERE i.inhparent IN ('usage_records'::regclass, 'events'::regclass)",
+            )
+            .get_result::<Txt>(&mut conn)
+            .await?
+            .t;
+            let stage = Stage {
+                name,
+                grants,
+                rows,
+                generate: generate_took,
+                vacuum,
+                latency,
+                scans: scans_between(&before, &after),
+                plans,
+                size,
+            };
+            say(&format!(
+                "stage {name}: generated in {:.0} s, vacuumed in {:.0} s, {:?}, scans {:?}",
+                stage.generate.as_secs_f64(),
+                stage.vacuum.as_secs_f64(),
+                stage.latency,
+                stage.scans
+            ));
+            stages.push(stage);
+        }
+        anyhow::Ok(stages)
+    }
+    .await;
+    server.stop().await?;
+    let stages = result?;
+    let text = report(&stages, requests);
+    let big: Vec<String> = stages.iter().flat_map(|s| s.scans.big.clone()).collect();
+    if !big.is_empty() {
+        anyhow::bail!(
+            "sequential scans of tables of {SMALL_TABLE} rows or more during the timed \
+             requests: {}; database {} kept to look at the plans\n{text}",
+            big.join(", "),
+            db.name
+        );
+    }
+    db.drop_now().await?;
+    Ok(text)
+}
+
+/// The markdown of the figures.
+fn report(stages: &[Stage], requests: usize) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Generated by `just scale`: {requests} sequential requests per page kind and stage \
+         (pages of {PAGE} from random cursors, one keep-alive connection to the release \
+         api-server), {TENANTS} tenants, {RESERVATIONS} reservations.\n\n"
+    ));
+    out.push_str(
+        "| stage | grants | usage records | events | logs on disk | generated | vacuum |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    for s in stages {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.0} s | {:.0} s |\n",
+            s.name,
+            s.grants,
+            s.rows,
+            s.rows,
+            s.size,
+            s.generate.as_secs_f64(),
+            s.vacuum.as_secs_f64()
+        ));
+    }
+    let (first, last) = (&stages[0], &stages[stages.len() - 1]);
+    out.push_str(&format!(
+        "\n| page | p50 at {a} (ms) | p50 at {b} (ms) | ratio | p99 at {a} (ms) | \
+         p99 at {b} (ms) | ratio | within {TARGET}× |\n",
+        a = first.name,
+        b = last.name
+    ));
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---|\n");
+    for (k, kind) in Kind::ALL.iter().enumerate() {
+        let (x, y) = (first.latency[k], last.latency[k]);
+        let r50 = y.p50.as_secs_f64() / x.p50.as_secs_f64();
+        let r99 = y.p99.as_secs_f64() / x.p99.as_secs_f64();
+        out.push_str(&format!(
+            "| {} | {} | {} | {r50:.2} | {} | {} | {r99:.2} | {} |\n",
+            kind.label(),
+            ms(x.p50),
+            ms(y.p50),
+            ms(x.p99),
+            ms(y.p99),
+            if r50 <= TARGET && r99 <= TARGET {
+                "yes"
+            } else {
+                "**no**"
+            }
+        ));
+    }
+    out.push_str(&format!(
+        "\nScans during the timed requests (PostgreSQL's counters) of `grants` and of every \
+         partition of `usage_records` and `events`; a sequential scan of a table of \
+         {SMALL_TABLE} rows or more fails the run, one of a smaller table (an empty default \
+         partition, a month with few rows) is the right plan for it:\n\n"
+    ));
+    out.push_str("| stage | index | sequential, large tables | sequential, small tables |\n");
+    out.push_str("|---|---:|---:|---:|\n");
+    for s in stages {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            s.name, s.scans.idx, s.scans.seq, s.scans.small
+        ));
+    }
+    out.push_str(
+        "\n`EXPLAIN (ANALYZE, BUFFERS)` of one tenant's page from the middle of each log:\n\n",
+    );
+    for s in stages {
+        for p in &s.plans {
+            out.push_str(&format!("- {}: {}\n", s.name, p.replace('|', "/")));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use storage::test_db::TestDatabase;
+
+    use super::*;
+
+    /// The generator at a small size keeps the logs' invariants: every row
+    /// in its month (none in the default partitions), each tenant's events
+    /// numbered 1, 2, 3, ... and the head rows at the last numbers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn generated_logs_keep_their_invariants() {
+        let db = TestDatabase::new().await;
+        let mut conn = storage::db::establish(db.url()).await.expect("connect");
+        let y0 = 1_893_456_000_000; // 2030-01-01
+        let end = y0 + YEAR_HOURS * HOUR_MS;
+        for table in ["usage_records", "events"] {
+            exec(
+                &mut conn,
+                &format!("SELECT bc_ensure_month_partitions('{table}', {y0}, {end})"),
+            )
+            .await
+            .expect("partitions");
+        }
+        generate(&mut conn, y0, "pacct_x", "pool_x", (0, 0), (0, 3_000))
+            .await
+            .expect("generate");
+        generate(&mut conn, y0, "pacct_x", "pool_x", (0, 0), (3_000, 5_000))
+            .await
+            .expect("generate more");
+        let url = db.url().to_owned();
+        let count = |sql: &'static str| {
+            let url = url.clone();
+            async move { num(&mut storage::db::establish(&url).await.unwrap(), sql).await }
+        };
+        assert_eq!(
+            count("SELECT count(*) AS n FROM usage_records")
+                .await
+                .unwrap(),
+            5_000
+        );
+        assert_eq!(
+            count("SELECT count(*) AS n FROM events").await.unwrap(),
+            5_000
+        );
+        assert_eq!(
+            count("SELECT count(*) AS n FROM usage_records_default")
+                .await
+                .unwrap()
+                + count("SELECT count(*) AS n FROM events_default")
+                    .await
+                    .unwrap(),
+            0
+        );
+        assert_eq!(
+            count(
+                "SELECT count(*) AS n FROM (SELECT tenant_id FROM events GROUP BY tenant_id \
+                 HAVING max(seq) <> count(*) OR min(seq) <> 1) bad"
+            )
+            .await
+            .unwrap(),
+            0
+        );
+        assert_eq!(
+            count("SELECT last_seq AS n FROM event_heads WHERE tenant_id = 'acme'")
+                .await
+                .unwrap(),
+            5
+        );
+        assert_eq!(
+            count("SELECT last_seq AS n FROM usage_head").await.unwrap(),
+            5_000
+        );
+        // A record's tenant is its grant's: grant number g goes to tenant
+        // g % 1000, acme being tenant 0.
+        assert_eq!(
+            count(
+                "SELECT count(*) AS n FROM usage_records WHERE (tenant_id = 'acme') <> \
+                 (('x' || right(grant_id, 8))::bit(32)::int % 1000 = 0)"
+            )
+            .await
+            .unwrap(),
+            0
+        );
+        assert!(
+            count("SELECT count(*) AS n FROM usage_records WHERE tenant_id = 'acme'")
+                .await
+                .unwrap()
+                > 0
+        );
+    }
+}
