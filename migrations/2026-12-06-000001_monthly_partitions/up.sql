@@ -77,6 +77,12 @@ BEGIN
                              AND a.month_start = lo) THEN
             IF NOT locked THEN
                 PERFORM pg_advisory_xact_lock(hashtext('bc_ensure_month_partitions'));
+                -- Writers wait while the month is made, and the month waits
+                -- for writers in flight: an insert that routed its row by the
+                -- partitions as they were must not meet the default
+                -- partition's new constraint ("violates partition
+                -- constraint"). Readers are not blocked.
+                EXECUTE format('LOCK TABLE %I IN SHARE ROW EXCLUSIVE MODE', parent);
                 locked := true;
             END IF;
             -- Checked again under the lock: another caller may have made it.
