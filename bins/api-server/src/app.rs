@@ -22,6 +22,9 @@ pub struct App {
     pub registry: Registry,
     /// Request metrics.
     pub metrics: Metrics,
+    /// Whether `/metrics` is served on its own listener
+    /// (`BC_METRICS_LISTEN`) and so not on the API's.
+    pub metrics_elsewhere: bool,
     /// What provider accounts may reach (contract 3.5).
     pub provider_policy: std::sync::Arc<providers::policy::ProviderPolicy>,
     /// Builds the provider adapter of an account, under the server's

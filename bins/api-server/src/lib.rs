@@ -12,6 +12,7 @@ pub mod server;
 pub mod views;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use providers::policy::ProviderPolicy;
@@ -45,6 +46,47 @@ pub struct Config {
     /// The secret store's keys: `BC_SECRETS_KEY`, `BC_SECRETS_OLD_KEYS`
     /// (contract 3.9).
     pub keyring: storage::crypto::Keyring,
+    /// The HTTP limits (contract 1.7): `BC_HTTP_HEADER_TIMEOUT_MS`,
+    /// `BC_HTTP_BODY_TIMEOUT_MS`, `BC_HTTP_MAX_CONNECTIONS`,
+    /// `BC_HTTP_SHUTDOWN_GRACE_MS`.
+    pub http: server::Limits,
+    /// `BC_METRICS_LISTEN`: when set, `/metrics` is served on this address
+    /// and not on the API's (contract 8.1).
+    pub metrics_listen: Option<String>,
+}
+
+/// A positive number of milliseconds from `name`, or `default`.
+fn millis(name: &str, default: Duration) -> anyhow::Result<Duration> {
+    match std::env::var(name).ok().filter(|v| !v.is_empty()) {
+        None => Ok(default),
+        Some(v) => match v.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+            _ => anyhow::bail!("{name} must be a positive number of milliseconds, not {v:?}"),
+        },
+    }
+}
+
+impl server::Limits {
+    /// The limits from the environment, defaults for what is not set.
+    pub fn from_env() -> anyhow::Result<server::Limits> {
+        let d = server::Limits::default();
+        let max_connections = match std::env::var("BC_HTTP_MAX_CONNECTIONS")
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            None => d.max_connections,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => anyhow::bail!("BC_HTTP_MAX_CONNECTIONS must be a positive number, not {v:?}"),
+            },
+        };
+        Ok(server::Limits {
+            header_timeout: millis("BC_HTTP_HEADER_TIMEOUT_MS", d.header_timeout)?,
+            body_timeout: millis("BC_HTTP_BODY_TIMEOUT_MS", d.body_timeout)?,
+            max_connections,
+            shutdown_grace: millis("BC_HTTP_SHUTDOWN_GRACE_MS", d.shutdown_grace)?,
+        })
+    }
 }
 
 impl Config {
@@ -69,6 +111,8 @@ impl Config {
             provider_options: providers::gce::GceProviderOptions::from_env()
                 .map_err(anyhow::Error::msg)?,
             keyring: storage::crypto::Keyring::from_env()?,
+            http: server::Limits::from_env()?,
+            metrics_listen: var("BC_METRICS_LISTEN"),
         })
     }
 }
@@ -123,6 +167,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     let app = Arc::new(app::App {
         metrics: metrics::Metrics::new(pool.clone()),
+        metrics_elsewhere: config.metrics_listen.is_some(),
         pool,
         clock: config.clock,
         root_tenant: config.root_tenant.clone(),
@@ -136,14 +181,34 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         keyring: config.keyring.clone(),
     });
     config.keyring.log_at_start();
+    let fd_limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let limits = match fd_limit {
+        Some(n) => config.http.fitted_to(n),
+        None => config.http,
+    };
+    if limits.max_connections < config.http.max_connections {
+        tracing::warn!(
+            configured = config.http.max_connections,
+            fd_limit = fd_limit.unwrap_or_default(),
+            max_connections = limits.max_connections,
+            "BC_HTTP_MAX_CONNECTIONS lowered to fit the file descriptor limit (raise ulimit -n)"
+        );
+    }
     let listener = TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
+    if let Some(listen) = &config.metrics_listen {
+        let bound = metrics::serve(listen, app.clone()).await?;
+        tracing::info!(addr = %bound, "metrics listening");
+    }
     tracing::info!(
         %addr,
         clock = config.clock.as_str(),
         root = %config.root_tenant,
+        max_connections = limits.max_connections,
+        header_timeout_ms = limits.header_timeout.as_millis() as u64,
+        body_timeout_ms = limits.body_timeout.as_millis() as u64,
         "api-server listening"
     );
     // Tests and scripts read this line to find an ephemeral port.
@@ -154,7 +219,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     {
         println!("api-server listening on http://{addr}");
     }
-    server::serve(app, listener, shutdown_signal()).await;
+    server::serve(app, listener, limits, shutdown_signal()).await;
     Ok(())
 }
 

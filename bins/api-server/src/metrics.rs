@@ -1,5 +1,6 @@
 //! The api-server's metrics on `prometheus-client`, served at `GET
-//! /metrics` as OpenMetrics text:
+//! /metrics` (on `BC_METRICS_LISTEN` when set, else on the API's listener)
+//! as the 0.0.4 text format, or OpenMetrics when the scraper asks for it:
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -7,6 +8,10 @@
 //! | `bc_api_request_duration_seconds` | histogram (1 ms to 120 s) | `method` |
 //! | `bc_api_requests_in_flight` | gauge | |
 //! | `bc_api_denials_total` | counter | `reason` (`tenant`, `role`, `scope`, `root-only`) |
+//! | `bc_api_connections` | gauge | (client connections open) |
+//! | `bc_api_max_connections` | gauge | (the cap, contract 1.7) |
+//! | `bc_api_accept_errors_total` | counter | (accepts that failed and backed off) |
+//! | `bc_api_client_timeouts_total` | counter | `phase` (`head`, `body`) |
 //! | `bc_db_pool_connections` | gauge | (connections open) |
 //! | `bc_db_pool_max_connections` | gauge | (`BC_DB_POOL_SIZE`) |
 //! | `bc_db_pool_available` | gauge | (idle connections) |
@@ -41,6 +46,11 @@ struct MethodLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
 }
@@ -57,6 +67,10 @@ pub struct Metrics {
     in_flight: Gauge,
     denials: Family<ReasonLabel, Counter>,
     pool_wait: Histogram,
+    connections: Gauge,
+    max_connections: Gauge,
+    accept_errors: Counter,
+    timeouts: Family<PhaseLabel, Counter>,
 }
 
 /// Counts a request in flight until dropped.
@@ -107,7 +121,35 @@ impl Metrics {
             pool_wait.clone(),
         );
         registry.register_collector(Box::new(PoolCollector(pool)));
+        let connections = Gauge::default();
+        registry.register(
+            "bc_api_connections",
+            "Client connections open",
+            connections.clone(),
+        );
+        let max_connections = Gauge::default();
+        registry.register(
+            "bc_api_max_connections",
+            "Client connections the server keeps open at once; more wait in the backlog",
+            max_connections.clone(),
+        );
+        let accept_errors = Counter::default();
+        registry.register(
+            "bc_api_accept_errors",
+            "Accepts that failed (out of file descriptors or buffers) and backed off",
+            accept_errors.clone(),
+        );
+        let timeouts = Family::<PhaseLabel, Counter>::default();
+        registry.register(
+            "bc_api_client_timeouts",
+            "Clients disconnected for not sending their request head or body in time",
+            timeouts.clone(),
+        );
         Metrics {
+            connections,
+            max_connections,
+            accept_errors,
+            timeouts,
             registry,
             requests,
             duration,
@@ -147,15 +189,50 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a client connection open for as long as the guard lives.
+    pub fn connection(&self) -> InFlight<'_> {
+        self.connections.inc();
+        InFlight(&self.connections)
+    }
+
+    /// Sets the connection cap shown by `bc_api_max_connections`.
+    pub fn set_max_connections(&self, max: usize) {
+        self.max_connections
+            .set(i64::try_from(max).unwrap_or(i64::MAX));
+    }
+
+    /// Counts an accept that failed.
+    pub fn accept_failed(&self) {
+        self.accept_errors.inc();
+    }
+
+    /// Counts a client disconnected for not sending its `head` or `body`
+    /// in time.
+    pub fn client_timeout(&self, phase: &'static str) {
+        self.timeouts.get_or_create(&PhaseLabel { phase }).inc();
+    }
+
     /// Records the time spent waiting for a pooled connection.
     pub fn waited_for_connection(&self, elapsed: Duration) {
         self.pool_wait.observe(elapsed.as_secs_f64());
     }
 
-    /// The OpenMetrics text exposition.
-    pub fn render(&self) -> String {
-        telemetry::encode(&self.registry)
+    /// The exposition in `format`.
+    pub fn render(&self, format: telemetry::Format) -> String {
+        telemetry::render(&self.registry, format)
     }
+}
+
+/// Serves `/metrics` on `listen` (`BC_METRICS_LISTEN`) in the background;
+/// the bound address.
+pub async fn serve(
+    listen: &str,
+    app: std::sync::Arc<crate::app::App>,
+) -> anyhow::Result<std::net::SocketAddr> {
+    use anyhow::Context;
+    telemetry::listener::serve(listen, std::sync::Arc::new(move |f| app.metrics.render(f)))
+        .await
+        .with_context(|| format!("binding BC_METRICS_LISTEN {listen}"))
 }
 
 /// The pool's state at each scrape.

@@ -472,11 +472,24 @@ fn unauthenticated() -> Vec<(&'static str, &'static str, &'static str, Value)> {
         (
             "/metrics",
             "metrics",
-            "Prometheus metrics (OpenMetrics text).",
-            json!({ "200": {
-                "description": "success",
-                "content": { (telemetry::CONTENT_TYPE): { "schema": { "type": "string" } } },
-            } }),
+            "Prometheus metrics: the 0.0.4 text format, or OpenMetrics text when the \
+             `Accept` header asks for it. Not served here when the server runs with \
+             `BC_METRICS_LISTEN` (404): then on that address.",
+            json!({
+                "200": {
+                    "description": "success",
+                    "content": {
+                        (telemetry::TEXT_CONTENT_TYPE): { "schema": { "type": "string" } },
+                        (telemetry::CONTENT_TYPE): { "schema": { "type": "string" } },
+                    },
+                },
+                "404": {
+                    "description": "served on BC_METRICS_LISTEN instead",
+                    "content": { "application/json": {
+                        "schema": { "$ref": "#/components/schemas/Error" },
+                    } },
+                },
+            }),
         ),
         (
             "/api/openapi.json",

@@ -12,13 +12,15 @@ use bytes::Bytes;
 use http::{HeaderValue, Method as HttpMethod, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use iam_check::{AccessRequest, Decision};
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::app::App;
@@ -30,47 +32,152 @@ pub const MAX_BODY: usize = 1024 * 1024;
 
 type Resp = Response<Full<Bytes>>;
 
-/// Serves until `shutdown` resolves, then finishes in-flight requests.
+/// The HTTP limits of contract 1.7: what one client may hold of the
+/// server, so that a stalled or flooding client cannot starve the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time to send the request head, from the connection's accept or the
+    /// end of its previous answer (`BC_HTTP_HEADER_TIMEOUT_MS`, 10 s).
+    pub header_timeout: Duration,
+    /// Time to send the body once the head is in
+    /// (`BC_HTTP_BODY_TIMEOUT_MS`, 30 s).
+    pub body_timeout: Duration,
+    /// Connections open at once; the next ones wait in the listen backlog
+    /// (`BC_HTTP_MAX_CONNECTIONS`, 4096, lowered to fit the process's file
+    /// descriptor limit).
+    pub max_connections: usize,
+    /// How long a shutdown waits for in-flight requests before it closes
+    /// the connections left (`BC_HTTP_SHUTDOWN_GRACE_MS`, 10 s).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// File descriptors kept out of the connection cap: the database pool, the
+/// listener, logs, provider calls and the runtime's own.
+const RESERVED_FDS: u64 = 128;
+
+impl Limits {
+    /// The connection cap that fits `fd_limit` (the soft `RLIMIT_NOFILE`):
+    /// a cap above it would fail accepts with `EMFILE` and starve the
+    /// database pool of sockets instead of leaving clients in the backlog.
+    pub fn fitted_to(mut self, fd_limit: u64) -> Limits {
+        let room = fd_limit.saturating_sub(RESERVED_FDS).max(16);
+        self.max_connections = self
+            .max_connections
+            .min(usize::try_from(room).unwrap_or(usize::MAX));
+        self
+    }
+}
+
+/// How long accepting waits after an accept error (`EMFILE`, `ENFILE`,
+/// `ENOBUFS`), doubling from the first to the last while errors go on.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
+
+/// Serves until `shutdown` resolves, then finishes in-flight requests for at
+/// most [`Limits::shutdown_grace`] and closes the connections left.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
+    limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // A client that half-closes its side after sending its request (some
-    // HTTP/1 clients and scripts do) still gets its answer (contract 8.1).
-    builder.http1().half_close(true);
+    let mut builder = http1::Builder::new();
+    builder
+        // A client that half-closes its side after sending its request (some
+        // HTTP/1 clients and scripts do) still gets its answer (contract 8.1).
+        .half_close(true)
+        // The head's deadline runs from the start of each read of a head: a
+        // client that connects and sends nothing, or half a head, is closed.
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    app.metrics.set_max_connections(limits.max_connections);
+    let mut connections = JoinSet::new();
+    let mut backoff = ACCEPT_BACKOFF.0;
     tokio::pin!(shutdown);
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(v) => v,
-                    Err(e) => { warn!(error = %e, "accept failed"); continue; }
-                };
-                let _ = stream.set_nodelay(true);
-                let app = app.clone();
-                let service = service_fn(move |req| {
-                    let app = app.clone();
-                    async move { Ok::<_, Infallible>(handle(app, req, peer).await) }
-                });
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
+        // A slot first: at the cap, new clients wait in the listen backlog
+        // rather than take file descriptors the open ones need.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = &mut shutdown => break,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(v) => {
+                backoff = ACCEPT_BACKOFF.0;
+                v
             }
-            () = &mut shutdown => {
-                info!("shutting down: finishing in-flight requests");
-                break;
+            Err(e) => {
+                // Out of descriptors or buffers: retrying at once would spin
+                // and log without end; wait, doubling, and let open
+                // connections finish.
+                warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "accept failed");
+                app.metrics.accept_failed();
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = &mut shutdown => break,
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
+                continue;
             }
-        }
+        };
+        let _ = stream.set_nodelay(true);
+        let served = app.clone();
+        let service = service_fn(move |req| {
+            let app = served.clone();
+            async move { Ok::<_, Infallible>(handle(app, req, peer, limits).await) }
+        });
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let app = app.clone();
+        connections.spawn(async move {
+            let _open = app.metrics.connection();
+            match conn.await {
+                Err(e) if e.is_timeout() => {
+                    app.metrics.client_timeout("head");
+                    info!(%peer, "client closed: no request head within the header timeout");
+                }
+                Err(e) => tracing::debug!(error = %e, %peer, "connection ended with an error"),
+                Ok(()) => {}
+            }
+            drop(slot);
+        });
     }
     drop(listener);
-    graceful.shutdown().await;
+    info!(
+        open_connections = connections.len(),
+        grace_ms = limits.shutdown_grace.as_millis() as u64,
+        "shutting down: finishing in-flight requests"
+    );
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        warn!(
+            closed = connections.len(),
+            "connections still open after the shutdown grace period: closed"
+        );
+    }
+    connections.shutdown().await;
     info!("stopped");
 }
 
@@ -84,14 +191,19 @@ fn request_id(req: &Request<Incoming>) -> String {
 }
 
 /// Handles one request.
-pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
+pub async fn handle(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    limits: Limits,
+) -> Resp {
     let start = Instant::now();
     let rid = request_id(&req);
     let path = req.uri().path().to_owned();
     let span = info_span!("request", request_id = %rid, path = %path);
     async move {
         let in_flight = app.metrics.in_flight();
-        let (label, mut resp, log) = route(&app, req, &rid).await;
+        let (label, mut resp, log) = route(&app, req, &rid, limits).await;
         drop(in_flight);
         let code = resp
             .extensions()
@@ -158,7 +270,12 @@ pub fn error_response(e: &ApiError) -> Resp {
     resp
 }
 
-async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Resp, LogFields) {
+async fn route(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    rid: &str,
+    limits: Limits,
+) -> (String, Resp, LogFields) {
     let path = req.uri().path().to_owned();
     let is_get = req.method() == HttpMethod::GET;
     let fixed = |label: &str, resp: Resp| (label.to_owned(), resp, LogFields::default());
@@ -188,11 +305,24 @@ async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Re
             };
             fixed("readyz", json_response(status, &body))
         }
+        // With a listener of its own, the exposition is not on the API's.
+        "/metrics" if app.metrics_elsewhere => fixed(
+            "unknown",
+            error_response(&ApiError::new(
+                Code::NotFound,
+                format!("no such path: {path}"),
+            )),
+        ),
         "/metrics" if is_get => {
-            let mut resp = Response::new(Full::new(Bytes::from(app.metrics.render())));
+            let accept = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok());
+            let format = telemetry::Format::negotiate(accept);
+            let mut resp = Response::new(Full::new(Bytes::from(app.metrics.render(format))));
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static(telemetry::CONTENT_TYPE),
+                HeaderValue::from_static(format.content_type()),
             );
             fixed("metrics", resp)
         }
@@ -212,10 +342,21 @@ async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Re
             Some(m) if req.method() == HttpMethod::POST => {
                 let mut log = LogFields::default();
                 let mut trail = crate::audit::Trail::of(m);
-                let result = call(app, m, req, &mut log, &mut trail).await;
+                let result = call(app, m, req, limits, &mut log, &mut trail).await;
                 trail.record(app, rid, &result).await;
                 let resp = match result {
                     Ok(reply) => raw_json_response(StatusCode::OK, reply.0),
+                    Err(e)
+                        if e.details.get("reason").and_then(Value::as_str)
+                            == Some(BODY_TIMEOUT) =>
+                    {
+                        // The rest of the body may never come: answer and
+                        // close rather than wait to read past it.
+                        let mut r = error_response(&e);
+                        r.headers_mut()
+                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        r
+                    }
                     Err(e) => error_response(&e),
                 };
                 (m.name(), resp, log)
@@ -231,6 +372,9 @@ async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Re
         },
     }
 }
+
+/// `details.reason` of a body that did not arrive within its deadline.
+const BODY_TIMEOUT: &str = "timeout";
 
 /// Bodies between [`MAX_BODY`] and this are read and discarded before the 413
 /// is sent, for at most [`DRAIN_TIME`]: closing a connection with unread
@@ -304,6 +448,7 @@ async fn call(
     app: &Arc<App>,
     m: &Method,
     req: Request<Incoming>,
+    limits: Limits,
     log: &mut LogFields,
     trail: &mut crate::audit::Trail,
 ) -> Result<Reply, ApiError> {
@@ -317,8 +462,21 @@ async fn call(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let secret = bearer(&req);
-    let body = read_body(req.into_body(), declared)
-        .await?
+    // The body's deadline runs before authentication: a client that sends
+    // a head and stalls holds nothing past it.
+    let body = tokio::time::timeout(limits.body_timeout, read_body(req.into_body(), declared))
+        .await
+        .map_err(|_| {
+            app.metrics.client_timeout("body");
+            ApiError::invalid(
+                "body",
+                BODY_TIMEOUT,
+                format!(
+                    "the request body was not received within {} ms",
+                    limits.body_timeout.as_millis()
+                ),
+            )
+        })??
         .ok_or_else(too_large)?;
 
     let secret = secret.ok_or_else(|| {

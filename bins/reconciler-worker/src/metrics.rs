@@ -1,5 +1,6 @@
-//! The worker's metrics on `prometheus-client`, served as OpenMetrics text
-//! on `BC_WORKER_METRICS_LISTEN` when set:
+//! The worker's metrics on `prometheus-client`, served on
+//! `BC_WORKER_METRICS_LISTEN` when set, as the 0.0.4 text format or
+//! OpenMetrics when the scraper asks for it:
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -26,16 +27,10 @@
 //! bound to a pool, at most [`MAX_RESERVATIONS`] of them (the rest are
 //! counted in `bc_reservation_gauges_dropped`).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -345,39 +340,17 @@ impl WorkerMetrics {
         self.dropped.set((bound - reservations.len() as i64).max(0));
     }
 
-    /// The OpenMetrics text exposition.
-    pub fn render(&self) -> String {
-        telemetry::encode(&self.registry)
+    /// The exposition in `format`.
+    pub fn render(&self, format: telemetry::Format) -> String {
+        telemetry::render(&self.registry, format)
     }
 }
 
-/// Serves `GET /metrics` (any path) on `listen` in the background.
+/// Serves `GET /metrics` on `listen` in the background (the shared
+/// listener of the `telemetry` crate: head deadline, connection cap, accept
+/// backoff).
 pub async fn serve(listen: &str, metrics: Arc<WorkerMetrics>) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "worker metrics listening");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |_req| {
-                    let body = metrics.render();
-                    async move {
-                        let mut resp = hyper::Response::new(Full::new(Bytes::from(body)));
-                        resp.headers_mut().insert(
-                            hyper::header::CONTENT_TYPE,
-                            hyper::header::HeaderValue::from_static(telemetry::CONTENT_TYPE),
-                        );
-                        Ok::<_, Infallible>(resp)
-                    }
-                });
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let addr = telemetry::listener::serve(listen, Arc::new(move |f| metrics.render(f))).await?;
+    tracing::info!(%addr, "worker metrics listening");
     Ok(())
 }

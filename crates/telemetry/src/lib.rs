@@ -11,6 +11,11 @@
 //! assert!(text.ends_with("# EOF\n"));
 //! ```
 
+mod exposition;
+pub mod listener;
+
+pub use exposition::{Format, TEXT_CONTENT_TYPE, to_text};
+
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -56,6 +61,14 @@ pub fn encode(registry: &Registry) -> String {
         out.push_str("# EOF\n");
     }
     out
+}
+
+/// The registry in `format`.
+pub fn render(registry: &Registry, format: Format) -> String {
+    match format {
+        Format::OpenMetrics => encode(registry),
+        Format::Text => to_text(&encode(registry)),
+    }
 }
 
 /// What `/proc/self` says of this process.

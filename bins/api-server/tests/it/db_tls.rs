@@ -423,3 +423,35 @@ async fn the_binaries_and_migrations_reach_a_postgresql_that_accepts_only_tls() 
     }
     eprintln!("database TLS test done in {:?}", started.elapsed());
 }
+
+/// `sslmode=verify-ca` with no `sslrootcert` would take the public roots and
+/// check no name, so any publicly issued certificate for any host would do
+/// (contract 8.1): both binaries refuse to start, naming the fix, before
+/// connecting (the URL points at no server at all).
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_ca_without_its_own_roots_refuses_to_start() {
+    let url = "postgres://app:s3cr3t-pw@127.0.0.1:9/app?sslmode=verify-ca";
+    let out = output(server::command(url, &Options::default())).await;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "api-server started: {stderr}");
+    assert!(!stdout.contains("listening"), "{stdout}");
+    assert!(
+        stderr.contains("sslmode=verify-ca needs sslrootcert="),
+        "{stderr}"
+    );
+    assert!(stderr.contains("verify-full"), "{stderr}");
+    assert!(
+        !stderr.contains("s3cr3t-pw"),
+        "the password is logged: {stderr}"
+    );
+    let (ok, err) = worker_once(url).await;
+    assert!(!ok, "the worker ran: {err}");
+    assert!(
+        err.contains("sslmode=verify-ca needs sslrootcert="),
+        "{err}"
+    );
+    assert!(!err.contains("s3cr3t-pw"), "the password is logged: {err}");
+}

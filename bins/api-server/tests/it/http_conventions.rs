@@ -49,7 +49,10 @@ async fn health_ready_and_metrics_are_served_without_a_key() {
     .await
     .err(401, "UNAUTHENTICATED");
 
-    let resp = reqwest::get(format!("{}/metrics", s.url))
+    let resp = reqwest::Client::new()
+        .get(format!("{}/metrics", s.url))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
         .await
         .expect("metrics");
     assert_eq!(resp.status().as_u16(), 200);

@@ -27,6 +27,7 @@ mod grants_visibility;
 mod hostile_tenant;
 mod hot_paths;
 mod http_conventions;
+mod http_limits;
 mod idempotency;
 mod instance_quotas;
 mod instances;

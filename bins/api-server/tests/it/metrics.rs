@@ -91,8 +91,18 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64>
         .map(|s| s.value)
 }
 
+/// What Prometheus sends: OpenMetrics preferred, the text format accepted.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.5,\
+                                 application/openmetrics-text;version=0.0.1;q=0.4,\
+                                 text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
 async fn scrape(url: &str) -> Option<String> {
-    let resp = reqwest::get(url).await.ok()?;
+    let resp = reqwest::Client::new()
+        .get(url)
+        .header("accept", PROMETHEUS_ACCEPT)
+        .send()
+        .await
+        .ok()?;
     let ctype = resp
         .headers()
         .get("content-type")?
@@ -434,4 +444,153 @@ async fn the_workers_metrics_count_token_refreshes_and_refusals() {
     assert_eq!(gce.tokens().await, (0, 2));
     let (status, err) = w.terminate().await;
     assert!(status.success(), "{err}");
+}
+
+/// The 0.0.4 text format, parsed by `prometheus_client`'s parser of that
+/// format; every family documented.
+fn parse_text_format(text: &str) -> Vec<String> {
+    const SCRIPT: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+names = []
+for family in text_string_to_metric_families(sys.stdin.read()):
+    if not family.documentation:
+        raise SystemExit("no HELP for " + family.name)
+    names.extend(s.name for s in family.samples)
+print(json.dumps(names))
+"#;
+    use std::io::Write;
+    let python = ["/usr/bin/python3", "python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .unwrap_or("python3");
+    let mut child = std::process::Command::new(python)
+        .args(["-c", SCRIPT])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (with python3-prometheus-client) runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("parser");
+    assert!(
+        out.status.success(),
+        "the text-format parser refused the exposition: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// `promtool check metrics` (Debian's `prometheus`) on the exposition: it
+/// reads the text format only, and its lint must find nothing.
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus) runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A scrape with `accept`: its content type and text.
+async fn scrape_as(url: &str, accept: Option<&str>) -> (String, String) {
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    let resp = req.send().await.expect("scrape");
+    assert_eq!(resp.status().as_u16(), 200, "{url}");
+    let ctype = resp.headers()["content-type"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    (ctype, resp.text().await.expect("text"))
+}
+
+/// Both processes answer what the scraper's `Accept` asks for, as
+/// Prometheus' client libraries do: the 0.0.4 text format by default (what
+/// `promtool check metrics` and older scrapers read), OpenMetrics when asked.
+/// With `BC_METRICS_LISTEN` the api-server serves `/metrics` there and no
+/// longer on the API's listener.
+#[tokio::test(flavor = "multi_thread")]
+async fn expositions_follow_the_accept_header_and_move_to_their_own_listener() {
+    let port = worker::free_port();
+    let s = Server::start_with(Options {
+        env: vec![("BC_METRICS_LISTEN".into(), format!("127.0.0.1:{port}"))],
+        ..Options::default()
+    })
+    .await;
+    s.root("tenants/list", json!({})).await.ok();
+    let (status, body) = s.get_text("/metrics").await;
+    assert_eq!(status, 404, "/metrics is still on the API listener: {body}");
+    let api = format!("http://127.0.0.1:{port}/metrics");
+
+    let wport = worker::free_port();
+    let mut cmd = worker::command(&s);
+    cmd.env("BC_WORKER_METRICS_LISTEN", format!("127.0.0.1:{wport}"))
+        .env("BC_INTERVAL_MS", "50")
+        .args(["--only", "vps.grants"]);
+    let w = worker::Running::spawn(cmd);
+    let worker_url = format!("http://127.0.0.1:{wport}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while reqwest::get(&worker_url).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the worker's metrics never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    for (url, counter) in [
+        (&api, "bc_api_requests_total"),
+        (&worker_url, "bc_worker_pass_runs_total"),
+    ] {
+        let (ctype, text) = scrape_as(url, None).await;
+        assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8", "{url}");
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(
+            text.contains(&format!("# TYPE {counter} counter\n")),
+            "{text}"
+        );
+        let names = parse_text_format(&text);
+        assert!(names.iter().any(|n| n == counter), "{counter} in {names:?}");
+        promtool_check(&text);
+
+        let (ctype, text) = scrape_as(url, Some(PROMETHEUS_ACCEPT)).await;
+        assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(!parse(&text).is_empty());
+        let (ctype, _) = scrape_as(
+            url,
+            Some("text/plain;q=0.9,application/openmetrics-text;q=0.1"),
+        )
+        .await;
+        assert!(ctype.starts_with("text/plain"), "{ctype}");
+    }
+    let (_, text) = scrape_as(&api, None).await;
+    assert!(
+        text.contains(r#"bc_api_requests_total{method="tenants.list",code="OK"} 1"#),
+        "{text}"
+    );
+    w.terminate().await;
 }

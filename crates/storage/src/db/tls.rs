@@ -188,6 +188,16 @@ impl Found {
                 "sslrootcert=system needs sslmode=verify-full (or no sslmode), not {mode}"
             )));
         }
+        if mode == SslMode::VerifyCa && root_cert.is_none() {
+            // The Mozilla roots sign certificates for anyone's names, and
+            // verify-ca checks no name: it would take any public certificate.
+            return Err(url_error(
+                "sslmode=verify-ca needs sslrootcert=<a file of the CAs that sign your \
+                 server's certificate>: with only the public roots it would accept any \
+                 publicly issued certificate for any name; for a certificate from a public \
+                 CA use sslmode=verify-full (which checks the name) instead",
+            ));
+        }
         Ok(Target {
             rest,
             mode,
@@ -733,7 +743,7 @@ mod tests {
             config.get_ssl_mode(),
             tokio_postgres::config::SslMode::Require
         );
-        let t = target("postgres://h/d?sslmode=verify-ca");
+        let t = target("postgres://h/d?sslmode=verify-ca&sslrootcert=/ca.pem");
         assert_eq!(
             parse_rest(&t).expect("config").get_ssl_mode(),
             tokio_postgres::config::SslMode::Require
@@ -828,6 +838,23 @@ mod tests {
             "{e}"
         );
         assert!(error("postgres://h/d?sslrootcert=").contains("sslrootcert is empty"));
+    }
+
+    #[test]
+    fn verify_ca_needs_its_own_roots() {
+        // Public roots sign anyone's names and verify-ca checks none: refused,
+        // in both forms of a connection string, with the fix named.
+        for url in [
+            "postgres://u:hunter2@h/d?sslmode=verify-ca",
+            "host=h user=u password=hunter2 sslmode=verify-ca",
+        ] {
+            let e = error(url);
+            assert!(e.contains("sslmode=verify-ca needs sslrootcert="), "{e}");
+            assert!(e.contains("verify-full"), "{e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        let t = target("postgres://h/d?sslmode=verify-ca&sslrootcert=/etc/ca.pem");
+        assert_eq!(t.mode, SslMode::VerifyCa);
     }
 
     #[test]

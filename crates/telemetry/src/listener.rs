@@ -1,0 +1,101 @@
+//! A listener of its own for `GET /metrics` (`BC_METRICS_LISTEN`, contract
+//! 8.1), so operators can keep the exposition off the public API listener.
+//! It keeps the limits of the API's (contract 1.7) at a smaller scale: a
+//! head deadline, a connection cap and an accept loop that backs off.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::Format;
+
+/// Renders the exposition in the format asked.
+pub type Render = Arc<dyn Fn(Format) -> String + Send + Sync>;
+
+/// Scrapers connected at once; more wait in the backlog.
+const MAX_SCRAPERS: usize = 64;
+/// Time to send a request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Binds `listen` and serves `GET /metrics` there in the background (any
+/// other path is 404, any other method 405); the bound address.
+pub async fn serve(listen: &str, render: Render) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let slots = Arc::new(Semaphore::new(MAX_SCRAPERS));
+        let mut backoff = Duration::from_millis(5);
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => {
+                    backoff = Duration::from_millis(5);
+                    stream
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics listener: accept failed");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            let render = render.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let resp = answer(&render, req.method(), req.uri().path(), req.headers());
+                    async move { Ok::<_, Infallible>(resp) }
+                });
+                let _ = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEAD_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+                drop(slot);
+            });
+        }
+    });
+    Ok(addr)
+}
+
+fn answer(
+    render: &Render,
+    method: &Method,
+    path: &str,
+    headers: &hyper::HeaderMap,
+) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (method, path) {
+        (&Method::GET, "/metrics") => {
+            let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
+            let format = Format::negotiate(accept);
+            (StatusCode::OK, format.content_type(), render(format))
+        }
+        (_, "/metrics") => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "use GET on /metrics\n".to_owned(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "only /metrics is served here\n".to_owned(),
+        ),
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
