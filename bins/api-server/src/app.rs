@@ -32,6 +32,8 @@ pub struct App {
     pub providers: std::sync::Arc<providers::ProviderFactory>,
     /// The secret store's keys (contract 3.9).
     pub keyring: storage::crypto::Keyring,
+    /// Seals `usage.list` cursors (contract 1.6).
+    pub cursors: storage::cursor::CursorSealer,
 }
 
 impl App {

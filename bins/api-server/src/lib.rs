@@ -145,7 +145,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .context("applying migrations")?;
     tracing::info!(applied = applied.len(), "migrations up to date");
     let pool = storage::db::pool(&config.database_url, config.pool_size)?;
-    {
+    let cursors = {
         let mut conn = pool.get().await.context("connecting to the database")?;
         let now = config
             .clock
@@ -164,7 +164,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
         log_disallowed_accounts(&mut conn, &config).await?;
-    }
+        storage::cursor::CursorSealer::load(&mut conn)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the cursor key: {e}"))?
+    };
     let app = Arc::new(app::App {
         metrics: metrics::Metrics::new(pool.clone()),
         metrics_elsewhere: config.metrics_listen.is_some(),
@@ -179,6 +182,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             config.provider_options.clone(),
         ),
         keyring: config.keyring.clone(),
+        cursors,
     });
     config.keyring.log_at_start();
     let fd_limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;

@@ -21,6 +21,7 @@
 //! markers.
 
 use std::time::{Duration, Instant};
+use storage::cursor::{CursorSealer, Reader};
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -467,6 +468,7 @@ async fn explain_lines(conn: &mut AsyncPgConnection, sql: &str) -> anyhow::Resul
 /// Times `n` pages of `kind`, one at a time, from random cursors.
 async fn time_pages(
     http: &mut HttpConn,
+    cursors: &CursorSealer,
     kind: Kind,
     secret: &str,
     rows: i64,
@@ -480,13 +482,13 @@ async fn time_pages(
                 "usage/list",
                 secret,
                 json!({ "tenantId": TENANT, "limit": PAGE,
-                        "after": storage::model::events::encode_cursor(rng.below(rows)) }),
+                        "after": cursors.seal(Reader::Tenant(TENANT), rng.below(rows)) }),
             ),
             Kind::UsageAll => (
                 "usage/list",
                 ROOT_TOKEN,
                 json!({ "tenantId": "root", "all": true, "limit": PAGE,
-                        "after": storage::model::events::encode_cursor(rng.below(rows)) }),
+                        "after": cursors.seal(Reader::AllTenants, rng.below(rows)) }),
             ),
             Kind::Events => (
                 "events/list",
@@ -558,6 +560,8 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
         .await?;
         let api = Api::new(&server.url());
         let (secret, account, pool) = world(&api, &mut conn).await?;
+        // Random positions of the usage log, sealed as the server seals them.
+        let cursors = CursorSealer::load(&mut conn).await?;
         for table in ["usage_records", "events"] {
             exec(
                 &mut conn,
@@ -597,7 +601,7 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
             (grants_done, rows_done) = (grants, rows);
             // Warm up, then count scans around the timed requests only.
             for kind in Kind::ALL {
-                time_pages(&mut http, kind, &secret, rows, &mut rng, 20).await?;
+                time_pages(&mut http, &cursors, kind, &secret, rows, &mut rng, 20).await?;
             }
             // The server's backends report their counters when idle for a
             // while (PostgreSQL 15 flushes at most every 10 s when idle).
@@ -605,7 +609,10 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
             let before = scans(&mut conn).await?;
             let mut latency = Vec::new();
             for kind in Kind::ALL {
-                latency.push(time_pages(&mut http, kind, &secret, rows, &mut rng, requests).await?);
+                latency.push(
+                    time_pages(&mut http, &cursors, kind, &secret, rows, &mut rng, requests)
+                        .await?,
+                );
             }
             tokio::time::sleep(Duration::from_secs(11)).await;
             let after = scans(&mut conn).await?;

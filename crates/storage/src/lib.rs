@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod crypto;
+pub mod cursor;
 pub mod db;
 pub mod error;
 pub mod ids;

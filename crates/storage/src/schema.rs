@@ -38,6 +38,13 @@ diesel::table! {
 }
 
 diesel::table! {
+    cursor_keys (id) {
+        id -> Int2,
+        key -> Bytea,
+    }
+}
+
+diesel::table! {
     event_heads (tenant_id) {
         tenant_id -> Text,
         last_seq -> Int8,
@@ -290,6 +297,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
     archived_months,
     audit_records,
+    cursor_keys,
     event_heads,
     events,
     grant_expiry_notices,

@@ -2,6 +2,7 @@
 
 use iam_check::{Permission, RootOption};
 use serde_json::json;
+use storage::cursor::Reader;
 use storage::model::events;
 use storage::ops::metering::{self, UsageFilter};
 
@@ -70,11 +71,19 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-/// The opaque cursor of `events.list` and `usage.list`: `c` and a
-/// non-negative 64-bit position in lower-case base32hex (13 characters, the
-/// last one's padding bit zero), so every string the pattern allows decodes.
+/// The opaque cursor of `events.list`: `c` and a non-negative 64-bit
+/// position in the tenant's own log in lower-case base32hex (13 characters,
+/// the last one's padding bit zero), so every string the pattern allows
+/// decodes.
 fn cursor() -> Ty {
     pat(14, "^c[0-7][0-9a-v]{11}[02468acegikmoqsu]$")
+}
+
+/// The opaque cursor of `usage.list`: `u` and a sealed 128-bit block in
+/// lower-case base32hex (26 characters, the last one's padding bits zero;
+/// `storage::cursor`).
+fn usage_cursor() -> Ty {
+    pat(27, "^u[0-9a-v]{25}[048cgkos]$")
 }
 
 /// Meter and event type names.
@@ -130,7 +139,7 @@ input! {
         opt meter: String = ("meter", dotted_name()),
         opt grant_id: String = ("grantId", typeid("rgrant")),
         opt instance_id: String = ("instanceId", typeid("inst")),
-        opt after: String = ("after", cursor()),
+        opt after: String = ("after", usage_cursor()),
         def limit: i64 = ("limit", int(1, 1000), json!(100)),
         def all: bool = ("all", Ty::Bool, json!(false)),
     }
@@ -140,9 +149,21 @@ async fn list_usage(call: Call, input: ListUsage) -> Result<Page<views::UsageRec
     if input.all {
         call.allow(RootOption::AllTenants)?;
     }
+    let reader = if input.all {
+        Reader::AllTenants
+    } else {
+        Reader::Tenant(call.tenant())
+    };
+    // Another tenant's cursor, or one of a listing with another `all`, does
+    // not open: the same answer as a malformed one.
     let after = match &input.after {
-        Some(c) => events::decode_cursor(c)
-            .ok_or_else(|| ApiError::invalid("after", "pattern", "not a cursor from usage.list"))?,
+        Some(c) => call.app.cursors.open(reader, c).ok_or_else(|| {
+            ApiError::invalid(
+                "after",
+                "pattern",
+                "not a cursor this caller got from usage.list",
+            )
+        })?,
         None => 0,
     };
     let filter = UsageFilter {
@@ -162,7 +183,7 @@ async fn list_usage(call: Call, input: ListUsage) -> Result<Page<views::UsageRec
     let next = items.last().map_or(after, |r| r.seq);
     Ok(Page {
         items: items.into_iter().map(Into::into).collect(),
-        next_cursor: events::encode_cursor(next),
+        next_cursor: call.app.cursors.seal(reader, next),
         has_more,
     })
 }

@@ -12,6 +12,7 @@ mod bcctl;
 mod billing;
 mod billing_rules;
 mod console;
+mod cursors;
 mod db_tls;
 mod demo;
 mod events;

@@ -688,7 +688,10 @@ mod tests {
             ("verify-full", SslMode::VerifyFull),
         ] {
             assert_eq!(
-                target(&format!("postgres://h/d?sslmode={value}")).mode,
+                target(&format!(
+                    "postgres://h/d?sslmode={value}&sslrootcert=/ca.pem"
+                ))
+                .mode,
                 mode
             );
             assert_eq!(mode.to_string(), value);
