@@ -115,6 +115,18 @@ impl Api {
         Ok(answer)
     }
 
+    /// The HTTP status of `GET {path}` (`/readyz`); an error when the
+    /// server gives no answer.
+    pub async fn get_status(&self, path: &str) -> anyhow::Result<u16> {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .with_context(|| format!("GET {path}: no answer from the api-server"))?;
+        Ok(resp.status().as_u16())
+    }
+
     /// As root in the root tenant.
     pub async fn root(&self, path: &str, mut body: Value) -> anyhow::Result<Answer> {
         if body.get("tenantId").is_none() {

@@ -173,7 +173,21 @@ async fn scenario(cluster: &Cluster, started: Instant) -> anyhow::Result<String>
     let killed = Instant::now();
     let children = cluster.kill_primary().await?;
     let all_gone = killed.elapsed();
-    watch(&mut tasks, BEFORE_PROMOTION).await?;
+    // Until the promotion, /readyz says the server cannot serve: 503 on
+    // every probe, never 200 (a load balancer drains it).
+    let mut ready_probes = Vec::new();
+    let until = Instant::now() + BEFORE_PROMOTION;
+    while Instant::now() < until {
+        ready_probes.push(api.get_status("/readyz").await?);
+        watch(&mut tasks, Duration::from_millis(100)).await?;
+    }
+    if let Some(status) = ready_probes.iter().find(|s| **s != 503) {
+        bail!("/readyz answered {status} while the primary was down: {ready_probes:?}");
+    }
+    ensure!(
+        !ready_probes.is_empty(),
+        "/readyz was never probed in the gap"
+    );
     cluster.promote_standby().await?;
     let promoted = killed.elapsed();
 
@@ -196,6 +210,15 @@ async fn scenario(cluster: &Cluster, started: Instant) -> anyhow::Result<String>
         watch(&mut tasks, Duration::from_millis(20)).await?;
     };
     let seq_at_recovery = last_seq(Node::Standby).await?;
+    // Ready again on the promoted server, without a restart.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.get_status("/readyz").await? != 200 {
+        ensure!(
+            Instant::now() < deadline,
+            "/readyz did not answer 200 within 30 s of the first successful write"
+        );
+        watch(&mut tasks, Duration::from_millis(50)).await?;
+    }
     watch(&mut tasks, AFTER_RECOVERY).await?;
     // The running workers meter again, without a restart.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -278,6 +301,7 @@ async fn scenario(cluster: &Cluster, started: Instant) -> anyhow::Result<String>
         "failover: OK in {:.1} s\n\
          \x20 requests answered:        {} ({statuses})\n\
          \x20 503 UNAVAILABLE in gap:   {gap_503} ({messages})\n\
+         \x20 /readyz in the gap:       503 on all {} probes, 200 after the recovery\n\
          \x20 500 answers:              0\n\
          \x20 primary's processes gone: {} after the SIGKILL ({children} children)\n\
          \x20 standby promoted:         {} after the kill\n\
@@ -289,6 +313,7 @@ async fn scenario(cluster: &Cluster, started: Instant) -> anyhow::Result<String>
          \x20 worker passes failed:     {failed_passes} (logged, retried; workers not restarted)",
         started.elapsed().as_secs_f64(),
         seen.len(),
+        ready_probes.len(),
         ms(all_gone),
         ms(promoted),
         ms(recovery),
