@@ -29,6 +29,8 @@ pub struct App {
     pub providers: std::sync::Arc<providers::ProviderFactory>,
     /// The secret store's keys (contract 3.9).
     pub keyring: storage::crypto::Keyring,
+    /// `BC_MAX_ACCOUNTS_PER_TENANT` (contract 1.7).
+    pub max_accounts_per_tenant: i64,
 }
 
 impl App {

@@ -45,6 +45,9 @@ pub struct Config {
     /// The secret store's keys: `BC_SECRETS_KEY`, `BC_SECRETS_OLD_KEYS`
     /// (contract 3.9).
     pub keyring: storage::crypto::Keyring,
+    /// `BC_MAX_ACCOUNTS_PER_TENANT` (default 20): the most provider accounts
+    /// a tenant other than root may have (contract 1.7).
+    pub max_accounts_per_tenant: i64,
 }
 
 impl Config {
@@ -69,6 +72,12 @@ impl Config {
             provider_options: providers::gce::GceProviderOptions::from_env()
                 .map_err(anyhow::Error::msg)?,
             keyring: storage::crypto::Keyring::from_env()?,
+            max_accounts_per_tenant: match var("BC_MAX_ACCOUNTS_PER_TENANT") {
+                None => 20,
+                Some(v) => v.parse::<u32>().map(i64::from).with_context(|| {
+                    format!("BC_MAX_ACCOUNTS_PER_TENANT must be a whole number, not {v:?}")
+                })?,
+            },
         })
     }
 }
@@ -134,6 +143,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             config.provider_options.clone(),
         ),
         keyring: config.keyring.clone(),
+        max_accounts_per_tenant: config.max_accounts_per_tenant,
     });
     config.keyring.log_at_start();
     let listener = TcpListener::bind(&config.listen)
