@@ -133,15 +133,48 @@ async fn concurrent_creates_at_the_limit_create_exactly_one_account() {
         let body = account_body("acme", &format!("gce {i}"), &format!("acct-{i}"));
         s.call(&acme, "providerAccounts/create", body).await.ok();
     }
-    // Eight creates under eight keys at used = max - 1, all at once.
-    let racing = (0..8).map(|i| {
+    // Six creates under six keys at used = max - 1, released at once: a
+    // transaction holds the tenant's row until all six wait behind it (as
+    // behind any write of the tenant), so they race from the same instant.
+    let mut holder = storage::db::establish(s.db.url()).await.expect("db");
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    diesel::sql_query("SELECT 1 FROM tenants WHERE tenant_id = 'acme' FOR UPDATE")
+        .execute(&mut holder)
+        .await
+        .expect("lock");
+    let racing = futures::future::join_all((0..6).map(|i| {
         let (s, acme) = (&s, &acme);
         async move {
             let body = account_body("acme", &format!("racer {i}"), &format!("race-{i}"));
             s.call(acme, "providerAccounts/create", body).await
         }
-    });
-    let answers = futures::future::join_all(racing).await;
+    }));
+    let release = async {
+        let mut watcher = storage::db::establish(s.db.url()).await.expect("db");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let waiting: Count = diesel::sql_query(
+                "SELECT count(*) AS n FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .get_result(&mut watcher)
+            .await
+            .expect("waiting");
+            if waiting.n >= 6 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{} creates waiting", waiting.n);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        diesel::sql_query("COMMIT")
+            .execute(&mut holder)
+            .await
+            .expect("commit");
+    };
+    let (answers, ()) = tokio::join!(racing, release);
     let created = answers.iter().filter(|a| a.status == 200).count();
     for a in answers.iter().filter(|a| a.status != 200) {
         let details = a.err(429, "QUOTA_EXCEEDED");
