@@ -34,6 +34,8 @@ pub struct App {
     pub keyring: storage::crypto::Keyring,
     /// Seals `usage.list` cursors (contract 1.6).
     pub cursors: storage::cursor::CursorSealer,
+    /// `BC_MAX_ACCOUNTS_PER_TENANT` (contract 1.7).
+    pub max_accounts_per_tenant: i64,
 }
 
 impl App {

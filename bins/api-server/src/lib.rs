@@ -53,6 +53,9 @@ pub struct Config {
     /// `BC_METRICS_LISTEN`: when set, `/metrics` is served on this address
     /// and not on the API's (contract 8.1).
     pub metrics_listen: Option<String>,
+    /// `BC_MAX_ACCOUNTS_PER_TENANT` (default 20): the most provider accounts
+    /// a tenant other than root may have (contract 1.7).
+    pub max_accounts_per_tenant: i64,
 }
 
 /// A positive number of milliseconds from `name`, or `default`.
@@ -113,6 +116,12 @@ impl Config {
             keyring: storage::crypto::Keyring::from_env()?,
             http: server::Limits::from_env()?,
             metrics_listen: var("BC_METRICS_LISTEN"),
+            max_accounts_per_tenant: match var("BC_MAX_ACCOUNTS_PER_TENANT") {
+                None => 20,
+                Some(v) => v.parse::<u32>().map(i64::from).with_context(|| {
+                    format!("BC_MAX_ACCOUNTS_PER_TENANT must be a whole number, not {v:?}")
+                })?,
+            },
         })
     }
 }
@@ -183,6 +192,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ),
         keyring: config.keyring.clone(),
         cursors,
+        max_accounts_per_tenant: config.max_accounts_per_tenant,
     });
     config.keyring.log_at_start();
     let fd_limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;

@@ -33,8 +33,15 @@ pub struct Config {
     pub prepared_statements: storage::db::PreparedStatements,
     /// `BC_INTERVAL_MS` (default 10000).
     pub interval: Duration,
-    /// `BC_WORKER_METRICS_LISTEN` (optional).
+    /// `BC_METRICS_LISTEN` (optional; `BC_WORKER_METRICS_LISTEN`, its older
+    /// name, when it is unset).
     pub metrics_listen: Option<String>,
+    /// `BC_SCAN_CONCURRENCY` (default 8): how many accounts one pass of
+    /// `vps.reservations` lists at once (contract 1.7).
+    pub scan_concurrency: usize,
+    /// `BC_SCAN_TIMEOUT_MS` (default 60000): the longest one account's
+    /// listing may take; a longer one is a provider failure of that account.
+    pub scan_timeout: Duration,
     /// `--once`.
     pub once: bool,
     /// `--only NAME` (repeatable); empty means every pass.
@@ -92,7 +99,21 @@ impl Config {
                     .context("BC_INTERVAL_MS")?
                     .unwrap_or(10_000),
             ),
-            metrics_listen: var("BC_WORKER_METRICS_LISTEN"),
+            metrics_listen: var("BC_METRICS_LISTEN").or_else(|| var("BC_WORKER_METRICS_LISTEN")),
+            scan_concurrency: var("BC_SCAN_CONCURRENCY")
+                .map(|v| v.parse::<usize>())
+                .transpose()
+                .context("BC_SCAN_CONCURRENCY must be a whole number")?
+                .unwrap_or(8)
+                .clamp(1, 1024),
+            scan_timeout: Duration::from_millis(
+                var("BC_SCAN_TIMEOUT_MS")
+                    .map(|v| v.parse::<u64>())
+                    .transpose()
+                    .context("BC_SCAN_TIMEOUT_MS must be a number of milliseconds")?
+                    .filter(|ms| *ms > 0)
+                    .unwrap_or(60_000),
+            ),
             once,
             only,
             provider_policy: Arc::new(ProviderPolicy::from_env().context("the provider policy")?),
@@ -127,13 +148,21 @@ pub fn select(all: Vec<Box<dyn Pass>>, only: &[String]) -> anyhow::Result<Vec<Bo
 }
 
 /// Runs the worker until SIGTERM/SIGINT (or one round with `--once`).
-/// Returns whether every pass of the last round succeeded.
+/// Returns whether every pass of the last round succeeded (in loop mode:
+/// the last run of each pass).
+///
+/// With `--once`, the passes run one after another, scans first, as one
+/// round. Otherwise each pass runs in its own task on its own interval, so
+/// no pass waits for another: a scan round slowed by providers never delays
+/// metering or notices (contract 1.7).
 pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<bool> {
     storage::db::set_prepared_statements(config.prepared_statements);
-    let pool: DbPool = storage::db::pool(&config.database_url, 4)?;
+    // A connection per pass and for the gauges, and one per scan in flight
+    // (held only to claim and to apply, never during a listing).
+    let pool: DbPool = storage::db::pool(&config.database_url, 4 + config.scan_concurrency)?;
     {
         let mut conn = pool.get().await.context("connecting to the database")?;
         storage::db::read_only(&mut conn, async |conn| {
@@ -153,6 +182,8 @@ pub async fn run(
         passes = ?names,
         once = config.once,
         interval_ms = config.interval.as_millis() as u64,
+        scan_concurrency = config.scan_concurrency,
+        scan_timeout_ms = config.scan_timeout.as_millis() as u64,
         expiry_notices = ?config
             .notices
             .expiry
@@ -174,7 +205,7 @@ pub async fn run(
     } else {
         i64::try_from(config.interval.as_millis()).unwrap_or(i64::MAX)
     };
-    let ctx = PassContext {
+    let ctx = Arc::new(PassContext {
         pool,
         clock: config.clock,
         root_tenant: config.root_tenant.clone(),
@@ -182,6 +213,8 @@ pub async fn run(
             spacing,
             i64::try_from(config.scan_lease.as_millis()).unwrap_or(i64::MAX),
         ),
+        scan_concurrency: config.scan_concurrency,
+        scan_timeout: config.scan_timeout,
         providers: providers::policy_factory(
             &config.root_tenant,
             config.provider_policy.clone(),
@@ -192,60 +225,140 @@ pub async fn run(
         ),
         keyring: config.keyring.clone(),
         notices: config.notices.clone(),
-    };
+    });
     tokio::pin!(shutdown);
-    loop {
+    if config.once {
         let mut all_ok = true;
         for pass in &passes {
-            let start = Instant::now();
-            let result = tokio::select! {
-                r = pass.run(&ctx) => r,
+            tokio::select! {
+                ok = run_pass(pass.as_ref(), &ctx, &metrics) => all_ok &= ok,
                 () = &mut shutdown => {
                     info!("shutting down mid-round; the interrupted pass is safe to rerun");
                     return Ok(all_ok);
                 }
             };
-            let elapsed = start.elapsed();
-            match result {
-                Ok(report) => {
-                    metrics.observe(pass.name(), true, elapsed, &report);
-                    info!(
-                        pass = pass.name(),
-                        elapsed_ms = elapsed.as_millis() as u64,
-                        %report,
-                        "pass done"
-                    );
-                }
-                Err(e) => {
-                    all_ok = false;
-                    metrics.observe(pass.name(), false, elapsed, &Default::default());
-                    error!(
-                        pass = pass.name(),
-                        elapsed_ms = elapsed.as_millis() as u64,
-                        error = %e,
-                        "pass failed"
-                    );
-                }
-            }
         }
         if config.metrics_listen.is_some() {
             refresh_gauges(&ctx, &metrics).await;
         }
-        if config.once {
-            return Ok(all_ok);
+        return Ok(all_ok);
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut loops = tokio::task::JoinSet::new();
+    for pass in passes {
+        loops.spawn(pass_loop(
+            pass,
+            ctx.clone(),
+            metrics.clone(),
+            config.interval,
+            stopped.clone(),
+        ));
+    }
+    if config.metrics_listen.is_some() {
+        loops.spawn(gauges_loop(
+            ctx.clone(),
+            metrics.clone(),
+            config.interval,
+            stopped.clone(),
+        ));
+    }
+    shutdown.await;
+    info!("shutting down");
+    let _ = stop.send(true);
+    let mut all_ok = true;
+    while let Some(ended) = loops.join_next().await {
+        all_ok &= ended.unwrap_or(false);
+    }
+    Ok(all_ok)
+}
+
+/// Runs one pass once, records it in the metrics and logs it; returns
+/// whether it succeeded.
+async fn run_pass(pass: &dyn Pass, ctx: &PassContext, metrics: &WorkerMetrics) -> bool {
+    let start = Instant::now();
+    let result = pass.run(ctx).await;
+    let elapsed = start.elapsed();
+    match result {
+        Ok(report) => {
+            metrics.observe(pass.name(), true, elapsed, &report);
+            info!(
+                pass = pass.name(),
+                elapsed_ms = elapsed.as_millis() as u64,
+                %report,
+                "pass done"
+            );
+            true
         }
-        tokio::select! {
-            () = tokio::time::sleep(config.interval) => {}
-            () = &mut shutdown => {
-                info!("shutting down");
-                return Ok(all_ok);
-            }
+        Err(e) => {
+            metrics.observe(pass.name(), false, elapsed, &Default::default());
+            error!(
+                pass = pass.name(),
+                elapsed_ms = elapsed.as_millis() as u64,
+                error = %e,
+                "pass failed"
+            );
+            false
         }
     }
 }
 
-/// Refreshes the lag and reservation gauges after a round: two cheap
-/// statements; a failure is logged and leaves the last values.
+/// Resolves once the worker is told to stop.
+async fn stopping(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+    // An error means the sender is gone: stop too.
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// One pass's loop in run mode: run it, wait `interval`, again, until
+/// told to stop (a run in progress is dropped: every pass is safe to rerun).
+/// Returns whether its last run succeeded.
+async fn pass_loop(
+    pass: Box<dyn Pass>,
+    ctx: Arc<PassContext>,
+    metrics: Arc<WorkerMetrics>,
+    interval: Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    let mut last_ok = true;
+    loop {
+        tokio::select! {
+            ok = run_pass(pass.as_ref(), &ctx, &metrics) => last_ok = ok,
+            () = stopping(&mut stopped) => {
+                info!(
+                    pass = pass.name(),
+                    "shutting down mid-pass; the interrupted pass is safe to rerun"
+                );
+                return last_ok;
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = stopping(&mut stopped) => return last_ok,
+        }
+    }
+}
+
+/// The gauges' loop in run mode (with metrics served): refreshes them every
+/// `interval`, whatever the passes are doing.
+async fn gauges_loop(
+    ctx: Arc<PassContext>,
+    metrics: Arc<WorkerMetrics>,
+    interval: Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    loop {
+        tokio::select! {
+            () = refresh_gauges(&ctx, &metrics) => {}
+            () = stopping(&mut stopped) => return true,
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = stopping(&mut stopped) => return true,
+        }
+    }
+}
+
+/// Refreshes the lag and reservation gauges: two cheap statements; a
+/// failure is logged and leaves the last values.
 async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
     let read = async {
         let mut conn = ctx.pool.get().await?;

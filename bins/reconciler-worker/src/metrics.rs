@@ -1,6 +1,6 @@
 //! The worker's metrics on `prometheus-client`, served on
-//! `BC_WORKER_METRICS_LISTEN` when set, as the 0.0.4 text format or
-//! OpenMetrics when the scraper asks for it:
+//! `BC_METRICS_LISTEN` (or its older name `BC_WORKER_METRICS_LISTEN`) when
+//! set, as the 0.0.4 text format or OpenMetrics when the scraper asks for it:
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -8,24 +8,31 @@
 //! | `bc_worker_pass_runs_total` | counter | `pass`, `outcome` (`ok`, `error`) |
 //! | `bc_worker_pass_last_success_timestamp_seconds` | gauge | `pass` |
 //! | `bc_worker_pass_items_total` | counter | `pass`, `item` (the pass line's counts) |
-//! | `bc_worker_account_scans_total` | counter | `account`, `result` (see below) |
+//! | `bc_worker_account_scans_total` | counter | `account` (capped, see below), `result` |
 //! | `bc_provider_request_duration_seconds` | histogram | `status` (HTTP status, or `none`) |
 //! | `bc_provider_pages_total` | counter | |
 //! | `bc_provider_token_refreshes_total` | counter | |
 //! | `bc_metering_lag_seconds` | gauge | |
 //! | `bc_usage_lag_seconds` | gauge | |
-//! | `bc_reservation_slots` | gauge | `account`, `reservation`, `kind` (see below) |
-//! | `bc_reservation_grants` | gauge | `account`, `reservation`, `state` (`scheduled`, `active`) |
+//! | `bc_reservation_slots` | gauge | `account`, `reservation` (capped), `kind` (below) |
+//! | `bc_reservation_grants` | gauge | `account`, `reservation` (capped), `state` (below) |
+//! | `bc_reservation_gauges_dropped` | gauge | |
 //! | `bc_capacity_short_total` | counter | |
 //! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
 //!
-//! `result` is `ok`, `error`, `backing_off` or `claimed_elsewhere`; `kind` is
-//! `total`, `granted`, `held`, `ordinary` or `physical`.
+//! `result` is `ok`, `error`, `backing_off` or `claimed_elsewhere`; `state`
+//! is `scheduled` or `active`; `kind` is
+//! `total`, `granted`, `held`, `ordinaryInUse` (running instances on the
+//! reservation outside any grant, the API's `ordinaryInUse`), `ordinary`
+//! (the same figure under its older name) or `physical`.
 //!
-//! Label values are bounded: passes and items are fixed names, accounts are
-//! the provider accounts, and the reservation gauges cover only reservations
-//! bound to a pool, at most [`MAX_RESERVATIONS`] of them (the rest are
-//! counted in `bc_reservation_gauges_dropped`).
+//! Label values are bounded (contract 1.7): passes and items are fixed
+//! names; `account` of the scan counter takes the first
+//! [`MAX_ACCOUNT_LABELS`] accounts this process scans, every later one is
+//! counted under `other`; the reservation gauges describe the first
+//! [`MAX_RESERVATIONS`] reservations bound to a pool (by account and
+//! reservation id), the rest summed in one series whose `account` and
+//! `reservation` are `other` (how many: `bc_reservation_gauges_dropped`).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -40,8 +47,15 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::passes::PassReport;
 
-/// The most reservations the gauges describe.
+/// The most reservations the gauges describe one by one.
 pub const MAX_RESERVATIONS: i64 = 500;
+
+/// The most accounts `bc_worker_account_scans_total` names; the rest are
+/// counted under [`OTHER`].
+pub const MAX_ACCOUNT_LABELS: usize = 100;
+
+/// The label value of what the caps leave out.
+pub const OTHER: &str = storage::ops::reservations::OTHER;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PassLabel {
@@ -99,6 +113,8 @@ pub struct WorkerMetrics {
     last_success: Family<PassLabel, FloatGauge>,
     items: Family<PassItem, Counter>,
     scans: Family<AccountResult, Counter>,
+    /// The accounts `scans` names (at most [`MAX_ACCOUNT_LABELS`]).
+    scan_labels: std::sync::Mutex<std::collections::HashSet<String>>,
     metering_lag: FloatGauge,
     usage_lag: FloatGauge,
     slots: Family<SlotKind, Gauge>,
@@ -202,7 +218,7 @@ impl WorkerMetrics {
         let dropped = Gauge::default();
         r.register(
             "bc_reservation_gauges_dropped",
-            "Bound reservations left out of the reservation gauges by the cap",
+            "Bound reservations beyond the cap, summed in the reservation gauges' other series",
             dropped.clone(),
         );
         let capacity_short = Counter::default();
@@ -248,6 +264,7 @@ impl WorkerMetrics {
             last_success,
             items,
             scans,
+            scan_labels: std::sync::Mutex::default(),
             metering_lag,
             usage_lag,
             slots,
@@ -289,10 +306,25 @@ impl WorkerMetrics {
                 self.capacity_short.inc_by(*n);
             }
         }
+        if report.accounts.is_empty() {
+            return;
+        }
+        let mut named = self
+            .scan_labels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (account, result) in &report.accounts {
+            let account = if named.contains(account) {
+                account.clone()
+            } else if named.len() < MAX_ACCOUNT_LABELS {
+                named.insert(account.clone());
+                account.clone()
+            } else {
+                OTHER.to_owned()
+            };
             self.scans
                 .get_or_create(&AccountResult {
-                    account: account.clone(),
+                    account,
                     result: (*result).to_owned(),
                 })
                 .inc();
@@ -315,6 +347,7 @@ impl WorkerMetrics {
                 ("total", r.total),
                 ("granted", r.granted),
                 ("held", r.held),
+                ("ordinaryInUse", r.ordinary),
                 ("ordinary", r.ordinary),
                 ("physical", r.physical),
             ];
@@ -337,7 +370,11 @@ impl WorkerMetrics {
                     .set(v);
             }
         }
-        self.dropped.set((bound - reservations.len() as i64).max(0));
+        let named = reservations
+            .iter()
+            .filter(|r| r.account_id != OTHER)
+            .count();
+        self.dropped.set((bound - named as i64).max(0));
     }
 
     /// The exposition in `format`.

@@ -19,6 +19,10 @@ pub struct PassContext {
     pub root_tenant: String,
     /// How scans claim accounts among replicas.
     pub scan_rules: storage::ops::reservations::ClaimRules,
+    /// How many accounts a scan pass lists at once (`BC_SCAN_CONCURRENCY`).
+    pub scan_concurrency: usize,
+    /// The longest one listing may take (`BC_SCAN_TIMEOUT_MS`).
+    pub scan_timeout: std::time::Duration,
     /// Builds the provider adapter of an account, under the provider policy.
     pub providers: std::sync::Arc<providers::ProviderFactory>,
     /// The secret store's keys, to resolve `secret:NAME` (contract 3.9).
@@ -115,13 +119,30 @@ struct ScanTally {
     accounts: Vec<(String, &'static str)>,
 }
 
+/// What one account's scan came to.
+enum Scanned {
+    /// Its answer was applied.
+    Applied(ScanOutcome),
+    /// Its provider failed or took longer than the limit (retried later
+    /// with backoff).
+    Failed,
+    /// Another scan holds it or listed it within the interval, or a scan
+    /// claimed later was applied first.
+    ClaimedElsewhere,
+    /// Deleted meanwhile.
+    Deleted,
+}
+
 /// Scans every provider account whose retry time has come and that no other
-/// replica is scanning or scanned less than the spacing ago: for each, claim
-/// it (a short transaction), list its reservations through the provider
-/// trait outside any transaction and apply the answer (`run_scan`). A failing
-/// provider changes nothing for its account, is logged and retried with
-/// backoff; it never fails the pass.
+/// replica is scanning or scanned less than the spacing ago, up to
+/// `scan_concurrency` accounts at once: for each, claim it (a short
+/// transaction), list its reservations through the provider trait outside
+/// any transaction, within `scan_timeout`, and apply the answer
+/// (`run_scan_within`). A failing or slow provider changes nothing for its
+/// account, is logged and retried with backoff, and holds up only its own
+/// scan slot; it never fails the pass.
 async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
+    use futures::StreamExt;
     let (now, candidates) = {
         let mut conn = ctx.pool.get().await?;
         let now = ctx.clock.now(&mut conn).await?;
@@ -134,63 +155,79 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
         )
     };
     let mut pass = ScanTally::default();
+    let mut due = Vec::with_capacity(candidates.len());
     for c in candidates {
         if c.retry_at.is_some_and(|t| t > now) {
             pass.backing_off += 1;
-            pass.accounts.push((c.account_id.clone(), "backing_off"));
-            continue;
+            pass.accounts.push((c.account_id, "backing_off"));
+        } else {
+            due.push(c);
         }
-        let claim = {
-            let mut conn = ctx.pool.get().await?;
-            let claimed =
-                reservations::claim_scan(&mut conn, &c.tenant_id, &c.account_id, ctx.scan_rules)
-                    .await;
-            match claimed {
-                Ok(claim) => claim,
-                // Deleted between the listing and its claim.
-                Err(e) if e.kind == ErrorKind::NotFound => continue,
-                Err(e) => return Err(e.into()),
-            }
-        };
-        let Some(claim) = claim else {
-            pass.claimed_elsewhere += 1;
-            pass.accounts
-                .push((c.account_id.clone(), "claimed_elsewhere"));
-            continue;
-        };
-        let scanned = reservations::run_scan(
-            &ctx.pool,
-            ctx.clock,
-            &ctx.root_tenant,
-            &claim,
-            ctx.providers.as_ref(),
-            &ctx.keyring,
-        )
-        .await;
-        match scanned {
-            Ok(o) if o.stale => {
-                pass.claimed_elsewhere += 1;
-                pass.accounts
-                    .push((c.account_id.clone(), "claimed_elsewhere"));
-            }
-            Ok(o) => {
+    }
+    let mut scans = futures::stream::iter(due)
+        .map(|c| async move {
+            let scanned = scan_one(ctx, &c).await;
+            (c.account_id, scanned)
+        })
+        .buffer_unordered(ctx.scan_concurrency.max(1));
+    while let Some((account_id, scanned)) = scans.next().await {
+        match scanned? {
+            Scanned::Applied(o) => {
                 pass.scanned += 1;
-                pass.accounts.push((c.account_id.clone(), "ok"));
+                pass.accounts.push((account_id, "ok"));
                 pass.outcome.appeared += o.appeared;
                 pass.outcome.gone += o.gone;
                 pass.outcome.grants_closed += o.grants_closed;
                 pass.outcome.capacity_short += o.capacity_short;
             }
-            Err(e) if e.kind == ErrorKind::ProviderFailure => {
+            Scanned::Failed => {
                 pass.failed += 1;
-                pass.accounts.push((c.account_id.clone(), "error"));
+                pass.accounts.push((account_id, "error"));
             }
-            // The account was deleted between its claim and the answer.
-            Err(e) if e.kind == ErrorKind::NotFound => {}
-            Err(e) => return Err(e.into()),
+            Scanned::ClaimedElsewhere => {
+                pass.claimed_elsewhere += 1;
+                pass.accounts.push((account_id, "claimed_elsewhere"));
+            }
+            Scanned::Deleted => {}
         }
     }
     Ok(pass)
+}
+
+/// Claims, lists and applies one account's scan.
+async fn scan_one(ctx: &PassContext, c: &reservations::ScanCandidate) -> anyhow::Result<Scanned> {
+    let claim = {
+        let mut conn = ctx.pool.get().await?;
+        let claimed =
+            reservations::claim_scan(&mut conn, &c.tenant_id, &c.account_id, ctx.scan_rules).await;
+        match claimed {
+            Ok(claim) => claim,
+            // Deleted between the listing and its claim.
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(Scanned::Deleted),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let Some(claim) = claim else {
+        return Ok(Scanned::ClaimedElsewhere);
+    };
+    let scanned = reservations::run_scan_within(
+        &ctx.pool,
+        ctx.clock,
+        &ctx.root_tenant,
+        &claim,
+        ctx.providers.as_ref(),
+        &ctx.keyring,
+        Some(ctx.scan_timeout),
+    )
+    .await;
+    match scanned {
+        Ok(o) if o.stale => Ok(Scanned::ClaimedElsewhere),
+        Ok(o) => Ok(Scanned::Applied(o)),
+        Err(e) if e.kind == ErrorKind::ProviderFailure => Ok(Scanned::Failed),
+        // The account was deleted between its claim and the answer.
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(Scanned::Deleted),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Creates the months ahead of `now` in the partitioned tables before a pass

@@ -7,7 +7,8 @@
 //!    `tenants.delete`, first;
 //!    then **a secret row** of that tenant: `FOR SHARE` by an account create
 //!    naming it, its own row lock by `secrets.put` and `secrets.delete`;
-//! 2. **a provider account row**: a scan's application, an account deletion;
+//! 2. **a provider account row**: a scan's application, an account deletion
+//!    (all of a tenant's, by account id, for the tenant's deletion);
 //! 3. **a tenant's quota rows of a pool**, by resource (all of a tenant's,
 //!    by pool then resource, for its deletion);
 //! 4. **reservation rows**, by reservation id then account id;
@@ -74,6 +75,30 @@ pub async fn acting_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Res
     }
 }
 
+/// Locks the acting tenant's row `FOR NO KEY UPDATE` for a create that
+/// counts the tenant's objects against a limit (`providerAccounts.create`
+/// and `BC_MAX_ACCOUNTS_PER_TENANT`): two such creates of one tenant take
+/// turns, so the second counts what the first inserted. It waits for the
+/// tenant's writes holding the row `FOR SHARE` (short transactions) and is
+/// otherwise [`acting_tenant`].
+pub async fn acting_tenant_exclusive(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<()> {
+    let state: Option<TenantState> = tenants::table
+        .find(tenant_id)
+        .select(tenants::state)
+        .for_no_key_update()
+        .first(conn)
+        .await
+        .optional()?;
+    if state == Some(TenantState::Active) {
+        Ok(())
+    } else {
+        Err(StorageError::new(
+            ErrorKind::Unauthenticated,
+            "the tenant has been deleted",
+        ))
+    }
+}
+
 /// Locks a tenant's row `FOR UPDATE` (the first step of `tenants.delete`).
 pub async fn tenant_for_delete(
     conn: &mut AsyncPgConnection,
@@ -118,6 +143,18 @@ pub async fn account_for_scan(
         .first(conn)
         .await
         .optional()?)
+}
+
+/// Locks every provider account row of a tenant, by account id, and
+/// returns their ids (`tenants.delete`, after the tenant's row).
+pub async fn tenant_accounts(conn: &mut AsyncPgConnection, tenant: &str) -> Result<Vec<String>> {
+    Ok(provider_accounts::table
+        .filter(provider_accounts::tenant_id.eq(tenant))
+        .order(provider_accounts::account_id.asc())
+        .select(provider_accounts::account_id)
+        .for_update()
+        .load(conn)
+        .await?)
 }
 
 /// Locks an account's row for its deletion.

@@ -42,7 +42,7 @@ pub fn methods() -> Vec<Method> {
             "Connects a provider account; config holds secret references, never secret values.",
             endpoint(create),
         )
-        .errors(&[Code::Conflict])
+        .errors(&[Code::Conflict, Code::QuotaExceeded])
         .example(json!({
             "tenantId": "acme",
             "name": "acme capacity",
@@ -142,6 +142,8 @@ async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
         name: &input.name,
         provider: &input.provider,
         config: &config,
+        // The root tenant is not limited (contract 1.7).
+        max_accounts: (call.tenant() != call.root()).then_some(call.app.max_accounts_per_tenant),
     };
     let (mut conn, now) = call.conn_now().await?;
     let created = accounts::create(&mut conn, new, key, now).await?;

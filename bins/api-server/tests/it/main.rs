@@ -51,6 +51,7 @@ mod views_lists;
 mod views_slots;
 mod views_timeline;
 mod worker_crash;
+mod worker_limits;
 mod worker_process;
 mod worker_replicas;
 mod worker_scans;

@@ -20,10 +20,10 @@ use crate::support::worker;
 
 /// One parsed sample.
 #[derive(Debug, Clone)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: f64,
 }
 
 /// The exposition parsed by `prometheus_client`'s OpenMetrics parser
@@ -79,7 +79,7 @@ print(json.dumps(out))
 }
 
 /// The value of the sample `name` with (at least) `labels`.
-fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     samples
         .iter()
         .find(|s| {
@@ -114,7 +114,11 @@ async fn scrape(url: &str) -> Option<String> {
 }
 
 /// Scrapes until `ready` holds of the parsed samples (at most 60 s).
-async fn scrape_until(url: &str, what: &str, ready: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+pub(crate) async fn scrape_until(
+    url: &str,
+    what: &str,
+    ready: impl Fn(&[Sample]) -> bool,
+) -> Vec<Sample> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(text) = scrape(url).await {
@@ -280,6 +284,7 @@ async fn the_workers_metrics_show_lag_scan_failures_and_reservation_fullness() {
         ("total", "total"),
         ("granted", "grantedSlots"),
         ("held", "heldInGrants"),
+        ("ordinaryInUse", "ordinaryInUse"),
         ("ordinary", "ordinaryInUse"),
         ("physical", "physicalInUse"),
     ] {

@@ -178,7 +178,6 @@ async fn writes_racing_a_tenant_deletion_leave_nothing_live_for_it() {
             (&["instance"], "instances", ""),
             (&["key"], "api_keys", " AND name = 'late'"),
             (&["project"], "projects", ""),
-            (&["account"], "provider_accounts", ""),
         ] {
             let rows: Vec<Count> = diesel::sql_query(format!(
                 "SELECT count(*) AS n FROM {table} WHERE tenant_id = $1{extra}"
@@ -189,5 +188,14 @@ async fn writes_racing_a_tenant_deletion_leave_nothing_live_for_it() {
             .expect("rows");
             assert_eq!(rows[0].n, ok(what), "{name}: {table}");
         }
+        // Accounts go with the tenant (contract 3.1, r3): one created just
+        // before the deletion is deleted by it, none created after remains.
+        let accounts: Vec<Count> =
+            diesel::sql_query("SELECT count(*) AS n FROM provider_accounts WHERE tenant_id = $1")
+                .bind::<Text, _>(name)
+                .load(&mut conn)
+                .await
+                .expect("rows");
+        assert_eq!(accounts[0].n, 0, "{name}: provider_accounts");
     }
 }

@@ -4,7 +4,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
-use crate::error::{Result, StorageError};
+use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
@@ -41,9 +41,15 @@ pub struct NewAccount<'a> {
     pub provider: &'a str,
     /// Validated configuration.
     pub config: &'a Value,
+    /// The most accounts the tenant may have (`BC_MAX_ACCOUNTS_PER_TENANT`;
+    /// `None`: no limit, the root tenant's case).
+    pub max_accounts: Option<i64>,
 }
 
-/// `providerAccounts.create`, idempotent under `key`.
+/// `providerAccounts.create`, idempotent under `key` (a retry returns the
+/// account even when the tenant is at its limit now): `QUOTA_EXCEEDED`
+/// with `details { resource: "providerAccounts", max, used, requested: 1 }`
+/// when the tenant already has `max_accounts`.
 pub async fn create(
     conn: &mut AsyncPgConnection,
     new: NewAccount<'_>,
@@ -57,7 +63,29 @@ pub async fn create(
                 .await
                 .map(Created::replay),
             Claim::New => {
-                locks::acting_tenant(conn, new.tenant_id).await?;
+                // Exclusive among the tenant's account creates, so two
+                // creates at the limit cannot both count one free place.
+                locks::acting_tenant_exclusive(conn, new.tenant_id).await?;
+                if let Some(max) = new.max_accounts {
+                    let used: i64 = pa::table
+                        .filter(pa::tenant_id.eq(new.tenant_id))
+                        .count()
+                        .get_result(conn)
+                        .await?;
+                    if used + 1 > max {
+                        return Err(StorageError::new(
+                            ErrorKind::QuotaExceeded,
+                            format!(
+                                "the tenant has {used} provider accounts, the most it may have \
+                                 is {max}"
+                            ),
+                        )
+                        .with("resource", "providerAccounts")
+                        .with("max", max)
+                        .with("used", used)
+                        .with("requested", 1));
+                    }
+                }
                 // `secret:NAME` names a secret of the account's own tenant
                 // (contract 3.5), held `FOR SHARE` until this commits.
                 if let Some(name) = secrets::named_in(new.config)

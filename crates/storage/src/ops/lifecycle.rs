@@ -8,13 +8,15 @@ use crate::locks;
 use crate::model::events;
 use crate::model::states::TenantState;
 use crate::ops::instances;
+use crate::ops::reservations;
 use crate::ops::secrets;
 use crate::ops::tenancy::{self, Tenant};
 use crate::ops::timeline;
 
 /// `tenants.delete`: the tenant's active grants end now and its scheduled
 /// ones are cancelled (`reason: "tenant-deleted"`), its instances are deleted
-/// with their slots and quota released, and its keys stop working. Deleting a
+/// with their slots and quota released, its keys stop working, and its
+/// provider accounts and secrets are deleted (contract 3.1). Deleting a
 /// deleted tenant returns it unchanged; the root tenant cannot be deleted.
 pub async fn delete_tenant(
     conn: &mut AsyncPgConnection,
@@ -40,7 +42,9 @@ pub async fn delete_tenant(
         if current.state == TenantState::Deleted {
             return Ok(current);
         }
-        // Lock order: tenant, quota rows, then reservations, then instances.
+        // Lock order: tenant, its provider accounts, quota rows, then
+        // reservations, then instances.
+        let accounts = locks::tenant_accounts(conn, tenant_id).await?;
         locks::tenant_quota_rows(conn, tenant_id).await?;
         let mut batch = Vec::new();
         let cause = ForcedEnd::TenantDeleted {
@@ -54,10 +58,20 @@ pub async fn delete_tenant(
             }
         }
         let deleted = instances::delete_all_of_tenant(conn, tenant_id, now).await?;
+        // Its grants ended, its provider accounts go (no scan lists them
+        // again), then the secrets they could name.
+        let accounts =
+            reservations::delete_accounts_of_tenant(conn, &accounts, now, &mut batch).await?;
         let tenant = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
         let secrets = secrets::delete_all_of_tenant(conn, tenant_id).await?;
         events::publish(conn, now, batch).await?;
-        tracing::info!(tenant = %tenant_id, instances = deleted, secrets, "tenant deleted");
+        tracing::info!(
+            tenant = %tenant_id,
+            instances = deleted,
+            accounts,
+            secrets,
+            "tenant deleted"
+        );
         Ok(tenant)
     })
     .await

@@ -143,6 +143,7 @@ pub async fn apply_scan(
             return Err(StorageError::not_found("provider account", account_id));
         };
         if applied >= ticket {
+            release_lease(conn, claim).await?;
             tracing::info!(
                 account = %account_id,
                 ticket,
@@ -160,7 +161,7 @@ pub async fn apply_scan(
             ))
             .execute(conn)
             .await?;
-        release_lease(conn, account_id, ticket).await?;
+        release_lease(conn, claim).await?;
         let mut events = Vec::new();
         // Lock the account's known reservations in id order (the lock order of
         // every operation), then add the new ones.
@@ -310,6 +311,10 @@ pub struct ScanClaim {
     pub account: Account,
     /// The claim's ticket: a scan with a higher ticket started later.
     pub ticket: i64,
+    /// The lease this claim took (its expiry, database time in epoch ms),
+    /// which identifies it when given back; `None` when the claim took no
+    /// lease (an explicit scan while another scan held a live one).
+    pub lease_until: Option<i64>,
 }
 
 /// How a scan claims its account (contract 6: replicas share scans).
@@ -323,8 +328,10 @@ pub struct ClaimRules {
     /// listed at most once per interval however many replicas run.
     pub min_spacing_ms: i64,
     /// Whether the claim is taken even while another scan's lease is live.
-    /// Only for a scan a caller asked for by name: tickets still order the
-    /// answers, so the later scan's answer is the one that stays.
+    /// Only for a scan a caller asked for by name: it then lists beside the
+    /// lease's holder without taking or clearing that lease (the holder
+    /// keeps other replicas off the account until it answers), and tickets
+    /// order the answers, so the later scan's answer is the one that stays.
     pub override_lease: bool,
 }
 
@@ -382,14 +389,26 @@ async fn claim_scan_now(
     rules: ClaimRules,
 ) -> Result<Option<ScanClaim>> {
     let account = accounts::get(conn, tenant, account_id).await?;
-    let ticket: Option<i64> = diesel::sql_query(format!(
-        "UPDATE provider_accounts SET scan_seq = scan_seq + 1, \
-            scan_lease_until = {DB_NOW_MS} + $2, scan_claimed_at = {DB_NOW_MS} \
-         WHERE account_id = $1 \
-           AND ($4 OR scan_lease_until IS NULL OR scan_lease_until <= {DB_NOW_MS}) \
-           AND ($4 OR scan_claimed_at IS NULL OR $3 <= 0 \
-                OR scan_claimed_at + $3 <= {DB_NOW_MS}) \
-         RETURNING scan_seq"
+    // The row is locked first (the CTE), so the lease read is the one the
+    // update replaces: a claim takes the lease only when none is live, and
+    // says so by returning it; an explicit claim made while another scan
+    // holds a live lease leaves that lease to its holder.
+    let ticket: Option<Ticket> = diesel::sql_query(format!(
+        "WITH old AS ( \
+           SELECT account_id, scan_lease_until AS lease, scan_claimed_at AS claimed, \
+                  {DB_NOW_MS} AS now \
+           FROM provider_accounts WHERE account_id = $1 FOR UPDATE) \
+         UPDATE provider_accounts p SET scan_seq = p.scan_seq + 1, \
+            scan_lease_until = CASE WHEN old.lease IS NULL OR old.lease <= old.now \
+                THEN old.now + $2 ELSE old.lease END, \
+            scan_claimed_at = old.now \
+         FROM old \
+         WHERE p.account_id = old.account_id \
+           AND ($4 OR old.lease IS NULL OR old.lease <= old.now) \
+           AND ($4 OR old.claimed IS NULL OR $3 <= 0 OR old.claimed + $3 <= old.now) \
+         RETURNING p.scan_seq, \
+           CASE WHEN old.lease IS NULL OR old.lease <= old.now \
+                THEN p.scan_lease_until END AS lease_until"
     ))
     .bind::<diesel::sql_types::Text, _>(account_id)
     .bind::<diesel::sql_types::BigInt, _>(rules.lease_ms)
@@ -397,23 +416,34 @@ async fn claim_scan_now(
     .bind::<diesel::sql_types::Bool, _>(rules.override_lease)
     .get_result::<Ticket>(conn)
     .await
-    .optional()?
-    .map(|t| t.scan_seq);
-    Ok(ticket.map(|ticket| ScanClaim { account, ticket }))
+    .optional()?;
+    Ok(ticket.map(|t| ScanClaim {
+        account,
+        ticket: t.scan_seq,
+        lease_until: t.lease_until,
+    }))
 }
 
 #[derive(QueryableByName)]
 struct Ticket {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     scan_seq: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    lease_until: Option<i64>,
 }
 
-/// Gives a claim's lease back (only if no later claim took it over).
-async fn release_lease(conn: &mut AsyncPgConnection, account_id: &str, ticket: i64) -> Result<()> {
+/// Gives a claim's lease back, if the claim took one and it is still the
+/// account's lease (not expired and taken over by another claim meanwhile).
+/// An explicit scan that ran beside another scan's live lease took none, so
+/// it never clears that scan's lease.
+async fn release_lease(conn: &mut AsyncPgConnection, claim: &ScanClaim) -> Result<()> {
+    let Some(lease) = claim.lease_until else {
+        return Ok(());
+    };
     diesel::update(
         provider_accounts::table
-            .find(account_id)
-            .filter(provider_accounts::scan_seq.eq(ticket)),
+            .find(&claim.account.account_id)
+            .filter(provider_accounts::scan_lease_until.eq(lease)),
     )
     .set(provider_accounts::scan_lease_until.eq(None::<i64>))
     .execute(conn)
@@ -427,7 +457,7 @@ pub async fn scan_failed(conn: &mut AsyncPgConnection, claim: &ScanClaim, now: i
     let account_id = claim.account.account_id.as_str();
     let ticket = claim.ticket;
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        release_lease(conn, account_id, ticket).await?;
+        release_lease(conn, claim).await?;
         // A scan claimed later that already succeeded has the last word: an
         // older failure puts nothing into backoff.
         let failures: Option<i32> = diesel::update(
@@ -482,6 +512,23 @@ pub async fn run_scan(
     factory: &ProviderFactory,
     keyring: &Keyring,
 ) -> Result<ScanOutcome> {
+    run_scan_within(pool, clock, root, claim, factory, keyring, None).await
+}
+
+/// [`run_scan`] with a limit on the listing (all its pages and retries):
+/// a listing that takes longer is abandoned and counts as a provider
+/// failure ([`ProviderError::Timeout`]): nothing changes, the account backs
+/// off. The reconciler passes its `BC_SCAN_TIMEOUT_MS`, so one slow account
+/// holds a scan slot for at most that long.
+pub async fn run_scan_within(
+    pool: &DbPool,
+    clock: Clock,
+    root: &str,
+    claim: &ScanClaim,
+    factory: &ProviderFactory,
+    keyring: &Keyring,
+    limit: Option<std::time::Duration>,
+) -> Result<ScanOutcome> {
     let account = &claim.account;
     // A `secret:NAME` is read in the account's own tenant and decrypted for
     // this listing only; the connection is back in the pool before the
@@ -504,7 +551,12 @@ pub async fn run_scan(
                 secret: secret.as_ref(),
             };
             match factory(spec) {
-                Ok(provider) => provider.list_reservations().await,
+                Ok(provider) => match limit {
+                    Some(limit) => tokio::time::timeout(limit, provider.list_reservations())
+                        .await
+                        .unwrap_or(Err(ProviderError::Timeout)),
+                    None => provider.list_reservations().await,
+                },
                 Err(e) => Err(e),
             }
         }
@@ -528,8 +580,11 @@ pub async fn run_scan(
 }
 
 /// `providerAccounts.scan`: scans one account now, with exactly the
-/// reconciler's effects. It claims the account even while a worker's scan
-/// holds it; whichever of the two was claimed later is the answer that stays.
+/// reconciler's effects. While a worker's scan holds the account's lease it
+/// lists beside it, from a fresh listing, without taking or clearing that
+/// lease (so no other replica starts a third listing); whichever of the two
+/// was claimed later (this one) is the answer that stays, the worker's
+/// older answer is dropped when it arrives.
 pub async fn scan(
     pool: &DbPool,
     clock: Clock,
@@ -738,53 +793,91 @@ pub async fn delete_account(
             timeline::settle(conn, res, now, &mut events).await?;
         }
         events::publish(conn, now, events).await?;
-        // Instances on the account's reservations are billed on-demand from now.
-        for res in &locked {
-            for inst in InstanceRow::seated(conn, res).await? {
-                let to = if inst.state == InstanceState::Running {
-                    Destination::OnDemand
-                } else {
-                    Destination::None
-                };
-                instances::apply_move(conn, res, &inst.instance_id, &to, now).await?;
-            }
-        }
-        // Idempotency keys live as long as the grants they created.
-        diesel::delete(
-            idempotency_keys::table.filter(
-                idempotency_keys::object_id.eq_any(
-                    grants::table
-                        .filter(grants::account_id.eq(account_id))
-                        .select(grants::grant_id),
-                ),
-            ),
-        )
-        .execute(conn)
-        .await?;
-        diesel::delete(grants::table.filter(grants::account_id.eq(account_id)))
-            .execute(conn)
-            .await?;
-        diesel::delete(reservations::table.filter(reservations::account_id.eq(account_id)))
-            .execute(conn)
-            .await?;
-        diesel::update(
-            api_keys::table
-                .filter(api_keys::account_id.eq(account_id))
-                .filter(api_keys::revoked_at.is_null()),
-        )
-        .set(api_keys::revoked_at.eq(now))
-        .execute(conn)
-        .await?;
-        diesel::delete(provider_accounts::table.find(account_id))
-            .execute(conn)
-            .await?;
-        diesel::delete(idempotency_keys::table.filter(idempotency_keys::object_id.eq(account_id)))
-            .execute(conn)
-            .await?;
-        tracing::info!(account = %account_id, "provider account deleted");
-        Ok(())
+        forget_account(conn, account_id, &locked, now).await
     })
     .await
+}
+
+/// The deletion of a tenant's provider accounts inside `tenants.delete`
+/// (contract 3.1), whose transaction holds the tenant's row and, taken next,
+/// its account rows ([`locks::tenant_accounts`]): each account is deleted as
+/// `providerAccounts.delete` deletes one, except that nothing refuses it.
+/// Binding a reservation is the root tenant's alone, so another tenant's
+/// accounts carry no grants and no placed instances; should one anyway, its
+/// reservations end as gone would end them (grants ended or cancelled with
+/// `reservation-gone`, instances on-demand) before they are forgotten.
+/// Returns how many accounts were deleted.
+pub async fn delete_accounts_of_tenant(
+    conn: &mut AsyncPgConnection,
+    accounts: &[String],
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<usize> {
+    for account_id in accounts {
+        let locked = locks::account_reservations(conn, account_id).await?;
+        for res in &locked {
+            timeline::force_end(conn, res, &ForcedEnd::ReservationGone, now, events).await?;
+        }
+        forget_account(conn, account_id, &locked, now).await?;
+    }
+    Ok(accounts.len())
+}
+
+/// Forgets a locked account whose reservations (locked, `locked`) are
+/// settled: instances still seated on them go on-demand (stopped ones lose
+/// their slot), its grants (usage records stay), reservations, keys limited
+/// to it and the idempotency keys of what it created go, then the account.
+async fn forget_account(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    locked: &[ReservationRow],
+    now: i64,
+) -> Result<()> {
+    // Instances on the account's reservations are billed on-demand from now.
+    for res in locked {
+        for inst in InstanceRow::seated(conn, res).await? {
+            let to = if inst.state == InstanceState::Running {
+                Destination::OnDemand
+            } else {
+                Destination::None
+            };
+            instances::apply_move(conn, res, &inst.instance_id, &to, now).await?;
+        }
+    }
+    // Idempotency keys live as long as the grants they created.
+    diesel::delete(
+        idempotency_keys::table.filter(
+            idempotency_keys::object_id.eq_any(
+                grants::table
+                    .filter(grants::account_id.eq(account_id))
+                    .select(grants::grant_id),
+            ),
+        ),
+    )
+    .execute(conn)
+    .await?;
+    diesel::delete(grants::table.filter(grants::account_id.eq(account_id)))
+        .execute(conn)
+        .await?;
+    diesel::delete(reservations::table.filter(reservations::account_id.eq(account_id)))
+        .execute(conn)
+        .await?;
+    diesel::update(
+        api_keys::table
+            .filter(api_keys::account_id.eq(account_id))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set(api_keys::revoked_at.eq(now))
+    .execute(conn)
+    .await?;
+    diesel::delete(provider_accounts::table.find(account_id))
+        .execute(conn)
+        .await?;
+    diesel::delete(idempotency_keys::table.filter(idempotency_keys::object_id.eq(account_id)))
+        .execute(conn)
+        .await?;
+    tracing::info!(account = %account_id, "provider account deleted");
+    Ok(())
 }
 
 /// Backoff after `failures` consecutive provider failures: 10 s doubling,
@@ -846,7 +939,8 @@ pub struct ReservationGauge {
     /// Instances held in its grants, running or stopped.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub held: i64,
-    /// Running instances on ordinary slots.
+    /// Running instances on ordinary slots, outside any grant
+    /// (`ordinaryInUse`).
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub ordinary: i64,
     /// `max(running instances, providerInUse)`.
@@ -858,29 +952,36 @@ pub struct ReservationGauge {
     /// Grants live now.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub active: i64,
-    /// How many reservations are bound (the limit may leave some out).
+    /// How many reservations are bound (beyond the limit, summed in the
+    /// [`OTHER`] row).
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub bound: i64,
 }
 
-/// The gauges of up to `limit` reservations bound to a pool and not gone,
-/// by account and reservation id, at `now`: one statement (the grants and
-/// the instances counted per reservation through their indexes), cheap
-/// enough for every round of the worker. Figures are those of the last
-/// settlement, which the `vps.grants` pass of the same round has just done.
+/// The name the gauges give the reservations beyond their limit, summed.
+pub const OTHER: &str = "other";
+
+/// The gauges of the reservations bound to a pool and not gone, at `now`:
+/// the first `limit` by account and reservation id one by one, the rest
+/// summed in one row whose account and reservation are [`OTHER`] (a label
+/// value no id takes). One statement (the grants and the instances counted
+/// per reservation through their indexes), cheap enough for every round of
+/// the worker. Figures are those of the last settlement.
 pub async fn gauges(
     conn: &mut AsyncPgConnection,
     now: i64,
     limit: i64,
 ) -> Result<Vec<ReservationGauge>> {
-    use diesel::sql_types::BigInt;
+    use diesel::sql_types::{BigInt, Text};
     Ok(diesel::sql_query(
-        "SELECT r.account_id, r.reservation_id, r.total, \
+        "WITH each AS ( \
+         SELECT r.account_id, r.reservation_id, r.total, \
            coalesce(g.granted, 0) AS granted, coalesce(g.scheduled, 0) AS scheduled, \
            coalesce(g.active, 0) AS active, coalesce(i.held, 0) AS held, \
            coalesce(i.ordinary, 0) AS ordinary, \
            greatest(coalesce(i.running, 0), r.provider_in_use) AS physical, \
-           count(*) OVER () AS bound \
+           count(*) OVER () AS bound, \
+           row_number() OVER (ORDER BY r.account_id, r.reservation_id) AS n \
          FROM reservations r \
          LEFT JOIN LATERAL ( \
            SELECT sum(slots) FILTER (WHERE starts_at <= $1 AND ends_at > $1)::bigint AS granted, \
@@ -894,11 +995,18 @@ pub async fn gauges(
                   count(*) FILTER (WHERE state = 'running') AS running \
            FROM instances WHERE account_id = r.account_id AND reservation_id = r.reservation_id \
              AND state <> 'deleted') i ON true \
-         WHERE r.pool_id IS NOT NULL AND r.status <> 'gone' \
-         ORDER BY r.account_id, r.reservation_id LIMIT $2",
+         WHERE r.pool_id IS NOT NULL AND r.status <> 'gone') \
+         SELECT CASE WHEN n <= $2 THEN account_id ELSE $3 END AS account_id, \
+           CASE WHEN n <= $2 THEN reservation_id ELSE $3 END AS reservation_id, \
+           sum(total)::bigint AS total, sum(granted)::bigint AS granted, \
+           sum(scheduled)::bigint AS scheduled, sum(active)::bigint AS active, \
+           sum(held)::bigint AS held, sum(ordinary)::bigint AS ordinary, \
+           sum(physical)::bigint AS physical, max(bound) AS bound \
+         FROM each GROUP BY 1, 2 ORDER BY min(n)",
     )
     .bind::<BigInt, _>(now)
     .bind::<BigInt, _>(limit)
+    .bind::<Text, _>(OTHER)
     .load(conn)
     .await?)
 }
