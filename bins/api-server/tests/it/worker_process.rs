@@ -100,8 +100,9 @@ async fn metrics_serve_pass_counters_and_sigterm_stops_the_worker() {
         assert!(Instant::now() < deadline, "no pass counters within 60 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    // A scrape without `Accept` gets the 0.0.4 text format.
     assert!(
-        body.contains("# TYPE bc_worker_pass_runs counter"),
+        body.contains("# TYPE bc_worker_pass_runs_total counter"),
         "{body}"
     );
     for pass in PASSES {
