@@ -26,6 +26,35 @@ pub(crate) struct Sample {
     pub(crate) value: f64,
 }
 
+/// Debian's python3 (where python3-prometheus-client installs), not a
+/// python3 a version manager puts first on PATH.
+fn python() -> String {
+    ["/usr/bin/python3", "python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .unwrap_or("python3")
+        .to_owned()
+}
+
+/// Runs `program` with `args`, `text` on its standard input; its output.
+fn pipe(program: &str, args: &[&str], text: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} runs (python3-prometheus-client, prometheus): {e}"));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    child.wait_with_output().expect("wait")
+}
+
 /// The exposition parsed by `prometheus_client`'s OpenMetrics parser
 /// (`python3-prometheus-client`): it fails the test on anything it refuses,
 /// and every family must have a HELP text.
@@ -41,27 +70,7 @@ for family in text_string_to_metric_families(sys.stdin.read()):
         out.append({"name": s.name, "labels": s.labels, "value": s.value})
 print(json.dumps(out))
 "#;
-    use std::io::Write;
-    // Debian's python3 (where python3-prometheus-client installs), not a
-    // python3 a version manager puts first on PATH.
-    let python = ["/usr/bin/python3", "python3"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file())
-        .unwrap_or("python3");
-    let mut child = std::process::Command::new(python)
-        .args(["-c", SCRIPT])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 (with python3-prometheus-client) runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("parser");
+    let out = pipe(&python(), &["-c", SCRIPT], text);
     assert!(
         out.status.success(),
         "the OpenMetrics parser refused the exposition: {}\n{text}",
@@ -464,25 +473,7 @@ for family in text_string_to_metric_families(sys.stdin.read()):
     names.extend(s.name for s in family.samples)
 print(json.dumps(names))
 "#;
-    use std::io::Write;
-    let python = ["/usr/bin/python3", "python3"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file())
-        .unwrap_or("python3");
-    let mut child = std::process::Command::new(python)
-        .args(["-c", SCRIPT])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 (with python3-prometheus-client) runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("parser");
+    let out = pipe(&python(), &["-c", SCRIPT], text);
     assert!(
         out.status.success(),
         "the text-format parser refused the exposition: {}\n{text}",
@@ -494,21 +485,7 @@ print(json.dumps(names))
 /// `promtool check metrics` (Debian's `prometheus`) on the exposition: it
 /// reads the text format only, and its lint must find nothing.
 fn promtool_check(text: &str) {
-    use std::io::Write;
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus) runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("promtool");
+    let out = pipe("promtool", &["check", "metrics"], text);
     assert!(
         out.status.success(),
         "promtool check metrics: {}{}\n{text}",
