@@ -1,5 +1,10 @@
 //! The HTTP client: `POST {endpoint}/api/compute/{module}/{method}` with
 //! the key as a bearer token and the acting tenant as `tenantId`.
+//!
+//! It follows no redirect: a 307 or 308 would have the request's body (a
+//! secret's value for `secrets put`) sent again to wherever the `Location`
+//! points, so a 3xx answer is reported as an error naming its status and
+//! `Location` instead.
 
 use serde_json::{Map, Value, json};
 
@@ -18,6 +23,7 @@ impl Client {
     pub fn new(target: Target, verbose: bool) -> Result<Client, Failure> {
         let http = reqwest::Client::builder()
             .user_agent(concat!("bcctl/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| Failure::Unexpected(e.to_string()))?;
         Ok(Client {
@@ -105,6 +111,9 @@ impl Client {
 }
 
 async fn read(answer: reqwest::Response) -> Result<Value, Failure> {
+    if answer.status().is_redirection() {
+        return Err(redirected(&answer));
+    }
     let status = answer.status().as_u16();
     let text = answer
         .text()
@@ -126,4 +135,20 @@ async fn read(answer: reqwest::Response) -> Result<Value, Failure> {
         message: e["message"].as_str().unwrap_or("no message").to_owned(),
         details: e.get("details").cloned().unwrap_or_else(|| json!({})),
     })
+}
+
+/// The failure of a request answered with a redirect, which bcctl does not
+/// follow.
+fn redirected(answer: &reqwest::Response) -> Failure {
+    let location = answer
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned());
+    Failure::Unexpected(format!(
+        "{} answered HTTP {} with Location {}; bcctl follows no redirect \
+         (set the endpoint to the address that answers)",
+        answer.url(),
+        answer.status(),
+        location.as_deref().unwrap_or("(none)"),
+    ))
 }

@@ -5,7 +5,7 @@
 //! | code | class |
 //! |---|---|
 //! | 0 | success |
-//! | 1 | unexpected: `INTERNAL`, an answer bcctl cannot read |
+//! | 1 | unexpected: `INTERNAL`, an answer bcctl cannot read, a redirect |
 //! | 2 | usage: bad flags or fields, found before anything is sent |
 //! | 3 | configuration: no endpoint or token, an unreadable profile |
 //! | 4 | `INVALID_INPUT`, `PAYLOAD_TOO_LARGE`, `METHOD_NOT_ALLOWED` |

@@ -651,6 +651,36 @@ pub fn grant_hours(
     stints: &[Stint],
     now: i64,
 ) -> Vec<HourRow> {
+    grant_hours_with(grant_id, slots, term, window, &[], stints, now)
+}
+
+/// The exact instance-milliseconds some of a grant's segments spent in one
+/// hour bucket, already summed (storage has the database sum its closed
+/// segments, up to now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketMs {
+    /// The bucket's start.
+    pub bucket: i64,
+    /// Held, running or stopped.
+    pub held_ms: i64,
+    /// Running.
+    pub usage_ms: i64,
+}
+
+/// [`grant_hours`] from segments of which some are already summed per
+/// bucket in `totals` (their buckets outside the rows are ignored) and the
+/// others given as `stints`: the same rows as [`grant_hours`] over all of
+/// them.
+pub fn grant_hours_with(
+    grant_id: &str,
+    slots: u32,
+    term: Term,
+    window: Term,
+    totals: &[BucketMs],
+    stints: &[Stint],
+    now: i64,
+) -> Vec<HourRow> {
     let Some(range) = term.intersection(&window) else {
         return Vec::new();
     };
@@ -681,6 +711,16 @@ pub fn grant_hours(
             {
                 *r += i128::from(ms);
             }
+        }
+    }
+    for t in totals {
+        if t.bucket < first || (t.bucket - first) % HOUR_MS != 0 {
+            continue;
+        }
+        let k = usize::try_from((t.bucket - first) / HOUR_MS).unwrap_or(usize::MAX);
+        if let (Some(h), Some(r)) = (held.get_mut(k), running.get_mut(k)) {
+            *h += i128::from(t.held_ms);
+            *r += i128::from(t.usage_ms);
         }
     }
     // The slot meter's cumulative value at `t`: slot-ms of the term before it.
@@ -872,5 +912,44 @@ mod tests {
         assert_eq!(one.len(), 1);
         assert_eq!((one[0].period_start, one[0].slot_micros), (h, 2_000_000));
         assert!(grant_hours("g", 2, term, Term::new(5 * h, 6 * h), &stints, h).is_empty());
+    }
+
+    #[test]
+    fn hours_from_bucket_totals_equal_hours_from_the_segments() {
+        let h = HOUR_MS;
+        let stints = vec![
+            stint("a", 0, Some(h / 2), true, Some("g")),
+            stint("a", h / 2, Some(3 * h + 7), false, Some("g")),
+            stint("a", 3 * h + 7, Some(5 * h), true, Some("g")),
+            stint("b", h + 5, None, true, Some("g")),
+            stint("c", 0, Some(2 * h), true, Some("other")),
+            stint("d", h, Some(2 * h), true, None),
+        ];
+        let term = Term::new(0, 5 * h);
+        let now = 4 * h + 11;
+        let all = grant_hours("g", 2, term, term, &stints, now);
+        // The closed segments of the grant, summed per bucket up to now.
+        let mut totals = Vec::new();
+        for s in stints.iter().filter(|s| s.grant_id.as_deref() == Some("g")) {
+            let Some(to) = s.to else { continue };
+            for (bucket, ms) in hour_buckets(s.from, to.min(now)) {
+                let usage_ms = if s.running { ms } else { 0 };
+                totals.push(BucketMs {
+                    bucket,
+                    held_ms: ms,
+                    usage_ms,
+                });
+            }
+        }
+        let open: Vec<Stint> = stints.iter().filter(|s| s.to.is_none()).cloned().collect();
+        assert_eq!(
+            grant_hours_with("g", 2, term, term, &totals, &open, now),
+            all
+        );
+        let later = Term::new(2 * h, 5 * h);
+        assert_eq!(
+            grant_hours_with("g", 2, term, later, &totals, &open, now),
+            grant_hours("g", 2, term, later, &stints, now)
+        );
     }
 }

@@ -35,14 +35,18 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   172.16.0.0/12, 192.168.0.0/16), link-local (169.254.0.0/16, which holds
 ///   the cloud metadata servers), "this network" (0.0.0.0/8, the unspecified
 ///   address included), shared address space (100.64.0.0/10, carrier-grade
-///   NAT), multicast (224.0.0.0/4) and the broadcast address
-///   (255.255.255.255).
+///   NAT), IETF protocol assignments (192.0.0.0/24), benchmarking
+///   (198.18.0.0/15), multicast (224.0.0.0/4) and reserved (240.0.0.0/4,
+///   the broadcast address 255.255.255.255 included).
 /// - IPv6: loopback (`::1`), unspecified (`::`), link-local (fe80::/10),
-///   unique local (fc00::/7), the deprecated site-local (fec0::/10) and
-///   multicast (ff00::/8).
-/// - IPv6 addresses that carry an IPv4 address are judged by that address:
-///   IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`) and NAT64
-///   (64:ff9b::/96).
+///   unique local (fc00::/7), the deprecated site-local (fec0::/10),
+///   multicast (ff00::/8) and the local-use NAT64 prefix (64:ff9b:1::/48,
+///   RFC 8215) whole: the site's own translator decides where an IPv4
+///   address sits inside it, so no embedded address can be read from it.
+/// - IPv6 addresses that carry an IPv4 address at a fixed place are judged
+///   by that address: IPv4-mapped (`::ffff:a.b.c.d`), IPv4-translated
+///   (`::ffff:0:a.b.c.d`), IPv4-compatible (`::a.b.c.d`), well-known NAT64
+///   (64:ff9b::/96) and 6to4 (2002:AABB:CCDD::/48 carries a.b.c.d).
 pub(crate) fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_internal_v4(v4),
@@ -50,25 +54,48 @@ pub(crate) fn is_internal(ip: IpAddr) -> bool {
     }
 }
 
+/// IPv4 ranges refused besides those std names (`is_loopback`, ...):
+/// (network, prefix length).
+const INTERNAL_V4: [(Ipv4Addr, u32); 5] = [
+    (Ipv4Addr::new(0, 0, 0, 0), 8),
+    (Ipv4Addr::new(100, 64, 0, 0), 10),
+    (Ipv4Addr::new(192, 0, 0, 0), 24),
+    (Ipv4Addr::new(198, 18, 0, 0), 15),
+    (Ipv4Addr::new(240, 0, 0, 0), 4),
+];
+
+fn in_v4_net(ip: Ipv4Addr, (net, len): (Ipv4Addr, u32)) -> bool {
+    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+    u32::from(ip) & mask == u32::from(net)
+}
+
 fn is_internal_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, _, _] = ip.octets();
     ip.is_loopback()
         || ip.is_private()
         || ip.is_link_local()
-        || a == 0
-        || (a == 100 && (64..128).contains(&b))
         || ip.is_multicast()
         || ip.is_broadcast()
+        || INTERNAL_V4.iter().any(|net| in_v4_net(ip, *net))
+}
+
+/// The IPv4 address in segments `hi` and `lo` of an IPv6 address.
+fn v4_of(hi: u16, lo: u16) -> Ipv4Addr {
+    Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))
 }
 
 fn is_internal_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return is_internal_v4(v4);
-    }
     let s = ip.segments();
-    // `::a.b.c.d` (`::` and `::1` included) and 64:ff9b::a.b.c.d.
-    if s[..6] == [0; 6] || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let v4 = Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7]));
+    let embedded = match s {
+        // ::ffff:a.b.c.d (mapped) and ::ffff:0:a.b.c.d (translated).
+        [0, 0, 0, 0, 0, 0xffff, hi, lo] | [0, 0, 0, 0, 0xffff, 0, hi, lo] => Some(v4_of(hi, lo)),
+        // ::a.b.c.d (compatible; `::` and `::1` included) and the
+        // well-known NAT64 prefix 64:ff9b::/96.
+        [0, 0, 0, 0, 0, 0, hi, lo] | [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(v4_of(hi, lo)),
+        // 6to4: 2002:AABB:CCDD::/48.
+        [0x2002, hi, lo, ..] => Some(v4_of(hi, lo)),
+        _ => None,
+    };
+    if let Some(v4) = embedded {
         return is_internal_v4(v4);
     }
     ip.is_loopback()
@@ -77,6 +104,7 @@ fn is_internal_v6(ip: Ipv6Addr) -> bool {
         || ip.is_unique_local()
         || (s[0] & 0xffc0) == 0xfec0
         || ip.is_multicast()
+        || s[..3] == [0x64, 0xff9b, 1]
 }
 
 /// A name that resolved only to addresses the guard refuses. Travels inside
@@ -256,6 +284,98 @@ mod tests {
         }
     }
 
+    /// The ranges the guard missed before: each is refused at its edges, in
+    /// every IPv6 embedding, and its neighbours stay allowed.
+    #[test]
+    fn reserved_and_special_purpose_v4_ranges_are_internal() {
+        for s in [
+            "192.0.0.0",
+            "192.0.0.170",
+            "192.0.0.255",
+            "198.18.0.0",
+            "198.19.255.255",
+            "240.0.0.1",
+            "250.1.2.3",
+            "255.255.255.254",
+        ] {
+            assert!(is_internal(ip(s)), "{s} should be refused");
+            let v4: Ipv4Addr = s.parse().expect("an IPv4 address");
+            let [a, b, c, d] = v4.octets();
+            let (hi, lo) = (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d]));
+            for v6 in [
+                format!("::ffff:{s}"),
+                format!("::ffff:0:{s}"),
+                format!("::{s}"),
+                format!("64:ff9b::{s}"),
+                format!("2002:{hi:x}:{lo:x}::1"),
+            ] {
+                assert!(is_internal(ip(&v6)), "{v6} should be refused");
+            }
+        }
+        for s in [
+            "192.0.1.0",
+            "191.255.255.255",
+            "198.17.255.255",
+            "198.20.0.0",
+        ] {
+            assert!(!is_internal(ip(s)), "{s} should be allowed");
+        }
+    }
+
+    #[test]
+    fn ipv4_embeddings_are_judged_by_their_ipv4_address() {
+        for internal in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+        ] {
+            let v4: Ipv4Addr = internal.parse().expect("an IPv4 address");
+            let [a, b, c, d] = v4.octets();
+            let (hi, lo) = (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d]));
+            for v6 in [
+                format!("::ffff:{internal}"),
+                format!("::ffff:0:{internal}"),
+                format!("::{internal}"),
+                format!("64:ff9b::{internal}"),
+                format!("2002:{hi:x}:{lo:x}::"),
+                format!("2002:{hi:x}:{lo:x}:ffff:ffff:ffff:ffff:ffff"),
+            ] {
+                assert!(is_internal(ip(&v6)), "{v6} should be refused");
+            }
+        }
+        for public in ["8.8.8.8", "142.250.74.10", "1.1.1.1"] {
+            let v4: Ipv4Addr = public.parse().expect("an IPv4 address");
+            let [a, b, c, d] = v4.octets();
+            let (hi, lo) = (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d]));
+            for v6 in [
+                format!("::ffff:{public}"),
+                format!("::ffff:0:{public}"),
+                format!("::{public}"),
+                format!("64:ff9b::{public}"),
+                format!("2002:{hi:x}:{lo:x}::1"),
+            ] {
+                assert!(!is_internal(ip(&v6)), "{v6} should be allowed");
+            }
+        }
+    }
+
+    /// The local-use NAT64 prefix is refused whole, whatever its low bits.
+    #[test]
+    fn local_use_nat64_prefix_is_internal() {
+        for s in [
+            "64:ff9b:1::",
+            "64:ff9b:1::808:808",
+            "64:ff9b:1:ffff:ffff:ffff:ffff:ffff",
+        ] {
+            assert!(is_internal(ip(s)), "{s} should be refused");
+        }
+        for s in ["64:ff9b:2::808:808", "64:ff9b:0:1::808:808"] {
+            assert!(!is_internal(ip(s)), "{s} should be allowed");
+        }
+    }
+
     #[test]
     fn public_addresses() {
         for s in [
@@ -275,6 +395,7 @@ mod tests {
             "fe7f::1",
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",
+            "2002:808:808::1",
         ] {
             assert!(!is_internal(ip(s)), "{s} should be allowed");
         }

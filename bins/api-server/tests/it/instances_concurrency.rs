@@ -10,8 +10,8 @@ use serde_json::json;
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::{instances_in_db, quotas_in_db};
 use crate::support::fixtures::{
-    Platform, create_instance, create_instance_ok, grant, grant_of, id, instance_op,
-    instance_op_ok, kind, offer, platform, quotas, set_quota, tenant_with_pool,
+    Platform, create_instance, create_instance_ok, grant, grant_of, grant_on, id, instance_op,
+    instance_op_ok, kind, offer, platform, quotas, second_account, set_quota, tenant_with_pool,
 };
 use crate::support::server::{Answer, Server};
 
@@ -281,5 +281,68 @@ async fn tenant_deletion_racing_creates_and_starts_leaves_nothing_of_the_tenant_
         );
         let q = quotas_in_db(&s, &tenant).await;
         assert!(q.iter().all(|r| r.used == 0), "round {round}: {q:?}");
+    }
+}
+
+/// `instances.start` of a stopped instance whose grant has just ended
+/// races `instances.create` in the same pool, 50 times. Settlement moves
+/// the instance off its reservation (`res-b`), so the start places it over
+/// the pool, whose candidates `res-a` and `res-b` the create locks in id
+/// order (it reaches `res-b` because the tenant holds a live, full grant
+/// there). Each answers 200 every round: neither waits on a reservation
+/// behind one it holds, so PostgreSQL never has to break a deadlock (which
+/// would surface as a 500).
+#[tokio::test(flavor = "multi_thread")]
+async fn start_after_its_grant_ended_races_create_without_deadlock() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 8).await;
+    let (_fake, account_b, res_b) = second_account(&s, &p.pool, 8).await;
+    assert!(p.reservation < res_b, "res-a comes first in the lock order");
+    let token = p.tenant_token.clone();
+    let acme = p.tenant.as_str();
+    // A live grant on res-b, full, so that creates visit res-b and an
+    // ending grant's instances have no renewal to move into.
+    let long = grant_on(&s, &account_b, &res_b, acme, 1, T0, T0 + 1000 * HOUR).await;
+    let held = create_instance_ok(&s, &token, acme, &p.pool, "held", json!({})).await;
+    assert_eq!(grant_of(&held).as_deref(), Some(long.as_str()));
+
+    let mut now = T0;
+    for round in 0..50 {
+        let ending = grant_on(&s, &account_b, &res_b, acme, 1, now, now + HOUR).await;
+        let key = format!("x{round}");
+        let x = create_instance_ok(&s, &token, acme, &p.pool, &key, json!({})).await;
+        assert_eq!(
+            grant_of(&x).as_deref(),
+            Some(ending.as_str()),
+            "round {round}"
+        );
+        instance_op_ok(&s, &token, acme, "stop", &id(&x)).await;
+        now += 2 * HOUR;
+        s.set_clock(now).await;
+
+        let key = format!("y{round}");
+        let x = id(&x);
+        let (started, created) = tokio::join!(
+            instance_op(&s, &token, acme, "start", &x),
+            create_instance(&s, &token, acme, &p.pool, &key, json!({})),
+        );
+        assert_eq!(
+            started.status, 200,
+            "round {round}: start: {}",
+            started.body
+        );
+        assert_eq!(
+            created.status, 200,
+            "round {round}: create: {}",
+            created.body
+        );
+        let started = &started.body["instance"];
+        assert_eq!(started["state"], "running", "round {round}");
+        assert_eq!(grant_of(started), None, "round {round}: its grant ended");
+        // Both landed on ordinary slots; delete them for the next round.
+        for inst in [started.clone(), created.body["instance"].clone()] {
+            instance_op_ok(&s, &token, acme, "delete", &id(&inst)).await;
+        }
     }
 }

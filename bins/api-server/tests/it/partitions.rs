@@ -195,3 +195,110 @@ async fn an_archived_month_is_refused_by_usage_list_and_never_created_again() {
     .await;
     assert_eq!(back.as_deref(), Ok(""));
 }
+
+#[derive(QueryableByName, Debug, PartialEq, Eq)]
+struct Source {
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    src: String,
+}
+
+/// The bodies of the two partition functions and of the key function (if
+/// there is one), by name.
+async fn partition_function_sources(conn: &mut AsyncPgConnection) -> Vec<Source> {
+    diesel::sql_query(
+        "SELECT proname::text AS name, prosrc AS src FROM pg_proc \
+         WHERE proname IN ('bc_ensure_month_partitions', 'bc_detach_month', \
+                           'bc_month_partition_key') \
+         ORDER BY proname",
+    )
+    .load(conn)
+    .await
+    .expect("function sources")
+}
+
+/// The body (between `$$`) of `CREATE FUNCTION name` in a migration's SQL.
+fn body_in(sql: &str, name: &str) -> String {
+    let start = sql
+        .find(&format!("CREATE FUNCTION {name}("))
+        .unwrap_or_else(|| panic!("{name} in the migration"));
+    let rest = &sql[start..];
+    let open = rest.find("$$").expect("$$") + 2;
+    let close = rest[open..].find("$$").expect("closing $$") + open;
+    rest[open..close].to_owned()
+}
+
+/// The partition key of each partitioned table is spelled once, in
+/// `bc_month_partition_key`, which both partition functions call; the
+/// migration that made it (`2026-12-07-000001_month_partition_key`) undoes
+/// to exactly the functions `monthly_partitions` wrote, and redoes cleanly;
+/// the functions keep refusing a table that is not partitioned by month.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_partition_key_is_spelled_once_and_its_migration_undoes_exactly() {
+    use diesel_async::SimpleAsyncConnection;
+    const PARTITIONS: &str =
+        include_str!("../../../../migrations/2026-12-06-000001_monthly_partitions/up.sql");
+    const UP: &str =
+        include_str!("../../../../migrations/2026-12-07-000001_month_partition_key/up.sql");
+    const DOWN: &str =
+        include_str!("../../../../migrations/2026-12-07-000001_month_partition_key/down.sql");
+    let s = Server::start().await;
+    let mut conn = db(&s).await;
+
+    let now = partition_function_sources(&mut conn).await;
+    let names: Vec<&str> = now.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "bc_detach_month",
+            "bc_ensure_month_partitions",
+            "bc_month_partition_key"
+        ]
+    );
+    for f in &now {
+        let cases = f
+            .src
+            .matches("WHEN 'usage_records' THEN 'period_start'")
+            .count();
+        let expected = usize::from(f.name == "bc_month_partition_key");
+        assert_eq!(cases, expected, "{}: {}", f.name, f.src);
+    }
+
+    conn.batch_execute(DOWN).await.expect("down.sql");
+    let before = partition_function_sources(&mut conn).await;
+    let expected: Vec<Source> = ["bc_detach_month", "bc_ensure_month_partitions"]
+        .into_iter()
+        .map(|name| Source {
+            name: name.to_owned(),
+            src: body_in(PARTITIONS, name),
+        })
+        .collect();
+    assert_eq!(
+        before, expected,
+        "down.sql restores monthly_partitions' functions"
+    );
+
+    conn.batch_execute(UP).await.expect("up.sql again");
+    assert_eq!(partition_function_sources(&mut conn).await, now);
+    for parent in ["usage_records", "events"] {
+        let made = call(
+            &mut conn,
+            &format!("SELECT bc_ensure_month_partitions('{parent}', {MAR}, {MAR})::text AS v"),
+        )
+        .await;
+        assert_eq!(made.as_deref(), Ok("1"), "{parent}");
+    }
+    for sql in [
+        format!("SELECT bc_ensure_month_partitions('instances', {MAR}, {MAR})::text AS v"),
+        format!("SELECT bc_detach_month('instances', {T0}, {MAR})::text AS v"),
+    ] {
+        let refused = call(&mut conn, &sql).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains("instances is not partitioned by month")),
+            "{sql}: {refused:?}"
+        );
+    }
+}

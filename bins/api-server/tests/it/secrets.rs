@@ -420,3 +420,101 @@ async fn a_deleted_tenants_secrets_are_deleted_with_it() {
             .expect("count");
     assert_eq!(left.n, 0);
 }
+
+/// Many `secrets.put` of one name at once, each with its own value: for
+/// each of four names, a wave that creates the row, then a wave that
+/// replaces it. Every answer is 200 (or `UNAVAILABLE`, a retryable contract
+/// error), exactly one row per name remains, it decrypts to one of the
+/// values of the last wave and its fingerprint is that value's, its
+/// `createdAt` is the first wave's instant and `updatedAt` the last's.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_puts_of_one_name_leave_one_row_holding_one_of_the_values() {
+    const PUTS: usize = 32;
+    const NAMES: [&str; 4] = ["gce-a", "gce-b", "gce-c", "gce-d"];
+    let s = server_with_key().await;
+    let acme = s.tenant("acme").await;
+    let keyring =
+        storage::crypto::Keyring::from_config(Some(SECRETS_KEY), None).expect("the test key");
+    let mut now = crate::support::clock::T0;
+    for name in NAMES {
+        let first_at = now;
+        for wave in 0..2 {
+            s.set_clock(now).await;
+            let values: Vec<String> = (0..PUTS)
+                .map(|i| format!("ya29.{name}-wave-{wave}-value-{i}"))
+                .collect();
+            let answers = futures::future::join_all(
+                values
+                    .iter()
+                    .map(|v| s.call(&acme, "secrets/put", put_body("acme", name, v))),
+            )
+            .await;
+            let mut fingerprints = Vec::new();
+            for a in &answers {
+                match a.status {
+                    200 => {
+                        let secret = &a.body["secret"];
+                        assert_eq!(secret["createdAt"], first_at, "{name} {wave}: {}", a.body);
+                        assert_eq!(secret["updatedAt"], now, "{name} {wave}: {}", a.body);
+                        fingerprints.push(secret["fingerprint"].as_str().expect("fp").to_owned());
+                    }
+                    _ => assert_eq!(a.code(), "UNAVAILABLE", "{name} {wave}: {}", a.body),
+                }
+            }
+            assert!(!fingerprints.is_empty(), "{name} {wave}: no put succeeded");
+
+            let mut conn = db(&s).await;
+            let rows: Vec<StoredAt> = diesel::sql_query(
+                "SELECT fingerprint, key_id, nonce, ciphertext, created_at, updated_at \
+                 FROM secrets WHERE tenant_id = 'acme' AND name = $1",
+            )
+            .bind::<Text, _>(name)
+            .load(&mut conn)
+            .await
+            .expect("rows");
+            assert_eq!(rows.len(), 1, "{name} {wave}: one row per name");
+            let row = &rows[0];
+            assert_eq!((row.created_at, row.updated_at), (first_at, now));
+            let sealed = storage::crypto::Sealed {
+                key_id: row.key_id.clone(),
+                nonce: row.nonce.clone(),
+                ciphertext: row.ciphertext.clone(),
+            };
+            let value = keyring
+                .open("acme", name, &sealed)
+                .expect("the row decrypts");
+            assert!(
+                values.contains(&value),
+                "{name} {wave}: a value of this wave"
+            );
+            assert_eq!(row.fingerprint, providers::auth::fingerprint(&value));
+            assert!(fingerprints.contains(&row.fingerprint), "{name} {wave}");
+            now += 60_000;
+        }
+    }
+    let listed = s
+        .call(&acme, "secrets/list", json!({ "tenantId": "acme" }))
+        .await
+        .ok();
+    assert_eq!(
+        listed["items"].as_array().map(Vec::len),
+        Some(NAMES.len()),
+        "{listed}"
+    );
+}
+
+#[derive(QueryableByName)]
+struct StoredAt {
+    #[diesel(sql_type = Text)]
+    fingerprint: String,
+    #[diesel(sql_type = Text)]
+    key_id: String,
+    #[diesel(sql_type = Bytea)]
+    nonce: Vec<u8>,
+    #[diesel(sql_type = Bytea)]
+    ciphertext: Vec<u8>,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    created_at: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    updated_at: i64,
+}

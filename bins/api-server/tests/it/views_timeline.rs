@@ -702,3 +702,139 @@ async fn capacity_changes_and_the_loss_of_the_reservation_are_on_the_timeline() 
         .ok();
     assert!(in_use(&future).is_empty());
 }
+
+/// Stop/start cycles of one instance in the history below.
+const CYCLES: i64 = 100_000;
+/// One cycle: running 9 s, then stopped 9 s (200 cycles an hour).
+const CYCLE_MS: i64 = 18_000;
+
+/// A grantee stopped and started one instance 100,000 times (written in
+/// SQL as the API writes it: a running then a stopped segment in the grant
+/// per cycle, each starting where the last ended, then the open running
+/// segment). The timeline, `reservationGrants.usage` and a notices pass
+/// answer exactly, and the segment rows each reads from the database are
+/// bounded by its answer, not by the history. The bound is on rows the
+/// storage readers return (what the process loads and walks), counted by
+/// calling them with the arguments the operations use; a wall-time bound
+/// would fail on a loaded machine:
+/// - the timeline loads the running spans: one per start, so at most half
+///   its `inUse` steps plus one (the 200,001 segments were loaded before,
+///   stops included);
+/// - usage loads one row per hour bucket its segments touch, at most its
+///   answer's rows (720 here, against 200,001 segments before);
+/// - the notices load what the grant held merged per instance: one row
+///   for an instance that never left the grant (200,001 before).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hundred_thousand_stop_start_cycles_keep_views_and_notices_bounded() {
+    use diesel::sql_types::{BigInt, Text};
+    use diesel_async::RunQueryDsl;
+    use grants_core::Term;
+    use storage::model::segment;
+
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, 4).await;
+    let g = grant(&s, &p, "acme", 2, T0, T0 + 30 * DAY).await;
+    let x = create_instance_ok(&s, &p.tenant_token, "acme", &p.pool, "x", json!({})).await;
+    assert_eq!(crate::support::fixtures::placement(&x), in_grant(&g));
+    let mut conn = crate::support::db::db(&s).await;
+    diesel::sql_query("DELETE FROM placement_segments WHERE instance_id = $1")
+        .bind::<Text, _>(id(&x))
+        .execute(&mut conn)
+        .await
+        .expect("delete");
+    let last = T0 + CYCLES * CYCLE_MS;
+    assert_eq!(last, T0 + 500 * HOUR);
+    let inserted = diesel::sql_query(
+        "INSERT INTO placement_segments \
+           (instance_id, from_ms, to_ms, kind, running, grant_id, account_id, reservation_id) \
+         SELECT $1, $2 + k * $3 + h * ($3 / 2), $2 + k * $3 + (h + 1) * ($3 / 2), 'grant', \
+                h = 0, $4, $5, $6 \
+         FROM generate_series(0::bigint, $7 - 1) k, generate_series(0::bigint, 1) h \
+         UNION ALL SELECT $1, $2 + $7 * $3, NULL, 'grant', true, $4, $5, $6",
+    )
+    .bind::<Text, _>(id(&x))
+    .bind::<BigInt, _>(T0)
+    .bind::<BigInt, _>(CYCLE_MS)
+    .bind::<Text, _>(&g)
+    .bind::<Text, _>(&p.account)
+    .bind::<Text, _>(&p.reservation)
+    .bind::<BigInt, _>(CYCLES)
+    .execute(&mut conn)
+    .await
+    .expect("the history");
+    assert_eq!(inserted, 2 * CYCLES as usize + 1);
+    let now = last + 30 * MIN;
+    s.set_clock(now).await;
+
+    // The timeline: one step per start and per stop, then the open one.
+    let t = timeline(&s, ROOT_TOKEN, ROOT, &p, T0, T0 + 501 * HOUR)
+        .await
+        .ok();
+    let steps = in_use(&t);
+    assert_eq!(steps.len(), 2 * CYCLES as usize + 1);
+    assert_eq!(
+        steps[..3],
+        [
+            (0, 9_000, 1, 0),
+            (9_000, 18_000, 0, 0),
+            (18_000, 27_000, 1, 0)
+        ]
+    );
+    assert_eq!(
+        steps[steps.len() - 2..],
+        [
+            (500 * HOUR - 9_000, 500 * HOUR, 0, 0),
+            (500 * HOUR, 500 * HOUR + 30 * MIN, 1, 0)
+        ]
+    );
+    let running = segment::running_spans(&mut conn, &p.account, &p.reservation, Term::new(T0, now))
+        .await
+        .expect("running spans");
+    assert_eq!(running.len(), CYCLES as usize);
+    assert!(running.len() <= steps.len() / 2 + 1);
+
+    // Usage: every hour held the instance throughout and ran it half.
+    let u = usage(&s, &p.tenant_token, "acme", &g, None).await.ok();
+    let got = rows(&u);
+    assert_eq!(got.len(), 720);
+    for (k, r) in got.iter().enumerate() {
+        let k = i64::try_from(k).expect("k");
+        let expected = match k {
+            0..500 => row(k * HOUR, 2, "2.000000", "1.000000", "0.500000"),
+            500 => row(k * HOUR, 2, "2.000000", "0.500000", "0.500000"),
+            _ => row(k * HOUR, 2, "2.000000", "0.000000", "0.000000"),
+        };
+        assert_eq!(*r, expected, "hour {k}");
+    }
+    let hours = Term::new(T0, now);
+    let buckets = segment::grant_bucket_ms(&mut conn, &p.account, &p.reservation, &g, hours)
+        .await
+        .expect("bucket sums");
+    assert_eq!(buckets.len(), 500);
+    assert!(buckets.len() <= got.len());
+
+    // Notices: the last 24 hours held one instance of two slots.
+    let env = [("BC_EXPIRY_NOTICES", "none"), ("BC_UNDERUSE_RATIO", "0.6")];
+    let (status, err) = worker::once_with(&s, &["vps.grants"], &env).await;
+    assert!(status.success(), "{err}");
+    let underused = s
+        .events_of(ROOT_TOKEN, ROOT, "reservation-grant.underused")
+        .await;
+    assert_eq!(underused.len(), 1, "{underused:?}");
+    let d = &underused[0]["data"];
+    assert_eq!(d["grantId"], g.as_str());
+    assert_eq!(
+        (&d["utilisation"], &d["suggestedSlots"]),
+        (&json!("0.500000"), &json!(1))
+    );
+    let held = segment::held_spans(&mut conn, &p.account, &p.reservation, &g, hours)
+        .await
+        .expect("held spans");
+    assert_eq!(
+        held.iter()
+            .map(|h| (h.from - T0, h.to.map(|t| t - T0)))
+            .collect::<Vec<_>>(),
+        [(0, Some(500 * HOUR))]
+    );
+}

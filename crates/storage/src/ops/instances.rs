@@ -261,14 +261,6 @@ fn capacity_error(view: &ReservationView) -> StorageError {
     .with("available", view.available())
 }
 
-/// Locks the candidate reservations `decide` would lock, in its order.
-async fn lock_candidates(conn: &mut AsyncPgConnection, pool_id: &str, flavor: &str) -> Result<()> {
-    for (account_id, reservation_id) in ReservationRow::candidates(conn, pool_id, flavor).await? {
-        locks::reservation(conn, &account_id, &reservation_id).await?;
-    }
-    Ok(())
-}
-
 /// Places an instance over the pool's candidate reservations (bound, of the
 /// flavor, ready), in reservation id order, each locked and settled before
 /// its decision. No candidate: on-demand. All refuse: `CAPACITY_UNAVAILABLE`
@@ -604,27 +596,87 @@ pub async fn stop(
 
 /// `instances.start`: back into its grant if that grant is still live,
 /// otherwise placed again like a new instance.
+///
+/// Lock order: placing it again locks the pool's candidate reservations in
+/// id order, and those must be locked before the instance row and before
+/// no reservation of a later id (a concurrent `instances.create` locks them
+/// in that order). An instance off any reservation has its candidates
+/// locked first. One on a reservation locks only that reservation, unless
+/// it turns out, once settled there, to need a placement (its grant ended
+/// or was cancelled): then the transaction rolls back and starts again
+/// with the candidates and its reservation locked first, in id order.
 pub async fn start(
     conn: &mut AsyncPgConnection,
     tenant: &str,
     instance_id: &str,
     now: i64,
 ) -> Result<InstanceRow> {
-    conn.transaction::<_, StorageError, _>(async move |conn| {
+    match start_once(conn, tenant, instance_id, now, false).await {
+        Err(StartError::NeedsPool) => {}
+        Err(StartError::Storage(e)) => return Err(e),
+        Ok(inst) => return Ok(inst),
+    }
+    match start_once(conn, tenant, instance_id, now, true).await {
+        Err(StartError::NeedsPool) => Err(StorageError::internal(
+            "the instance needed a placement with its pool's reservations unlocked",
+        )),
+        Err(StartError::Storage(e)) => Err(e),
+        Ok(inst) => Ok(inst),
+    }
+}
+
+/// Why one try of [`start`] gave up.
+enum StartError {
+    /// It needs a placement over its pool but did not lock the candidates
+    /// first: roll back and try again locking them.
+    NeedsPool,
+    /// A failure of the operation.
+    Storage(StorageError),
+}
+
+impl From<StorageError> for StartError {
+    fn from(e: StorageError) -> Self {
+        StartError::Storage(e)
+    }
+}
+
+impl From<diesel::result::Error> for StartError {
+    fn from(e: diesel::result::Error) -> Self {
+        StartError::Storage(e.into())
+    }
+}
+
+/// One try of [`start`]; with `lock_pool`, the pool's candidates and the
+/// instance's reservation are locked first whatever its placement.
+async fn start_once(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+    lock_pool: bool,
+) -> std::result::Result<InstanceRow, StartError> {
+    conn.transaction::<_, StartError, _>(async move |conn| {
         let mut events = Vec::new();
-        // Lock order: an instance off any reservation may be placed on any
-        // candidate of its pool, so those are locked before its row (as
-        // `decide` will lock them), never after it.
+        let mut pool_locked = false;
         if let Some(peek) = InstanceRow::find(conn, instance_id)
             .await?
             .filter(|r| r.tenant_id == tenant)
-            && peek.reservation_id.is_none()
+            && (lock_pool || peek.reservation_id.is_none())
         {
-            lock_candidates(conn, &peek.pool_id, &peek.flavor).await?;
+            let mut rows = ReservationRow::candidates(conn, &peek.pool_id, &peek.flavor).await?;
+            if let (Some(a), Some(r)) = (&peek.account_id, &peek.reservation_id) {
+                rows.push((a.clone(), r.clone()));
+            }
+            rows.sort_by(|(a1, r1), (a2, r2)| (r1, a1).cmp(&(r2, a2)));
+            rows.dedup();
+            for (account_id, reservation_id) in &rows {
+                locks::reservation(conn, account_id, reservation_id).await?;
+            }
+            pool_locked = true;
         }
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         match inst.state {
-            InstanceState::Deleted => return Err(deleted_instance()),
+            InstanceState::Deleted => return Err(deleted_instance().into()),
             InstanceState::Running => {
                 events::publish(conn, now, events).await?;
                 return Ok(inst);
@@ -643,6 +695,7 @@ pub async fn start(
                     grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
                 Target::from_seat(seat, r)
             }
+            _ if !pool_locked => return Err(StartError::NeedsPool),
             _ => {
                 decide(
                     conn,
@@ -657,7 +710,7 @@ pub async fn start(
         };
         place_at(conn, &inst, &target, InstanceState::Running, now).await?;
         events::publish(conn, now, events).await?;
-        get(conn, tenant, instance_id).await
+        Ok(get(conn, tenant, instance_id).await?)
     })
     .await
 }

@@ -15,6 +15,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::notices::{self, ExpiryNotice, UNDERUSE_WINDOW_MS, UsageSummary};
+use grants_core::views::Stint;
 use grants_core::{GrantState, Term};
 use serde_json::{Value, json};
 
@@ -23,7 +24,7 @@ use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
-use crate::model::segment::SegmentRow;
+use crate::model::segment::{self, SegmentRow};
 use crate::ops::timeline;
 use crate::schema::grant_expiry_notices;
 
@@ -210,6 +211,8 @@ async fn on_reservation(
     // All open grants, the scheduled ones too: a notice names the grant that
     // renews the expiring one.
     let open = locks::open_grants(conn, res).await?;
+    // Read once, when a grant first needs them.
+    let mut open_segments: Option<Vec<Stint>> = None;
     let mut outcome = NoticeOutcome::default();
     for g in open
         .iter()
@@ -231,17 +234,28 @@ async fn on_reservation(
         if expiring.is_empty() && window.is_none() {
             continue;
         }
-        let stints: Vec<_> = SegmentRow::on_reservation(
+        // Settled just now: the open segments are where they are. The
+        // closed ones come merged into what the grant held.
+        let mut stints = segment::held_spans(
             conn,
             &res.account_id,
             &res.reservation_id,
+            &g.grant_id,
             Term::new(g.starts_at, now),
-            Some(&g.grant_id),
         )
-        .await?
-        .into_iter()
-        .map(SegmentRow::into_stint)
-        .collect();
+        .await?;
+        if open_segments.is_none() {
+            let rows =
+                SegmentRow::open_on_reservation(conn, &res.account_id, &res.reservation_id).await?;
+            open_segments = Some(rows.into_iter().map(SegmentRow::into_stint).collect());
+        }
+        stints.extend(
+            open_segments
+                .iter()
+                .flatten()
+                .filter(|s| s.grant_id.as_deref() == Some(g.grant_id.as_str()))
+                .cloned(),
+        );
         let slots = u32::try_from(g.slots).unwrap_or(0);
         if !expiring.is_empty() {
             let term = Term::new(g.starts_at, g.ends_at);

@@ -16,7 +16,7 @@ use crate::error::{Result, StorageError};
 use crate::model::events;
 use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
-use crate::model::segment::SegmentRow;
+use crate::model::segment::{self, SegmentRow};
 use crate::ops::grants::Grant;
 use crate::ops::timeline;
 use crate::schema::provider_accounts;
@@ -74,29 +74,42 @@ async fn preview(
     Ok(Some(views::preview_settlement(&open, &seated, now)))
 }
 
-/// The placement segments on `res` meeting `window` (with `grant`: those
-/// of that grant and the open ones), with the `due` transitions applied as
-/// settlement will write them.
-async fn projected_stints(
+/// The open placement segments on `res`, with the `due` transitions
+/// applied as settlement will write them (closing some at their instants
+/// and opening the next).
+async fn projected_open(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
-    window: Term,
-    grant: Option<&str>,
     due: Option<&SettlementPreview>,
 ) -> Result<Vec<Stint>> {
-    if window.is_empty() {
-        return Ok(Vec::new());
-    }
-    let stints: Vec<Stint> =
-        SegmentRow::on_reservation(conn, &res.account_id, &res.reservation_id, window, grant)
+    let open: Vec<Stint> =
+        SegmentRow::open_on_reservation(conn, &res.account_id, &res.reservation_id)
             .await?
             .into_iter()
             .map(SegmentRow::into_stint)
             .collect();
     Ok(match due {
-        Some(due) => views::project_stints(&stints, &due.transitions),
-        None => stints,
+        Some(due) => views::project_stints(&open, &due.transitions),
+        None => open,
     })
+}
+
+/// What the in-use steps of `res` over `window` are computed from: its
+/// running closed segments merged by the database, and its open segments
+/// projected by the `due` transitions.
+async fn running_stints(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    window: Term,
+    due: Option<&SettlementPreview>,
+) -> Result<Vec<Stint>> {
+    if window.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut stints =
+        segment::running_spans(conn, &res.account_id, &res.reservation_id, window).await?;
+    stints.extend(projected_open(conn, res, due).await?);
+    Ok(stints)
 }
 
 /// `reservations.timeline` of `tenant` over `window` at `now`. The owner of
@@ -134,7 +147,7 @@ pub async fn timeline(
     };
     let due = preview(conn, &res, now).await?;
     let in_use_window = Term::new(window.start, window.end.min(now));
-    let stints = projected_stints(conn, &res, in_use_window, None, due.as_ref()).await?;
+    let stints = running_stints(conn, &res, in_use_window, due.as_ref()).await?;
     let mut grantees: Vec<String> = rows.iter().map(|g| g.tenant_id.clone()).collect();
     grantees.sort();
     grantees.dedup();
@@ -255,15 +268,26 @@ pub async fn grant_usage(
         bucket_start(range.start),
         bucket_start(range.end - 1).saturating_add(HOUR_MS).min(now),
     );
-    let stints = match ReservationRow::find(conn, &row.account_id, &row.reservation_id).await? {
-        Some(res) => {
-            let due = preview(conn, &res, now).await?;
-            projected_stints(conn, &res, hours, Some(grant_id), due.as_ref()).await?
-        }
-        None => Vec::new(),
-    };
+    // Closed segments are summed per bucket by the database; the open ones
+    // (which settlement may still move) are projected here.
+    let (totals, stints) =
+        match ReservationRow::find(conn, &row.account_id, &row.reservation_id).await? {
+            Some(res) if !hours.is_empty() => {
+                let totals = segment::grant_bucket_ms(
+                    conn,
+                    &res.account_id,
+                    &res.reservation_id,
+                    grant_id,
+                    hours,
+                )
+                .await?;
+                let due = preview(conn, &res, now).await?;
+                (totals, projected_open(conn, &res, due.as_ref()).await?)
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
     let slots = u32::try_from(row.slots).unwrap_or(0);
-    Ok(views::grant_hours(
-        grant_id, slots, term, window, &stints, now,
+    Ok(views::grant_hours_with(
+        grant_id, slots, term, window, &totals, &stints, now,
     ))
 }
