@@ -278,8 +278,11 @@ async fn the_workers_metrics_show_lag_scan_failures_and_reservation_fullness() {
         .args(["--only", "vps.reservations"]);
     let w = worker::Running::spawn(cmd);
     // The oldest unbilled hour is [T0, T0 + 1 h): 4.5 hours behind.
-    let lagging = scrape_until(&url, "the lag", |m| {
+    // The gauges have a loop of their own: wait for a finished scan too.
+    let scans_ok = [("account", p.account.as_str()), ("result", "ok")];
+    let lagging = scrape_until(&url, "the lag after a scan", |m| {
         value(m, "bc_metering_lag_seconds", &[]) == Some(16_200.0)
+            && value(m, "bc_worker_account_scans_total", &scans_ok) >= Some(1.0)
     })
     .await;
     assert_eq!(value(&lagging, "bc_usage_lag_seconds", &[]), Some(16_200.0));
@@ -308,8 +311,6 @@ async fn the_workers_metrics_show_lag_scan_failures_and_reservation_fullness() {
     let mut active = r.to_vec();
     active.push(("state", "active"));
     assert_eq!(value(&lagging, "bc_reservation_grants", &active), Some(1.0));
-    let scans_ok = [("account", p.account.as_str()), ("result", "ok")];
-    assert!(value(&lagging, "bc_worker_account_scans_total", &scans_ok) >= Some(1.0));
     assert!(value(&lagging, "bc_provider_pages_total", &[]) >= Some(1.0));
     let last = value(
         &lagging,
@@ -348,13 +349,17 @@ async fn the_workers_metrics_show_lag_scan_failures_and_reservation_fullness() {
     cmd.env("BC_WORKER_METRICS_LISTEN", format!("127.0.0.1:{port}"))
         .env("BC_INTERVAL_MS", "50");
     let w = worker::Running::spawn(cmd);
-    // After a whole round (the gauges are set at the end of each).
+    // Each pass has run (each on its own loop) and the gauges are fresh.
     let caught_up = scrape_until(&url, "no lag", |m| {
-        value(
-            m,
-            "bc_worker_pass_runs_total",
-            &[("pass", "vps.usage"), ("outcome", "ok")],
-        ) >= Some(1.0)
+        ["vps.reservations", "vps.grants", "vps.usage"]
+            .iter()
+            .all(|pass| {
+                value(
+                    m,
+                    "bc_worker_pass_runs_total",
+                    &[("pass", pass), ("outcome", "ok")],
+                ) >= Some(1.0)
+            })
             && value(m, "bc_reservation_slots", &[("kind", "total")]).is_some()
             && value(m, "bc_metering_lag_seconds", &[]) == Some(0.0)
             && value(m, "bc_usage_lag_seconds", &[]) == Some(0.0)
