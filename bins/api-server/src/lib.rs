@@ -173,9 +173,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
         log_disallowed_accounts(&mut conn, &config).await?;
-        storage::cursor::CursorSealer::load(&mut conn)
-            .await
-            .map_err(|e| anyhow::anyhow!("reading the cursor key: {e}"))?
+        storage::db::read_only(&mut conn, async |conn| {
+            storage::cursor::CursorSealer::load(conn).await
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the cursor key: {e}"))?
     };
     let app = Arc::new(app::App {
         metrics: metrics::Metrics::new(pool.clone()),
