@@ -213,3 +213,55 @@ async fn sigterm_ends_with_stalled_connections_open() {
     assert!(status.success(), "{status:?}");
     drop(held);
 }
+
+/// Under a low file descriptor limit (`ulimit -n 256`), the connection cap
+/// is fitted to it (256 - 128) and 300 stalled clients do not exhaust the
+/// process: nothing fails to accept, the database pool still opens its
+/// connections, and a normal client queued behind them in the backlog is
+/// served as stalled ones are cut off. (Without a fitted cap the stalled
+/// clients take every descriptor: accepts fail with EMFILE, and neither the
+/// normal client nor the database pool gets one.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_low_descriptor_limit_is_never_exhausted_by_stalled_clients() {
+    let s = Server::start_with(Options {
+        env: vec![("BC_HTTP_HEADER_TIMEOUT_MS".into(), "3000".into())],
+        fd_limit: Some(256),
+        ..Options::default()
+    })
+    .await;
+    let (_, metrics) = s.get_text("/metrics").await;
+    assert!(
+        metrics.contains("\nbc_api_max_connections 128\n"),
+        "{metrics}"
+    );
+    let a = addr(&s);
+    let mut stalled = Vec::new();
+    for _ in 0..300 {
+        stalled.push(stall(&a, HALF_HEAD).await);
+    }
+    // A normal client on a new connection, queued behind the stalled ones:
+    // it needs a database connection for its answer.
+    let fresh = reqwest::Client::new()
+        .post(format!("{}/api/compute/tenants/list", s.url))
+        .bearer_auth(ROOT_TOKEN)
+        .json(&json!({ "tenantId": "root" }))
+        .send();
+    let answer = tokio::time::timeout(Duration::from_secs(90), fresh)
+        .await
+        .expect("the queued client is served once stalled clients are cut off")
+        .expect("an answer");
+    assert_eq!(answer.status().as_u16(), 200);
+    let body: serde_json::Value = answer.json().await.expect("json");
+    assert!(body["items"].is_array(), "{body}");
+    for (i, c) in stalled.iter_mut().enumerate() {
+        assert!(
+            closed_within(c, Duration::from_secs(90)).await.is_some(),
+            "stalled connection {i} still open"
+        );
+    }
+    let (_, metrics) = s.get_text("/metrics").await;
+    assert!(
+        metrics.contains("\nbc_api_accept_errors_total 0\n"),
+        "{metrics}"
+    );
+}

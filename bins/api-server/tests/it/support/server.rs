@@ -78,6 +78,8 @@ pub struct Options {
     pub clock: &'static str,
     /// Extra environment.
     pub env: Vec<(String, String)>,
+    /// Runs the server under `ulimit -n` this many file descriptors.
+    pub fd_limit: Option<u32>,
 }
 
 impl Default for Options {
@@ -85,6 +87,7 @@ impl Default for Options {
         Options {
             clock: "manual",
             env: Vec::new(),
+            fd_limit: None,
         }
     }
 }
@@ -265,7 +268,15 @@ impl Server {
 /// The api-server command the test servers run: `database_url`, an
 /// ephemeral port, the bootstrap token and `opts` (stdio left to the caller).
 pub fn command(database_url: &str, opts: &Options) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_api-server"));
+    let binary = env!("CARGO_BIN_EXE_api-server");
+    let mut cmd = match opts.fd_limit {
+        None => Command::new(binary),
+        Some(n) => {
+            let mut c = Command::new("bash");
+            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\""), binary]);
+            c
+        }
+    };
     cmd.env("DATABASE_URL", database_url)
         .env("BC_LISTEN", "127.0.0.1:0")
         .env("BC_CLOCK", opts.clock)
