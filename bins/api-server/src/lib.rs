@@ -4,6 +4,7 @@ pub mod app;
 pub mod audit;
 pub mod console;
 pub mod error;
+pub mod gate;
 pub mod handlers;
 pub mod metrics;
 pub mod registry;
@@ -56,6 +57,9 @@ pub struct Config {
     /// `BC_MAX_ACCOUNTS_PER_TENANT` (default 20): the most provider accounts
     /// a tenant other than root may have (contract 1.7).
     pub max_accounts_per_tenant: i64,
+    /// `BC_SCAN_TIMEOUT_MS` (default 60000): the longest an explicit
+    /// `providerAccounts.scan` waits for its listing, as the worker's scans.
+    pub scan_timeout: Duration,
 }
 
 /// A positive number of milliseconds from `name`, or `default`.
@@ -115,6 +119,7 @@ impl Config {
                 .map_err(anyhow::Error::msg)?,
             keyring: storage::crypto::Keyring::from_env()?,
             http: server::Limits::from_env()?,
+            scan_timeout: millis("BC_SCAN_TIMEOUT_MS", Duration::from_secs(60))?,
             metrics_listen: var("BC_METRICS_LISTEN"),
             max_accounts_per_tenant: match var("BC_MAX_ACCOUNTS_PER_TENANT") {
                 None => 20,
@@ -195,6 +200,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         keyring: config.keyring.clone(),
         cursors,
         max_accounts_per_tenant: config.max_accounts_per_tenant,
+        scan_timeout: config.scan_timeout,
+        scans: gate::TenantGate::default(),
     });
     config.keyring.log_at_start();
     let fd_limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;

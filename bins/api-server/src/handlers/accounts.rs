@@ -199,7 +199,7 @@ pub fn reservation_methods() -> Vec<Method> {
              one account).",
             endpoint(scan),
         )
-        .errors(&[Code::NotFound, Code::InvalidState]),
+        .errors(&[Code::NotFound, Code::InvalidState, Code::QuotaExceeded]),
         // The reservations that serve pools are the platform's: only the
         // root tenant binds, and so only reservations of its accounts.
         method(
@@ -253,12 +253,28 @@ async fn list_reservations(
 }
 
 async fn scan(call: Call, input: AccountRef) -> Result<Items<views::Reservation>, ApiError> {
+    // A tenant looping on a slow account holds at most a few of the
+    // server's tasks and connections (contract 1.7).
+    let max = crate::gate::MAX_SCANS_PER_TENANT;
+    let _permit = call.app.scans.enter(call.tenant(), max).map_err(|used| {
+        ApiError::new(
+            Code::QuotaExceeded,
+            format!("at most {max} scans of one tenant run at once; retry when one has answered"),
+        )
+        .with("resource", "concurrentScans")
+        .with("max", max)
+        .with("used", used)
+        .with("requested", 1)
+    })?;
     let (outcome, found) = reservations::scan(
         &call.app.pool,
         call.app.clock,
         call.root(),
-        call.tenant(),
-        &input.account_id,
+        reservations::ExplicitScan {
+            tenant: call.tenant(),
+            account_id: &input.account_id,
+            limit: Some(call.app.scan_timeout),
+        },
         call.app.providers.as_ref(),
         &call.app.keyring,
     )

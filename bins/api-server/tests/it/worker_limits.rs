@@ -560,3 +560,76 @@ async fn the_ordinary_in_use_gauge_counts_instances_outside_grants() {
     let (status, err) = w.terminate().await;
     assert!(status.success(), "{err}");
 }
+
+/// Explicit scans of a tenant's stalling account: at most four of one
+/// tenant run at once in a server (the fifth is 429 `QUOTA_EXCEEDED`,
+/// resource `concurrentScans`, at once), each gives up after
+/// `BC_SCAN_TIMEOUT_MS` as a provider error, and another tenant's scan is
+/// answered meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn explicit_scans_of_a_stalling_account_are_few_and_time_limited() {
+    let s = Server::start_with(Options {
+        env: vec![("BC_SCAN_TIMEOUT_MS".into(), "3000".into())],
+        ..Options::default()
+    })
+    .await;
+    s.set_clock(T0).await;
+    let stall = Stall::start().await;
+    let hostile = s.tenant("hostile").await;
+    let body = account_on_url("hostile", &stall.url, PROJECT, "none");
+    let slow = create_account(&s, &hostile, body).await;
+    let gce = Gce::start().await;
+    gce.put("res-a", 2, 0, "READY").await;
+    let acme = s.tenant("acme").await;
+    let fine = create_account(&s, &acme, account_on_url("acme", &gce.url, PROJECT, "none")).await;
+
+    let scan_of = |token: String, tenant: &'static str, account: String| {
+        let s = &s;
+        async move {
+            let t = Instant::now();
+            let a = s
+                .call(
+                    &token,
+                    "providerAccounts/scan",
+                    json!({ "tenantId": tenant, "accountId": account }),
+                )
+                .await;
+            (a, t.elapsed())
+        }
+    };
+    let held: Vec<_> = (0..4)
+        .map(|_| scan_of(hostile.clone(), "hostile", slow.clone()))
+        .collect();
+    let held = futures::future::join_all(held);
+    let others = async {
+        // Once the four are in flight, a fifth is refused and acme is served.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stall.requests() < 4 {
+            assert!(
+                Instant::now() < deadline,
+                "the four scans never reached the endpoint"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (fifth, _) = scan_of(hostile.clone(), "hostile", slow.clone()).await;
+        let d = fifth.err(429, "QUOTA_EXCEEDED").clone();
+        assert_eq!(
+            d,
+            json!({ "resource": "concurrentScans", "max": 4, "used": 4, "requested": 1 })
+        );
+        let (ok, took) = scan_of(acme.clone(), "acme", fine.clone()).await;
+        assert_eq!(items(&ok.ok()).len(), 1);
+        took
+    };
+    let (held, acme_took) = tokio::join!(held, others);
+    eprintln!("acme's scan beside four stalled ones took {acme_took:?}");
+    for (a, took) in held {
+        let d = a.err(503, "UNAVAILABLE");
+        assert_eq!(d["reason"], "provider-error", "{d}");
+        assert!(took >= Duration::from_millis(2900), "{took:?}");
+        assert!(took < Duration::from_secs(60), "{took:?}");
+    }
+    // The permits are given back.
+    let (again, _) = scan_of(hostile.clone(), "hostile", slow.clone()).await;
+    again.err(503, "UNAVAILABLE");
+}

@@ -579,21 +579,38 @@ pub async fn run_scan_within(
     }
 }
 
+/// What an explicit scan lists: the acting tenant's account, within a time
+/// limit.
+#[derive(Debug, Clone, Copy)]
+pub struct ExplicitScan<'a> {
+    /// The acting tenant.
+    pub tenant: &'a str,
+    /// Its account.
+    pub account_id: &'a str,
+    /// The longest the listing may take.
+    pub limit: Option<std::time::Duration>,
+}
+
 /// `providerAccounts.scan`: scans one account now, with exactly the
 /// reconciler's effects. While a worker's scan holds the account's lease it
 /// lists beside it, from a fresh listing, without taking or clearing that
 /// lease (so no other replica starts a third listing); whichever of the two
 /// was claimed later (this one) is the answer that stays, the worker's
-/// older answer is dropped when it arrives.
+/// older answer is dropped when it arrives. The listing stops at
+/// `target.limit`, as a provider failure.
 pub async fn scan(
     pool: &DbPool,
     clock: Clock,
     root: &str,
-    tenant: &str,
-    account_id: &str,
+    target: ExplicitScan<'_>,
     factory: &ProviderFactory,
     keyring: &Keyring,
 ) -> Result<(ScanOutcome, Vec<Reservation>)> {
+    let ExplicitScan {
+        tenant,
+        account_id,
+        limit,
+    } = target;
     let claim = {
         let mut conn = pool.get().await?;
         // An explicit claim is refused only when the account is gone.
@@ -601,7 +618,7 @@ pub async fn scan(
             .await?
             .ok_or_else(|| StorageError::not_found("provider account", account_id))?
     };
-    let outcome = run_scan(pool, clock, root, &claim, factory, keyring).await?;
+    let outcome = run_scan_within(pool, clock, root, &claim, factory, keyring, limit).await?;
     let mut conn = pool.get().await?;
     let now = clock.now(&mut conn).await?;
     let reservations = crate::db::read_only(&mut conn, async |conn| {
