@@ -40,6 +40,9 @@ pub struct App {
     pub scan_timeout: std::time::Duration,
     /// Explicit scans in flight per tenant (`gate::MAX_SCANS_PER_TENANT`).
     pub scans: crate::gate::TenantGate,
+    /// The HTTP limits in force (contract 1.7), the connection cap fitted
+    /// to the file descriptor limit.
+    pub http: crate::server::Limits,
 }
 
 impl App {

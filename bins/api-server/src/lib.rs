@@ -184,6 +184,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("reading the cursor key: {e}"))?
     };
+    let fd_limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let limits = match fd_limit {
+        Some(n) => config.http.fitted_to(n),
+        None => config.http,
+    };
+    if limits.max_connections < config.http.max_connections {
+        tracing::warn!(
+            configured = config.http.max_connections,
+            fd_limit = fd_limit.unwrap_or_default(),
+            max_connections = limits.max_connections,
+            "BC_HTTP_MAX_CONNECTIONS lowered to fit the file descriptor limit (raise ulimit -n)"
+        );
+    }
     let app = Arc::new(app::App {
         metrics: metrics::Metrics::new(pool.clone()),
         metrics_elsewhere: config.metrics_listen.is_some(),
@@ -202,21 +215,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_accounts_per_tenant: config.max_accounts_per_tenant,
         scan_timeout: config.scan_timeout,
         scans: gate::TenantGate::default(),
+        http: limits,
     });
     config.keyring.log_at_start();
-    let fd_limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-    let limits = match fd_limit {
-        Some(n) => config.http.fitted_to(n),
-        None => config.http,
-    };
-    if limits.max_connections < config.http.max_connections {
-        tracing::warn!(
-            configured = config.http.max_connections,
-            fd_limit = fd_limit.unwrap_or_default(),
-            max_connections = limits.max_connections,
-            "BC_HTTP_MAX_CONNECTIONS lowered to fit the file descriptor limit (raise ulimit -n)"
-        );
-    }
     let listener = TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -242,7 +243,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     {
         println!("api-server listening on http://{addr}");
     }
-    server::serve(app, listener, limits, shutdown_signal()).await;
+    server::serve(app, listener, shutdown_signal()).await;
     Ok(())
 }
 

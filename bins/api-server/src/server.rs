@@ -88,9 +88,9 @@ const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
-    limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    let limits = app.http;
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
@@ -145,7 +145,7 @@ pub async fn serve(
         let served = app.clone();
         let service = service_fn(move |req| {
             let app = served.clone();
-            async move { Ok::<_, Infallible>(handle(app, req, peer, limits).await) }
+            async move { Ok::<_, Infallible>(handle(app, req, peer).await) }
         });
         let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         let app = app.clone();
@@ -191,19 +191,14 @@ fn request_id(req: &Request<Incoming>) -> String {
 }
 
 /// Handles one request.
-pub async fn handle(
-    app: Arc<App>,
-    req: Request<Incoming>,
-    peer: SocketAddr,
-    limits: Limits,
-) -> Resp {
+pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
     let start = Instant::now();
     let rid = request_id(&req);
     let path = req.uri().path().to_owned();
     let span = info_span!("request", request_id = %rid, path = %path);
     async move {
         let in_flight = app.metrics.in_flight();
-        let (label, mut resp, log) = route(&app, req, &rid, limits).await;
+        let (label, mut resp, log) = route(&app, req, &rid).await;
         drop(in_flight);
         let code = resp
             .extensions()
@@ -270,12 +265,7 @@ pub fn error_response(e: &ApiError) -> Resp {
     resp
 }
 
-async fn route(
-    app: &Arc<App>,
-    req: Request<Incoming>,
-    rid: &str,
-    limits: Limits,
-) -> (String, Resp, LogFields) {
+async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Resp, LogFields) {
     let path = req.uri().path().to_owned();
     let is_get = req.method() == HttpMethod::GET;
     let fixed = |label: &str, resp: Resp| (label.to_owned(), resp, LogFields::default());
@@ -342,7 +332,7 @@ async fn route(
             Some(m) if req.method() == HttpMethod::POST => {
                 let mut log = LogFields::default();
                 let mut trail = crate::audit::Trail::of(m);
-                let result = call(app, m, req, limits, &mut log, &mut trail).await;
+                let result = call(app, m, req, &mut log, &mut trail).await;
                 trail.record(app, rid, &result).await;
                 let resp = match result {
                     Ok(reply) => raw_json_response(StatusCode::OK, reply.0),
@@ -448,7 +438,6 @@ async fn call(
     app: &Arc<App>,
     m: &Method,
     req: Request<Incoming>,
-    limits: Limits,
     log: &mut LogFields,
     trail: &mut crate::audit::Trail,
 ) -> Result<Reply, ApiError> {
@@ -464,7 +453,7 @@ async fn call(
     let secret = bearer(&req);
     // The body's deadline runs before authentication: a client that sends
     // a head and stalls holds nothing past it.
-    let body = tokio::time::timeout(limits.body_timeout, read_body(req.into_body(), declared))
+    let body = tokio::time::timeout(app.http.body_timeout, read_body(req.into_body(), declared))
         .await
         .map_err(|_| {
             app.metrics.client_timeout("body");
@@ -473,7 +462,7 @@ async fn call(
                 BODY_TIMEOUT,
                 format!(
                     "the request body was not received within {} ms",
-                    limits.body_timeout.as_millis()
+                    app.http.body_timeout.as_millis()
                 ),
             )
         })??

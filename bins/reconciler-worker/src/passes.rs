@@ -138,7 +138,7 @@ enum Scanned {
 /// `scan_concurrency` accounts at once: for each, claim it (a short
 /// transaction), list its reservations through the provider trait outside
 /// any transaction, within `scan_timeout`, and apply the answer
-/// (`run_scan_within`). A failing or slow provider changes nothing for its
+/// (`run_scan`). A failing or slow provider changes nothing for its
 /// account, is logged and retried with backoff, and holds up only its own
 /// scan slot; it never fails the pass.
 async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
@@ -210,7 +210,7 @@ async fn scan_one(ctx: &PassContext, c: &reservations::ScanCandidate) -> anyhow:
     let Some(claim) = claim else {
         return Ok(Scanned::ClaimedElsewhere);
     };
-    let scanned = reservations::run_scan_within(
+    let scanned = reservations::run_scan(
         &ctx.pool,
         ctx.clock,
         &ctx.root_tenant,

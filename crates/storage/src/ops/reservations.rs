@@ -503,24 +503,12 @@ pub fn provider_failure(error: &ProviderError) -> StorageError {
 /// Runs a claimed scan: builds the provider, lists (outside any
 /// transaction), then applies the answer. A failed provider call changes
 /// nothing but the account's retry bookkeeping and answers
-/// [`provider_failure`].
+/// [`provider_failure`]. A listing (all its pages and retries) longer than
+/// `limit` is abandoned and counts as a provider failure
+/// ([`ProviderError::Timeout`]): the reconciler passes its
+/// `BC_SCAN_TIMEOUT_MS` and `providerAccounts.scan` the server's, so one
+/// slow account holds a scan slot for at most that long.
 pub async fn run_scan(
-    pool: &DbPool,
-    clock: Clock,
-    root: &str,
-    claim: &ScanClaim,
-    factory: &ProviderFactory,
-    keyring: &Keyring,
-) -> Result<ScanOutcome> {
-    run_scan_within(pool, clock, root, claim, factory, keyring, None).await
-}
-
-/// [`run_scan`] with a limit on the listing (all its pages and retries):
-/// a listing that takes longer is abandoned and counts as a provider
-/// failure ([`ProviderError::Timeout`]): nothing changes, the account backs
-/// off. The reconciler passes its `BC_SCAN_TIMEOUT_MS`, so one slow account
-/// holds a scan slot for at most that long.
-pub async fn run_scan_within(
     pool: &DbPool,
     clock: Clock,
     root: &str,
@@ -618,7 +606,7 @@ pub async fn scan(
             .await?
             .ok_or_else(|| StorageError::not_found("provider account", account_id))?
     };
-    let outcome = run_scan_within(pool, clock, root, &claim, factory, keyring, limit).await?;
+    let outcome = run_scan(pool, clock, root, &claim, factory, keyring, limit).await?;
     let mut conn = pool.get().await?;
     let now = clock.now(&mut conn).await?;
     let reservations = crate::db::read_only(&mut conn, async |conn| {
