@@ -79,10 +79,6 @@ impl Limits {
     }
 }
 
-/// How long accepting waits after an accept error (`EMFILE`, `ENFILE`,
-/// `ENOBUFS`), doubling from the first to the last while errors go on.
-const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
-
 /// Serves until `shutdown` resolves, then finishes in-flight requests for at
 /// most [`Limits::shutdown_grace`] and closes the connections left.
 pub async fn serve(
@@ -104,7 +100,6 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     app.metrics.set_max_connections(limits.max_connections);
     let mut connections = JoinSet::new();
-    let mut backoff = ACCEPT_BACKOFF.0;
     tokio::pin!(shutdown);
     loop {
         // A slot first: at the cap, new clients wait in the listen backlog
@@ -117,29 +112,13 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
         };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        // An accept error backs off instead of spinning (contract 1.7).
+        let (stream, peer) = tokio::select! {
+            accepted = telemetry::listener::accept(&listener, || app.metrics.accept_failed()) => {
+                accepted
+            }
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(v) => {
-                backoff = ACCEPT_BACKOFF.0;
-                v
-            }
-            Err(e) => {
-                // Out of descriptors or buffers: retrying at once would spin
-                // and log without end; wait, doubling, and let open
-                // connections finish.
-                warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "accept failed");
-                app.metrics.accept_failed();
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    () = &mut shutdown => break,
-                }
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
-                continue;
-            }
         };
         let _ = stream.set_nodelay(true);
         let served = app.clone();

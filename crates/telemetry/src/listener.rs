@@ -35,23 +35,11 @@ pub async fn serve(listen: &str, render: Render) -> std::io::Result<SocketAddr> 
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
         let slots = Arc::new(Semaphore::new(MAX_SCRAPERS));
-        let mut backoff = Duration::from_millis(5);
         loop {
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 return;
             };
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => {
-                    backoff = Duration::from_millis(5);
-                    stream
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics listener: accept failed");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    continue;
-                }
-            };
+            let (stream, _) = accept(&listener, || {}).await;
             let render = render.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -68,6 +56,37 @@ pub async fn serve(listen: &str, render: Render) -> std::io::Result<SocketAddr> 
         }
     });
     Ok(addr)
+}
+
+/// How long accepting waits after an accept error, doubling from the first
+/// to the last while errors go on.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
+
+/// The next connection of `listener`. An accept that fails (out of file
+/// descriptors or kernel buffers) is logged, reported to `failed`, and
+/// tried again after a wait that doubles from 5 ms to 1 s: retrying at once
+/// would spin and log without end, while waiting lets open connections
+/// finish and give their descriptors back.
+pub async fn accept(
+    listener: &TcpListener,
+    failed: impl Fn(),
+) -> (tokio::net::TcpStream, SocketAddr) {
+    let mut backoff = ACCEPT_BACKOFF.0;
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "accept failed"
+                );
+                failed();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
+            }
+        }
+    }
 }
 
 fn answer(
