@@ -30,6 +30,10 @@ struct Stored {
     nonce: Vec<u8>,
     #[diesel(sql_type = Bytea)]
     ciphertext: Vec<u8>,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    created_at: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    updated_at: i64,
 }
 
 async fn stored(s: &Server, tenant: &str, name: &str) -> Stored {
@@ -37,16 +41,23 @@ async fn stored(s: &Server, tenant: &str, name: &str) -> Stored {
 }
 
 async fn stored_in(url: &str, tenant: &str, name: &str) -> Stored {
+    let mut rows = stored_rows(url, tenant, name).await;
+    assert_eq!(rows.len(), 1, "{tenant}/{name}: one row");
+    rows.remove(0)
+}
+
+/// Every stored row of `tenant`'s secret `name`, read directly.
+async fn stored_rows(url: &str, tenant: &str, name: &str) -> Vec<Stored> {
     let mut conn = storage::db::establish(url).await.expect("connect");
     diesel::sql_query(
-        "SELECT kind, fingerprint, key_id, nonce, ciphertext FROM secrets \
-         WHERE tenant_id = $1 AND name = $2",
+        "SELECT kind, fingerprint, key_id, nonce, ciphertext, created_at, updated_at \
+         FROM secrets WHERE tenant_id = $1 AND name = $2",
     )
     .bind::<Text, _>(tenant)
     .bind::<Text, _>(name)
-    .get_result(&mut conn)
+    .load(&mut conn)
     .await
-    .expect("secret row")
+    .expect("secret rows")
 }
 
 fn put_body(tenant: &str, name: &str, value: &str) -> serde_json::Value {
@@ -463,15 +474,7 @@ async fn concurrent_puts_of_one_name_leave_one_row_holding_one_of_the_values() {
             }
             assert!(!fingerprints.is_empty(), "{name} {wave}: no put succeeded");
 
-            let mut conn = db(&s).await;
-            let rows: Vec<StoredAt> = diesel::sql_query(
-                "SELECT fingerprint, key_id, nonce, ciphertext, created_at, updated_at \
-                 FROM secrets WHERE tenant_id = 'acme' AND name = $1",
-            )
-            .bind::<Text, _>(name)
-            .load(&mut conn)
-            .await
-            .expect("rows");
+            let rows = stored_rows(s.db.url(), "acme", name).await;
             assert_eq!(rows.len(), 1, "{name} {wave}: one row per name");
             let row = &rows[0];
             assert_eq!((row.created_at, row.updated_at), (first_at, now));
@@ -501,20 +504,4 @@ async fn concurrent_puts_of_one_name_leave_one_row_holding_one_of_the_values() {
         Some(NAMES.len()),
         "{listed}"
     );
-}
-
-#[derive(QueryableByName)]
-struct StoredAt {
-    #[diesel(sql_type = Text)]
-    fingerprint: String,
-    #[diesel(sql_type = Text)]
-    key_id: String,
-    #[diesel(sql_type = Bytea)]
-    nonce: Vec<u8>,
-    #[diesel(sql_type = Bytea)]
-    ciphertext: Vec<u8>,
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    created_at: i64,
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    updated_at: i64,
 }
