@@ -147,7 +147,7 @@ pub fn outcome(result: &Result<Reply, ApiError>, replayed: bool) -> (AuditOutcom
 /// level of the input, of the answer, and of each object directly under
 /// the answer (`{ "grant": { "grantId", "accountId", ... } }`); in that
 /// order, each once, without the acting tenant's own id (the record's
-/// `tenantId`), at most [`MAX_IDS`].
+/// `tenantId`), at most `MAX_IDS`.
 pub fn object_ids(acting: &str, input: Option<&Value>, answer: Option<&Value>) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(Value::Object(input)) = input {

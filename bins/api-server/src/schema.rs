@@ -1,5 +1,5 @@
 //! Input schemas as data: every method's fields with their constraints.
-//! Each method's input is declared once, with [`input!`], as a struct whose
+//! Each method's input is declared once, with `input!`, as a struct whose
 //! fields carry their wire name and constraints; validation, the OpenAPI
 //! request schema and the typed value the handler receives all come from
 //! that one declaration.
@@ -182,7 +182,7 @@ pub fn states(allowed: &'static [&'static str]) -> Ty {
     }
 }
 
-/// A method's input type, declared with [`input!`].
+/// A method's input type, declared with `input!`.
 pub trait Input: DeserializeOwned + Send + 'static {
     /// The fields after `tenantId` (which every method takes first).
     fn fields() -> Vec<Field>;

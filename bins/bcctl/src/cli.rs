@@ -373,7 +373,7 @@ pub enum Pools {
         /// The provider account it is built on.
         #[arg(long)]
         account: String,
-        /// A flavor as name:vcpus:memoryGib[:gpus] (repeat for more).
+        /// A flavor as name:vcpus:memoryGib or name:vcpus:memoryGib:gpus (repeat for more).
         #[arg(long = "flavor", required = true)]
         flavors: Vec<String>,
         /// A quota as resource=max (repeat for more).

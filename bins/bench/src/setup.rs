@@ -213,7 +213,7 @@ pub struct Extra {
     pub inst: Vec<(&'static str, usize)>,
 }
 
-/// [`platform`] with the `extra` sides.
+/// `platform` with the `extra` sides.
 pub async fn platform_with(
     api: &Api,
     now: i64,

@@ -145,7 +145,7 @@ pub(crate) const POOL_CHECK: &str = "SELECT 1";
 /// Statements found outside a transaction by [`PoolerCheck`] in this process.
 static OUTSIDE: AtomicU64 = AtomicU64::new(0);
 
-/// How many statements [`PoolerCheck`] found outside a transaction.
+/// How many statements `PoolerCheck` found outside a transaction.
 pub fn statements_outside_transactions() -> u64 {
     OUTSIDE.load(Ordering::Relaxed)
 }

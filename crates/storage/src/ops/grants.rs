@@ -343,7 +343,7 @@ pub struct Preview {
 const PREVIEW_GRANT: &str = "rgrant_preview";
 
 /// `reservationGrants.preview`: the checks of `create`, from the same
-/// [`plan`], in a read-only transaction; a grant that does not fit is not an
+/// `plan`, in a read-only transaction; a grant that does not fit is not an
 /// error. `takeIn` comes from the settlement engine run on a copy of the
 /// reservation's grants and seated instances with the new grant added.
 pub async fn preview(

@@ -215,7 +215,8 @@ pub async fn create_tenant(
 }
 
 /// `tenants.delete` (the tenancy part: state and keys), for a tenant whose
-/// row the caller holds with [`lock_tenant_for_delete`] and found active.
+/// row the caller holds with [`crate::locks::tenant_for_delete`] and found
+/// active.
 pub async fn mark_tenant_deleted(
     conn: &mut AsyncPgConnection,
     tenant_id: &str,
