@@ -126,7 +126,7 @@ impl Config {
                     .transpose()
                     .context("BC_SCAN_LEASE_MS must be a number of milliseconds")?
                     .filter(|ms| *ms > 0)
-                    .unwrap_or(storage::ops::reservations::DEFAULT_SCAN_LEASE_MS.unsigned_abs()),
+                    .unwrap_or(storage::ops::scans::DEFAULT_SCAN_LEASE_MS.unsigned_abs()),
             ),
             notices: storage::ops::notices::NoticeRules::from_env().map_err(anyhow::Error::msg)?,
         })
@@ -209,7 +209,7 @@ pub async fn run(
         pool,
         clock: config.clock,
         root_tenant: config.root_tenant.clone(),
-        scan_rules: storage::ops::reservations::ClaimRules::pass(
+        scan_rules: storage::ops::scans::ClaimRules::pass(
             spacing,
             i64::try_from(config.scan_lease.as_millis()).unwrap_or(i64::MAX),
         ),
@@ -368,7 +368,7 @@ async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
         })
         .await?;
         let reservations = storage::db::read_only(&mut conn, async |conn| {
-            storage::ops::reservations::gauges(conn, now, metrics::MAX_RESERVATIONS).await
+            storage::ops::gauges::gauges(conn, now, metrics::MAX_RESERVATIONS).await
         })
         .await?;
         Ok::<_, anyhow::Error>((lag, reservations))

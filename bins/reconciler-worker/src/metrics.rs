@@ -55,7 +55,7 @@ pub const MAX_RESERVATIONS: i64 = 500;
 pub const MAX_ACCOUNT_LABELS: usize = 100;
 
 /// The label value of what the caps leave out.
-pub const OTHER: &str = storage::ops::reservations::OTHER;
+pub const OTHER: &str = storage::ops::gauges::OTHER;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PassLabel {
@@ -335,7 +335,7 @@ impl WorkerMetrics {
     pub fn set_state(
         &self,
         lag: storage::ops::metering::Lag,
-        reservations: &[storage::ops::reservations::ReservationGauge],
+        reservations: &[storage::ops::gauges::ReservationGauge],
     ) {
         let bound = reservations.first().map_or(0, |r| r.bound);
         self.metering_lag.set(lag.grants_ms as f64 / 1000.0);

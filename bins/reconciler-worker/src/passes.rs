@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use storage::db::DbPool;
-use storage::ops::reservations::{self, ScanOutcome};
+use storage::ops::scans::{self, ScanOutcome};
 use storage::ops::{metering, notices};
 use storage::{Clock, ErrorKind};
 
@@ -18,7 +18,7 @@ pub struct PassContext {
     /// The root tenant's id.
     pub root_tenant: String,
     /// How scans claim accounts among replicas.
-    pub scan_rules: storage::ops::reservations::ClaimRules,
+    pub scan_rules: storage::ops::scans::ClaimRules,
     /// How many accounts a scan pass lists at once (`BC_SCAN_CONCURRENCY`).
     pub scan_concurrency: usize,
     /// The longest one listing may take (`BC_SCAN_TIMEOUT_MS`).
@@ -148,10 +148,8 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
         let now = ctx.clock.now(&mut conn).await?;
         (
             now,
-            storage::db::read_only(&mut conn, async |conn| {
-                reservations::scan_candidates(conn).await
-            })
-            .await?,
+            storage::db::read_only(&mut conn, async |conn| scans::scan_candidates(conn).await)
+                .await?,
         )
     };
     let mut pass = ScanTally::default();
@@ -195,11 +193,11 @@ async fn scan_accounts(ctx: &PassContext) -> anyhow::Result<ScanTally> {
 }
 
 /// Claims, lists and applies one account's scan.
-async fn scan_one(ctx: &PassContext, c: &reservations::ScanCandidate) -> anyhow::Result<Scanned> {
+async fn scan_one(ctx: &PassContext, c: &scans::ScanCandidate) -> anyhow::Result<Scanned> {
     let claim = {
         let mut conn = ctx.pool.get().await?;
         let claimed =
-            reservations::claim_scan(&mut conn, &c.tenant_id, &c.account_id, ctx.scan_rules).await;
+            scans::claim_scan(&mut conn, &c.tenant_id, &c.account_id, ctx.scan_rules).await;
         match claimed {
             Ok(claim) => claim,
             // Deleted between the listing and its claim.
@@ -210,7 +208,7 @@ async fn scan_one(ctx: &PassContext, c: &reservations::ScanCandidate) -> anyhow:
     let Some(claim) = claim else {
         return Ok(Scanned::ClaimedElsewhere);
     };
-    let scanned = reservations::run_scan(
+    let scanned = scans::run_scan(
         &ctx.pool,
         ctx.clock,
         &ctx.root_tenant,

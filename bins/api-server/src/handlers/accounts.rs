@@ -5,7 +5,7 @@ use providers::gce::GceConfig;
 use providers::policy::AccountOwner;
 use serde_json::{Map, Value, json};
 use storage::ops::accounts::{self, NewAccount};
-use storage::ops::reservations;
+use storage::ops::{reservations, scans};
 
 use super::VPS;
 use super::examples::{ACCOUNT, KEY, POOL, RESERVATION};
@@ -266,11 +266,11 @@ async fn scan(call: Call, input: AccountRef) -> Result<Items<views::Reservation>
         .with("used", used)
         .with("requested", 1)
     })?;
-    let (outcome, found) = reservations::scan(
+    let (outcome, found) = scans::scan(
         &call.app.pool,
         call.app.clock,
         call.root(),
-        reservations::ExplicitScan {
+        scans::ExplicitScan {
             tenant: call.tenant(),
             account_id: &input.account_id,
             limit: Some(call.app.scan_timeout),
@@ -329,7 +329,7 @@ async fn unbind(call: Call, input: Unbind) -> Result<ReservationReply, ApiError>
 
 async fn delete(call: Call, input: AccountRef) -> Result<AccountDeleted, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    reservations::delete_account(&mut conn, call.tenant(), &input.account_id, now).await?;
+    accounts::delete_account(&mut conn, call.tenant(), &input.account_id, now).await?;
     Ok(AccountDeleted {
         account_id: input.account_id,
         deleted: true,

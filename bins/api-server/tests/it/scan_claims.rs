@@ -125,25 +125,24 @@ async fn a_scan_claimed_earlier_never_overwrites_one_claimed_later() {
     s.set_clock(T0).await;
     let account = root_account(&s).await;
     let mut conn = storage::db::establish(s.db.url()).await.expect("db");
-    let rules = storage::ops::reservations::ClaimRules::EXPLICIT;
-    let older = storage::ops::reservations::claim_scan(&mut conn, "root", &account, rules)
+    let rules = storage::ops::scans::ClaimRules::EXPLICIT;
+    let older = storage::ops::scans::claim_scan(&mut conn, "root", &account, rules)
         .await
         .expect("claim")
         .expect("claimed");
-    let newer = storage::ops::reservations::claim_scan(&mut conn, "root", &account, rules)
+    let newer = storage::ops::scans::claim_scan(&mut conn, "root", &account, rules)
         .await
         .expect("claim")
         .expect("claimed");
     assert!(newer.ticket > older.ticket);
     // The later scan's answer lands first: 5 slots.
-    let o =
-        storage::ops::reservations::apply_scan(&mut conn, "root", &newer, &[seen("res-a", 5)], T0)
-            .await
-            .expect("apply newer");
+    let o = storage::ops::scans::apply_scan(&mut conn, "root", &newer, &[seen("res-a", 5)], T0)
+        .await
+        .expect("apply newer");
     assert_eq!((o.appeared, o.stale), (1, false));
     // The earlier one arrives late, with an older total and without a
     // reservation the later one saw: it changes nothing.
-    let o = storage::ops::reservations::apply_scan(&mut conn, "root", &older, &[], T0 + 1)
+    let o = storage::ops::scans::apply_scan(&mut conn, "root", &older, &[], T0 + 1)
         .await
         .expect("apply older");
     assert!(o.stale);
@@ -151,10 +150,9 @@ async fn a_scan_claimed_earlier_never_overwrites_one_claimed_later() {
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["total"], 5);
     assert_eq!(items[0]["status"], "ready");
-    let o =
-        storage::ops::reservations::apply_scan(&mut conn, "root", &older, &[seen("res-a", 3)], T0)
-            .await
-            .expect("apply older again");
+    let o = storage::ops::scans::apply_scan(&mut conn, "root", &older, &[seen("res-a", 3)], T0)
+        .await
+        .expect("apply older again");
     assert!(o.stale);
     assert_eq!(reservations(&s, &account).await[0]["total"], 5);
 }
@@ -232,8 +230,8 @@ async fn a_claim_left_by_a_dead_replica_is_taken_over_once_its_lease_expires() {
     // A replica claims the account with an 8 s lease and dies before
     // answering (nothing releases the claim).
     let mut conn = storage::db::establish(s.db.url()).await.expect("db");
-    let rules = storage::ops::reservations::ClaimRules::pass(0, 8000);
-    storage::ops::reservations::claim_scan(&mut conn, "root", &account, rules)
+    let rules = storage::ops::scans::ClaimRules::pass(0, 8000);
+    storage::ops::scans::claim_scan(&mut conn, "root", &account, rules)
         .await
         .expect("claim")
         .expect("claimed");

@@ -14,7 +14,8 @@ use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
-use storage::ops::reservations::{self, ClaimRules};
+use storage::ops::gauges;
+use storage::ops::scans::{self, ClaimRules};
 
 use crate::google_auth::{SECRETS_KEY, put_secret};
 use crate::metrics::{Sample, scrape_until, value};
@@ -226,9 +227,7 @@ async fn a_deleted_tenants_accounts_and_secrets_are_deleted_and_never_scanned_ag
         assert_eq!(n.n, 0, "{account}");
     }
     // Not among what the scan pass walks.
-    let candidates = reservations::scan_candidates(&mut conn)
-        .await
-        .expect("candidates");
+    let candidates = scans::scan_candidates(&mut conn).await.expect("candidates");
     assert!(
         candidates.iter().all(|c| c.tenant_id != "acme"),
         "{candidates:?}"
@@ -418,7 +417,7 @@ async fn an_explicit_scan_beside_a_workers_live_lease_answers_fresh_and_leaves_t
     // A worker's scan holds the account: claimed with a 10-minute lease,
     // its listing still in flight.
     let mut conn = storage::db::establish(s.db.url()).await.expect("db");
-    let held = reservations::claim_scan(&mut conn, ROOT, &account, ClaimRules::pass(0, 600_000))
+    let held = scans::claim_scan(&mut conn, ROOT, &account, ClaimRules::pass(0, 600_000))
         .await
         .expect("claim")
         .expect("claimed");
@@ -441,7 +440,7 @@ async fn an_explicit_scan_beside_a_workers_live_lease_answers_fresh_and_leaves_t
     assert_eq!(fake.listings().await, 1);
     // The worker's answer arrives: older than the operator's, it is dropped
     // (the reservation is not made gone) and its lease is given back.
-    let late = reservations::apply_scan(&mut conn, ROOT, &held, &[], T0 + MIN)
+    let late = scans::apply_scan(&mut conn, ROOT, &held, &[], T0 + MIN)
         .await
         .expect("apply");
     assert!(late.stale);
@@ -514,9 +513,7 @@ async fn reservation_gauges_beyond_the_cap_are_summed_under_other() {
             .ok();
     }
     let mut conn = storage::db::establish(s.db.url()).await.expect("db");
-    let gauges = reservations::gauges(&mut conn, T0, 1)
-        .await
-        .expect("gauges");
+    let gauges = gauges::gauges(&mut conn, T0, 1).await.expect("gauges");
     assert_eq!(gauges.len(), 2, "{gauges:?}");
     assert_eq!(gauges[0].account_id, p.account);
     assert_eq!(gauges[0].reservation_id, p.reservation);

@@ -1,15 +1,23 @@
-//! Provider accounts.
+//! Provider accounts: create, read, the start-up report of those the
+//! provider policy refuses, and deletion (contract 3.5, 3.1).
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use grants_core::{Destination, ForcedEnd};
 use serde_json::Value;
 
 use crate::error::{ErrorKind, Result, StorageError};
 use crate::ids;
 use crate::locks;
+use crate::model::events::{self, NewEvent};
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
-use crate::ops::secrets;
+use crate::model::instance::InstanceRow;
+use crate::model::reservation::ReservationRow;
+use crate::model::states::{InstanceState, SettledState};
+use crate::ops::reservations::live_grant_ids;
+use crate::ops::{instances, secrets, timeline};
 use crate::schema::provider_accounts as pa;
+use crate::schema::{api_keys, grants, idempotency_keys, provider_accounts, reservations};
 
 /// A provider account of a tenant.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -203,4 +211,139 @@ pub async fn warn_disallowed(
         );
     }
     Ok(refused.len())
+}
+
+/// `providerAccounts.delete`: refused while grants are scheduled or active,
+/// or ended grants still have unmetered slot-hours. Otherwise settles each of
+/// its reservations up to `now` under its row lock (so a term end due before
+/// the delete hands over and publishes its event first), moves the instances
+/// still placed on them on-demand (stopped ones lose their slot), removes its
+/// ended and cancelled grants (usage records stay), its reservations and the
+/// account, and revokes keys limited to it. Pools built on the account outlive
+/// it: their `accountId` stays as a record of where they came from.
+pub async fn delete_account(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    account_id: &str,
+    now: i64,
+) -> Result<()> {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
+        get(conn, tenant, account_id).await?;
+        locks::account_for_delete(conn, account_id).await?;
+        let locked = locks::account_reservations(conn, account_id).await?;
+        let live = live_grant_ids(conn, account_id, None, now).await?;
+        if !live.is_empty() {
+            return Err(StorageError::invalid_state(
+                "grants of the account are scheduled or active; end them first",
+            )
+            .with("grantIds", live));
+        }
+        let unmetered: Vec<String> = grants::table
+            .filter(grants::account_id.eq(account_id))
+            .filter(grants::settled_state.ne(SettledState::Cancelled))
+            .filter(grants::metered_through.lt(grants::ends_at))
+            .order(grants::grant_id.asc())
+            .select(grants::grant_id)
+            .load(conn)
+            .await?;
+        if !unmetered.is_empty() {
+            return Err(StorageError::invalid_state(
+                "ended grants still have slot-hours to meter; retry after the reconciler's next \
+                 pass past the hour they ended in",
+            )
+            .with("grantIds", unmetered)
+            .with("reason", "unmetered"));
+        }
+        // Every transition due up to now takes effect first, with its event,
+        // so the move on-demand below starts from the true placement.
+        let mut events = Vec::new();
+        for res in &locked {
+            timeline::settle(conn, res, now, &mut events).await?;
+        }
+        events::publish(conn, now, events).await?;
+        forget_account(conn, account_id, &locked, now).await
+    })
+    .await
+}
+
+/// The deletion of a tenant's provider accounts inside `tenants.delete`
+/// (contract 3.1), whose transaction holds the tenant's row and, taken next,
+/// its account rows ([`locks::tenant_accounts`]): each account is deleted as
+/// `providerAccounts.delete` deletes one, except that nothing refuses it.
+/// Binding a reservation is the root tenant's alone, so another tenant's
+/// accounts carry no grants and no placed instances; should one anyway, its
+/// reservations end as gone would end them (grants ended or cancelled with
+/// `reservation-gone`, instances on-demand) before they are forgotten.
+/// Returns how many accounts were deleted.
+pub async fn delete_accounts_of_tenant(
+    conn: &mut AsyncPgConnection,
+    accounts: &[String],
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<usize> {
+    for account_id in accounts {
+        let locked = locks::account_reservations(conn, account_id).await?;
+        for res in &locked {
+            timeline::force_end(conn, res, &ForcedEnd::ReservationGone, now, events).await?;
+        }
+        forget_account(conn, account_id, &locked, now).await?;
+    }
+    Ok(accounts.len())
+}
+
+/// Forgets a locked account whose reservations (locked, `locked`) are
+/// settled: instances still seated on them go on-demand (stopped ones lose
+/// their slot), its grants (usage records stay), reservations, keys limited
+/// to it and the idempotency keys of what it created go, then the account.
+async fn forget_account(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    locked: &[ReservationRow],
+    now: i64,
+) -> Result<()> {
+    // Instances on the account's reservations are billed on-demand from now.
+    for res in locked {
+        for inst in InstanceRow::seated(conn, res).await? {
+            let to = if inst.state == InstanceState::Running {
+                Destination::OnDemand
+            } else {
+                Destination::None
+            };
+            instances::apply_move(conn, res, &inst.instance_id, &to, now).await?;
+        }
+    }
+    // Idempotency keys live as long as the grants they created.
+    diesel::delete(
+        idempotency_keys::table.filter(
+            idempotency_keys::object_id.eq_any(
+                grants::table
+                    .filter(grants::account_id.eq(account_id))
+                    .select(grants::grant_id),
+            ),
+        ),
+    )
+    .execute(conn)
+    .await?;
+    diesel::delete(grants::table.filter(grants::account_id.eq(account_id)))
+        .execute(conn)
+        .await?;
+    diesel::delete(reservations::table.filter(reservations::account_id.eq(account_id)))
+        .execute(conn)
+        .await?;
+    diesel::update(
+        api_keys::table
+            .filter(api_keys::account_id.eq(account_id))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set(api_keys::revoked_at.eq(now))
+    .execute(conn)
+    .await?;
+    diesel::delete(provider_accounts::table.find(account_id))
+        .execute(conn)
+        .await?;
+    diesel::delete(idempotency_keys::table.filter(idempotency_keys::object_id.eq(account_id)))
+        .execute(conn)
+        .await?;
+    tracing::info!(account = %account_id, "provider account deleted");
+    Ok(())
 }

@@ -7,8 +7,8 @@ use crate::error::{Result, StorageError};
 use crate::locks;
 use crate::model::events;
 use crate::model::states::TenantState;
+use crate::ops::accounts;
 use crate::ops::instances;
-use crate::ops::reservations;
 use crate::ops::secrets;
 use crate::ops::tenancy::{self, Tenant};
 use crate::ops::timeline;
@@ -61,7 +61,7 @@ pub async fn delete_tenant(
         // Its grants ended, its provider accounts go (no scan lists them
         // again), then the secrets they could name.
         let accounts =
-            reservations::delete_accounts_of_tenant(conn, &accounts, now, &mut batch).await?;
+            accounts::delete_accounts_of_tenant(conn, &accounts, now, &mut batch).await?;
         let tenant = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
         let secrets = secrets::delete_all_of_tenant(conn, tenant_id).await?;
         events::publish(conn, now, batch).await?;

@@ -4,6 +4,7 @@
 //! lock.
 
 pub mod accounts;
+pub mod gauges;
 pub mod grants;
 pub mod instances;
 pub mod lifecycle;
@@ -12,6 +13,7 @@ pub mod notices;
 pub mod partitions;
 pub mod pools;
 pub mod reservations;
+pub mod scans;
 pub mod secrets;
 pub mod tenancy;
 pub mod timeline;
