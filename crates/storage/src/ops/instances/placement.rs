@@ -1,0 +1,233 @@
+//! Where an instance sits: the [`Target`] of a placement, writing it with
+//! its placement segments ([`place_at`]), the moves settlement decides, and
+//! the placement view of a locked, settled reservation.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use grants_core::{Destination, ReservationView, Seat};
+
+use crate::error::{Result, StorageError};
+use crate::model::grant::GrantRow;
+use crate::model::instance::InstanceRow;
+use crate::model::reservation::ReservationRow;
+use crate::model::states::{InstanceBilling, InstanceState};
+use crate::ops::timeline::{self};
+use crate::schema::{instances, placement_segments as seg};
+
+/// Where to put an instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// In a grant on a reservation.
+    Grant {
+        /// The grant.
+        grant_id: String,
+        /// Account of the reservation.
+        account_id: String,
+        /// The reservation.
+        reservation_id: String,
+    },
+    /// On an ordinary slot of a reservation.
+    Reservation {
+        /// Account of the reservation.
+        account_id: String,
+        /// The reservation.
+        reservation_id: String,
+    },
+    /// On-demand.
+    OnDemand,
+    /// Nowhere (stopped without a slot, or deleted).
+    None,
+}
+
+impl Target {
+    fn from_destination(d: &Destination, res: &ReservationRow) -> Target {
+        match d {
+            Destination::Grant(g) => Target::Grant {
+                grant_id: g.clone(),
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
+            Destination::Reservation => Target::Reservation {
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
+            Destination::OnDemand => Target::OnDemand,
+            Destination::None => Target::None,
+        }
+    }
+
+    pub(super) fn from_seat(seat: Seat, res: &ReservationRow) -> Target {
+        match seat {
+            Seat::Grant(g) => Target::Grant {
+                grant_id: g,
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
+            Seat::Ordinary => Target::Reservation {
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
+        }
+    }
+
+    fn columns(&self) -> (&'static str, Option<&str>, Option<&str>, Option<&str>) {
+        match self {
+            Target::Grant {
+                grant_id,
+                account_id,
+                reservation_id,
+            } => (
+                "grant",
+                Some(grant_id),
+                Some(account_id),
+                Some(reservation_id),
+            ),
+            Target::Reservation {
+                account_id,
+                reservation_id,
+            } => ("reservation", None, Some(account_id), Some(reservation_id)),
+            Target::OnDemand => ("ondemand", None, None, None),
+            Target::None => ("none", None, None, None),
+        }
+    }
+}
+
+/// Records `inst`'s new placement and power from instant `at`: updates the
+/// row and closes its open segment at `at`, opening the next one (unless
+/// deleted). A segment that would be empty is dropped.
+pub async fn place_at(
+    conn: &mut AsyncPgConnection,
+    inst: &InstanceRow,
+    target: &Target,
+    state: InstanceState,
+    at: i64,
+) -> Result<()> {
+    // Billed history is never rewritten: a transition settled after its
+    // instant was metered takes effect at the first unmetered instant.
+    let at = at.max(inst.usage_metered_through);
+    let (kind, grant_id, account_id, reservation_id) = target.columns();
+    diesel::update(instances::table.find(&inst.instance_id))
+        .set((
+            instances::placement_kind.eq(kind),
+            instances::grant_id.eq(grant_id),
+            instances::account_id.eq(account_id),
+            instances::reservation_id.eq(reservation_id),
+            instances::state.eq(state),
+            instances::deleted_at.eq(if state == InstanceState::Deleted {
+                Some(at)
+            } else {
+                inst.deleted_at
+            }),
+        ))
+        .execute(conn)
+        .await?;
+    diesel::update(
+        seg::table
+            .filter(seg::instance_id.eq(&inst.instance_id))
+            .filter(seg::to_ms.is_null())
+            .filter(seg::from_ms.lt(at)),
+    )
+    .set(seg::to_ms.eq(at))
+    .execute(conn)
+    .await?;
+    diesel::delete(
+        seg::table
+            .filter(seg::instance_id.eq(&inst.instance_id))
+            .filter(seg::to_ms.is_null()),
+    )
+    .execute(conn)
+    .await?;
+    if state != InstanceState::Deleted {
+        // billing "none" instances bill nothing wherever they are.
+        let seg_kind = if inst.billing == InstanceBilling::None {
+            "none"
+        } else {
+            kind
+        };
+        diesel::insert_into(seg::table)
+            .values((
+                seg::instance_id.eq(&inst.instance_id),
+                seg::from_ms.eq(at),
+                seg::kind.eq(seg_kind),
+                seg::running.eq(state == InstanceState::Running),
+                seg::grant_id.eq(grant_id),
+                seg::account_id.eq(account_id),
+                seg::reservation_id.eq(reservation_id),
+            ))
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Applies a settlement move of one instance on `res` at `at`.
+pub async fn apply_move(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    instance_id: &str,
+    to: &Destination,
+    at: i64,
+) -> Result<()> {
+    let inst = InstanceRow::find(conn, instance_id)
+        .await?
+        .ok_or_else(|| StorageError::internal(format!("move of unknown instance {instance_id}")))?;
+    let target = Target::from_destination(to, res);
+    place_at(conn, &inst, &target, inst.state, at).await
+}
+
+/// Moves instances taken into a grant at `at`.
+pub async fn take_in(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    grant_id: &str,
+    ids: &[String],
+    at: i64,
+) -> Result<()> {
+    for id in ids {
+        apply_move(conn, res, id, &Destination::Grant(grant_id.to_owned()), at).await?;
+    }
+    Ok(())
+}
+
+/// The placement view of a locked, settled reservation at `now`.
+/// The placement view of a settled reservation, its live grants taken from
+/// `open` (its open grants started by `now`, as settlement left them).
+pub(super) async fn view(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    now: i64,
+    open: Vec<GrantRow>,
+) -> Result<ReservationView> {
+    let seated = InstanceRow::seated(conn, res).await?;
+    let live = timeline::live_at(open, now);
+    let live_grants = live
+        .into_iter()
+        .map(|g| {
+            let held = seated
+                .iter()
+                .filter(|i| i.grant_id.as_deref() == Some(g.grant_id.as_str()))
+                .count();
+            grants_core::LiveGrant {
+                grant_id: g.grant_id,
+                tenant_id: g.tenant_id,
+                project_id: g.project_id,
+                slots: u32::try_from(g.slots).unwrap_or(0),
+                starts_at: g.starts_at,
+                held: u32::try_from(held).unwrap_or(u32::MAX),
+            }
+        })
+        .collect();
+    let running = seated.iter().filter(|i| i.running()).count() as u64;
+    let running_outside_grants = seated
+        .iter()
+        .filter(|i| i.running() && i.placement_kind == "reservation")
+        .count() as u64;
+    Ok(ReservationView {
+        reservation_id: res.reservation_id.clone(),
+        total: u64::try_from(res.total).unwrap_or(0),
+        provider_in_use: u64::try_from(res.provider_in_use).unwrap_or(0),
+        live_grants,
+        running_outside_grants,
+        running,
+    })
+}
