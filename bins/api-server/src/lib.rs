@@ -255,8 +255,7 @@ async fn log_disallowed_accounts(
     config: &Config,
 ) -> anyhow::Result<()> {
     let refused = storage::db::read_only(conn, async |conn| {
-        storage::ops::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy)
-            .await
+        control::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy).await
     })
     .await
     .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;

@@ -166,12 +166,8 @@ pub async fn run(
     {
         let mut conn = pool.get().await.context("connecting to the database")?;
         storage::db::read_only(&mut conn, async |conn| {
-            storage::ops::accounts::warn_disallowed(
-                conn,
-                &config.root_tenant,
-                &config.provider_policy,
-            )
-            .await
+            control::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy)
+                .await
         })
         .await
         .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;

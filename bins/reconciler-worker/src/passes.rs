@@ -208,7 +208,7 @@ async fn scan_one(ctx: &PassContext, c: &scans::ScanCandidate) -> anyhow::Result
     let Some(claim) = claim else {
         return Ok(Scanned::ClaimedElsewhere);
     };
-    let scanned = scans::run_scan(
+    let scanned = control::scans::run_scan(
         &ctx.pool,
         ctx.clock,
         &ctx.root_tenant,

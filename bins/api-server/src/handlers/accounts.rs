@@ -1,11 +1,12 @@
 //! providerAccounts (the vps module).
 
+use control::scans;
 use iam_check::{Permission, TenantRule};
 use providers::gce::GceConfig;
 use providers::policy::AccountOwner;
 use serde_json::{Map, Value, json};
 use storage::ops::accounts::{self, NewAccount};
-use storage::ops::{reservations, scans};
+use storage::ops::reservations;
 
 use super::VPS;
 use super::examples::{ACCOUNT, KEY, POOL, RESERVATION};

@@ -1,0 +1,5 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+pub mod accounts;
+pub mod scans;
