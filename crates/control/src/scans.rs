@@ -2,14 +2,15 @@
 //! with storage, list its reservations through the provider trait outside
 //! any transaction, then apply the answer with storage in one transaction.
 
-use providers::{AccountSpec, ProviderError, ProviderFactory};
+use providers::{AccountSpec, ProviderError, ProviderFactory, ProviderReservation};
 use storage::Clock;
 use storage::crypto::Keyring;
 use storage::db::DbPool;
 use storage::model::reservation::ReservationRow;
+use storage::model::states::ReservationStatus;
 use storage::ops::reservations::{Reservation, with_accounts};
 use storage::ops::scans::{
-    ClaimRules, ScanClaim, ScanOutcome, apply_scan, claim_scan, scan_failed,
+    ClaimRules, ListedReservation, ScanClaim, ScanOutcome, apply_scan, claim_scan, scan_failed,
 };
 use storage::ops::secrets;
 use storage::{ErrorKind, Result, StorageError};
@@ -56,7 +57,7 @@ pub async fn run_scan(
     let secret = match secrets::named_in(&account.config) {
         Some(name) => {
             let mut conn = pool.get().await?;
-            Some(secrets::resolve(&mut conn, keyring, &account.tenant_id, name).await)
+            Some(crate::secrets::resolve(&mut conn, keyring, &account.tenant_id, name).await)
         }
         None => None,
     }
@@ -85,7 +86,10 @@ pub async fn run_scan(
     let mut conn = pool.get().await?;
     let now = clock.now(&mut conn).await?;
     match listed {
-        Ok(seen) => apply_scan(&mut conn, root, claim, &seen, now).await,
+        Ok(seen) => {
+            let seen: Vec<ListedReservation> = seen.into_iter().map(as_listed).collect();
+            apply_scan(&mut conn, root, claim, &seen, now).await
+        }
         Err(e) => {
             let failures = scan_failed(&mut conn, claim, now).await?;
             tracing::warn!(
@@ -96,6 +100,22 @@ pub async fn run_scan(
             );
             Err(provider_failure(&e))
         }
+    }
+}
+
+/// A provider's reservation as storage applies it.
+fn as_listed(r: ProviderReservation) -> ListedReservation {
+    ListedReservation {
+        reservation_id: r.reservation_id,
+        zone: r.zone,
+        region: r.region,
+        flavor: r.flavor,
+        total: r.total,
+        in_use: r.in_use,
+        status: match r.status {
+            providers::ReservationStatus::Ready => ReservationStatus::Ready,
+            providers::ReservationStatus::NotReady => ReservationStatus::NotReady,
+        },
     }
 }
 

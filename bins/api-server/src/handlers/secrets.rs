@@ -91,7 +91,7 @@ async fn put(call: Call, input: Put) -> Result<SecretReply, ApiError> {
         ApiError::invalid("value", reason, problem.to_string())
     })?;
     let (mut conn, now) = call.conn_now().await?;
-    let stored = secrets::put(
+    let stored = control::secrets::put(
         &mut conn,
         &call.app.keyring,
         call.tenant(),

@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use diesel_async::RunQueryDsl;
-use providers::{ProviderReservation, ReservationStatus};
 use serde_json::json;
+use storage::model::states::ReservationStatus;
+use storage::ops::scans::ListedReservation;
 
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
@@ -107,8 +108,8 @@ async fn once_workers_racing_do_not_list_an_account_twice_at_the_same_time() {
     assert_eq!(fake.listings().await, 2);
 }
 
-fn seen(name: &str, total: i64) -> ProviderReservation {
-    ProviderReservation {
+fn seen(name: &str, total: i64) -> ListedReservation {
+    ListedReservation {
         reservation_id: format!("projects/{PROJECT}/zones/{ZONE}/reservations/{name}"),
         zone: ZONE.into(),
         region: "us-central1".into(),

@@ -155,6 +155,17 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// `secrets.kind`: what a secret's value is, as `secrets.put` classified
+    /// it.
+    SecretKind {
+        /// A Google service-account key (JSON).
+        ServiceAccount = "service-account",
+        /// A bearer token sent as it is.
+        Token = "token",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,6 @@ use std::collections::HashSet;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term};
-use providers::ProviderReservation;
 use serde_json::json;
 
 use crate::error::{Result, StorageError};
@@ -19,6 +18,26 @@ use crate::model::{grant::GrantRow, reservation::ReservationRow};
 use crate::ops::accounts::{self, Account};
 use crate::ops::timeline::{self};
 use crate::schema::{grants, provider_accounts, reservations};
+
+/// A reservation as a provider listed it: what a scan's answer is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedReservation {
+    /// The provider's id; for GCE `projects/{project}/zones/{zone}/reservations/{name}`.
+    pub reservation_id: String,
+    /// The zone, e.g. `us-central1-a`.
+    pub zone: String,
+    /// The region, e.g. `us-central1`.
+    pub region: String,
+    /// The machine type of the reserved VMs, e.g. `n2-standard-4`.
+    pub flavor: String,
+    /// How many VMs the reservation holds.
+    pub total: i64,
+    /// How many of them the provider sees in use.
+    pub in_use: i64,
+    /// Whether it can be consumed now ([`ReservationStatus::Ready`] or
+    /// [`ReservationStatus::NotReady`]).
+    pub status: ReservationStatus,
+}
 
 /// What one scan changed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +67,7 @@ pub async fn apply_scan(
     conn: &mut AsyncPgConnection,
     root: &str,
     claim: &ScanClaim,
-    seen: &[ProviderReservation],
+    seen: &[ListedReservation],
     now: i64,
 ) -> Result<ScanOutcome> {
     let root = root.to_owned();
@@ -85,7 +104,7 @@ pub async fn apply_scan(
         // every operation), then add the new ones.
         let known = locks::account_reservations(conn, account_id).await?;
         let seen_ids: HashSet<&str> = seen.iter().map(|r| r.reservation_id.as_str()).collect();
-        let mut seen_sorted: Vec<&ProviderReservation> = seen.iter().collect();
+        let mut seen_sorted: Vec<&ListedReservation> = seen.iter().collect();
         seen_sorted.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
         for r in seen_sorted {
             let before = known.iter().find(|k| k.reservation_id == r.reservation_id);

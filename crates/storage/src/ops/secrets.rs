@@ -1,18 +1,20 @@
 //! The secret store (contract 3.9): `secrets.put`, `list`, `delete`, and the
-//! resolution of an account's `secret:NAME` at use.
+//! decryption of an account's `secret:NAME` for one use.
 //!
 //! Values are sealed by [`crate::crypto::Keyring`] before they reach a
 //! statement and opened only to hand them to the account's adapter; no
 //! function here returns, logs or puts a value in an error.
 
+use std::fmt;
+
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use providers::auth::{ResolvedSecret, SecretKind, fingerprint};
 
 use crate::crypto::{KeyError, Keyring};
 use crate::error::{Result, StorageError};
 use crate::locks;
 use crate::model::secret::SecretRow;
+use crate::model::states::SecretKind;
 use crate::schema::{provider_accounts as pa, secrets};
 
 /// What the API shows of a secret: never its value.
@@ -45,18 +47,48 @@ impl From<SecretRow> for SecretInfo {
     }
 }
 
+/// A secret to store: what `secrets.put` received, with what the caller
+/// decided of its value.
+#[derive(Clone)]
+pub struct NewSecret<'a> {
+    /// The acting tenant, its owner.
+    pub tenant: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// The value, sealed before it reaches a statement.
+    pub value: &'a str,
+    /// What the value is.
+    pub kind: SecretKind,
+    /// The value's fingerprint, as the provider adapters key it.
+    pub fingerprint: String,
+}
+
+impl fmt::Debug for NewSecret<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewSecret")
+            .field("tenant", &self.tenant)
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("fingerprint", &self.fingerprint)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `secrets.put`: creates or replaces the acting tenant's secret `name`,
-/// sealed under the current key. `kind` is what the caller decided the
-/// value is ([`providers::auth::classify_secret`]).
+/// sealed under the current key.
 pub async fn put(
     conn: &mut AsyncPgConnection,
     keyring: &Keyring,
-    tenant: &str,
-    name: &str,
-    value: &str,
-    kind: SecretKind,
+    new: NewSecret<'_>,
     now: i64,
 ) -> Result<SecretInfo> {
+    let NewSecret {
+        tenant,
+        name,
+        value,
+        kind,
+        fingerprint: fp,
+    } = new;
     let sealed = keyring.seal(tenant, name, value).map_err(|e| match e {
         KeyError::NoKey => StorageError::invalid_state(
             "the server has no BC_SECRETS_KEY: secrets cannot be stored",
@@ -64,7 +96,6 @@ pub async fn put(
         .with("reason", "no-secrets-key"),
         other => StorageError::internal(other.to_string()),
     })?;
-    let fp = fingerprint(value);
     conn.transaction::<_, StorageError, _>(async move |conn| {
         locks::acting_tenant(conn, tenant).await?;
         let row: SecretRow = diesel::insert_into(secrets::table)
@@ -175,27 +206,65 @@ pub async fn delete_all_of_tenant(conn: &mut AsyncPgConnection, tenant: &str) ->
     )
 }
 
+/// A secret decrypted for one use by its account's adapter. Its `Debug`
+/// shows no value.
+#[derive(Clone)]
+pub struct DecryptedSecret {
+    /// Its name.
+    pub name: String,
+    /// What the value is.
+    pub kind: SecretKind,
+    /// The value's fingerprint.
+    pub fingerprint: String,
+    /// The value.
+    pub value: String,
+}
+
+impl fmt::Debug for DecryptedSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DecryptedSecret")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("fingerprint", &self.fingerprint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a named secret cannot be used: which step failed, never its value.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unusable {
+    /// Reading its row failed.
+    #[error("cannot be read: {0}")]
+    Unreadable(StorageError),
+    /// The tenant has no secret of that name.
+    #[error("does not exist")]
+    Missing,
+    /// Its stored kind is none this version knows.
+    #[error("has an unknown kind")]
+    UnknownKind,
+    /// It cannot be opened with the server's keys.
+    #[error(transparent)]
+    Sealed(KeyError),
+}
+
 /// The secret `name` of `tenant`, decrypted for its account's adapter.
-/// Errors say which secret and why, never its value.
-pub async fn resolve(
+/// Errors say which step failed, never its value.
+pub async fn decrypt(
     conn: &mut AsyncPgConnection,
     keyring: &Keyring,
     tenant: &str,
     name: &str,
-) -> std::result::Result<ResolvedSecret, providers::ProviderError> {
-    let unusable =
-        |why: String| providers::ProviderError::Credentials(format!("secret:{name}: {why}"));
+) -> std::result::Result<DecryptedSecret, Unusable> {
     // A read of its own (the scan's provider call comes next).
     let row = crate::db::read_only(conn, async |conn| SecretRow::find(conn, tenant, name).await)
         .await
-        .map_err(|e| unusable(format!("cannot be read: {e}")))?
-        .ok_or_else(|| unusable("does not exist".into()))?;
-    let kind =
-        SecretKind::parse(&row.kind).ok_or_else(|| unusable("has an unknown kind".into()))?;
+        .map_err(Unusable::Unreadable)?
+        .ok_or(Unusable::Missing)?;
+    let kind = SecretKind::parse(&row.kind).ok_or(Unusable::UnknownKind)?;
     let value = keyring
         .open(tenant, name, &row.sealed())
-        .map_err(|e| unusable(e.to_string()))?;
-    Ok(ResolvedSecret {
+        .map_err(Unusable::Sealed)?;
+    Ok(DecryptedSecret {
         name: row.name,
         kind,
         fingerprint: row.fingerprint,
