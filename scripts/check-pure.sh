@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The pure core crates must not depend on I/O crates.
+# The pure core crates must not depend on I/O crates, and storage must not
+# depend on the providers (nor on an HTTP stack): it never calls a provider.
 set -euo pipefail
 status=0
 for c in grants-core quotas-core iam-check; do
@@ -9,5 +10,10 @@ for c in grants-core quotas-core iam-check; do
     status=1
   fi
 done
-[ $status = 0 ] && echo "pure crates: no I/O dependencies"
+bad=$(cargo tree -q -p storage -e normal --locked | grep -oE '\b(providers|reqwest|hyper)\b' | sort -u || true)
+if [ -n "$bad" ]; then
+  echo "storage depends on provider or HTTP crates: $bad" >&2
+  status=1
+fi
+[ $status = 0 ] && echo "pure crates: no I/O dependencies; storage: no provider or HTTP dependencies"
 exit $status
