@@ -5,8 +5,6 @@
 //! statement and opened only to hand them to the account's adapter; no
 //! function here returns, logs or puts a value in an error.
 
-use std::fmt;
-
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
@@ -48,7 +46,7 @@ impl From<SecretRow> for SecretInfo {
 }
 
 /// A secret to store: what `secrets.put` received, with what the caller
-/// decided of its value.
+/// decided of its value. It holds the value, so it has no `Debug`.
 #[derive(Clone)]
 pub struct NewSecret<'a> {
     /// The acting tenant, its owner.
@@ -61,17 +59,6 @@ pub struct NewSecret<'a> {
     pub kind: SecretKind,
     /// The value's fingerprint, as the provider adapters key it.
     pub fingerprint: String,
-}
-
-impl fmt::Debug for NewSecret<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NewSecret")
-            .field("tenant", &self.tenant)
-            .field("name", &self.name)
-            .field("kind", &self.kind)
-            .field("fingerprint", &self.fingerprint)
-            .finish_non_exhaustive()
-    }
 }
 
 /// `secrets.put`: creates or replaces the acting tenant's secret `name`,
@@ -206,8 +193,8 @@ pub async fn delete_all_of_tenant(conn: &mut AsyncPgConnection, tenant: &str) ->
     )
 }
 
-/// A secret decrypted for one use by its account's adapter. Its `Debug`
-/// shows no value.
+/// A secret decrypted for one use by its account's adapter. It holds the
+/// value, so it has no `Debug`.
 #[derive(Clone)]
 pub struct DecryptedSecret {
     /// Its name.
@@ -218,16 +205,6 @@ pub struct DecryptedSecret {
     pub fingerprint: String,
     /// The value.
     pub value: String,
-}
-
-impl fmt::Debug for DecryptedSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DecryptedSecret")
-            .field("name", &self.name)
-            .field("kind", &self.kind)
-            .field("fingerprint", &self.fingerprint)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Why a named secret cannot be used: which step failed, never its value.
