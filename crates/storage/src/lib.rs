@@ -19,4 +19,4 @@ pub use clock::Clock;
 
 /// The most items a list method returns in one answer (contract 1.6).
 pub const LIST_LIMIT: i64 = 1000;
-pub use error::{ErrorKind, Result, StorageError};
+pub use error::{Detail, ErrorKind, Field, Reason, Result, StorageError};

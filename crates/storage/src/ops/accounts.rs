@@ -4,7 +4,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
-use crate::error::{ErrorKind, Result, StorageError};
+use crate::error::{Detail, ErrorKind, Field, Limited, Reason, Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
@@ -80,10 +80,12 @@ pub async fn create(
                                  is {max}"
                             ),
                         )
-                        .with("resource", "providerAccounts")
-                        .with("max", max)
-                        .with("used", used)
-                        .with("requested", 1));
+                        .with(Detail::Limit {
+                            what: Limited::ProviderAccounts,
+                            max,
+                            used,
+                            requested: 1,
+                        }));
                     }
                 }
                 // `secret:NAME` names a secret of the account's own tenant
@@ -92,8 +94,8 @@ pub async fn create(
                     && !locks::secret_shared(conn, new.tenant_id, name).await?
                 {
                     return Err(StorageError::invalid(
-                        "config.credentials",
-                        "credential-not-allowed",
+                        Field::ConfigCredentials,
+                        Reason::CredentialNotAllowed,
                         format!("the tenant has no secret named {name}"),
                     ));
                 }

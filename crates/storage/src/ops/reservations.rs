@@ -10,13 +10,13 @@ use grants_core::{
     Commitment, Destination, ForcedEnd, GrantState, Term, TimelineGrant, TimelineInstance,
 };
 use providers::{AccountSpec, ProviderError, ProviderFactory, ProviderReservation};
-use serde_json::json;
 
 use crate::clock::Clock;
 use crate::crypto::Keyring;
 use crate::db::DbPool;
-use crate::error::{ErrorKind, Result, StorageError};
+use crate::error::{Detail, ErrorKind, Field, Reason, Result, StorageError};
 use crate::locks;
+use crate::model::event_data::{self, EventData};
 use crate::model::events::{self, NewEvent};
 use crate::model::instance::InstanceRow;
 use crate::model::states::{InstanceState, ReservationStatus, SettledState};
@@ -218,11 +218,12 @@ pub async fn apply_scan(
             // off the reservation, nor term ends settled on the way).
             let closed = events[queued..]
                 .iter()
-                .filter(|e| {
-                    matches!(
-                        e.event_type.as_str(),
-                        "reservation-grant.ended" | "reservation-grant.cancelled"
-                    ) && e.data.get("reason").and_then(|r| r.as_str()) == Some("reservation-gone")
+                .filter(|e| match &e.data {
+                    EventData::GrantEnded(g) | EventData::GrantCancelled(g) => {
+                        g.reason.as_deref()
+                            == Some(grants_core::EndReason::ReservationGone.as_str())
+                    }
+                    _ => false,
                 })
                 .count();
             diesel::update(reservations::table.find((&k.account_id, &k.reservation_id)))
@@ -281,7 +282,7 @@ async fn capacity_short(
     if u64::try_from(res.total).unwrap_or(0) >= peak {
         return Ok(false);
     }
-    let ids: Vec<&str> = live.iter().map(|g| g.grant_id.as_str()).collect();
+    let ids: Vec<String> = live.iter().map(|g| g.grant_id.clone()).collect();
     tracing::warn!(
         reservation = %res.reservation_id,
         total = res.total,
@@ -290,13 +291,12 @@ async fn capacity_short(
     );
     events.push(NewEvent::new(
         root,
-        "reservation-grant.capacity-short",
-        json!({
-            "accountId": res.account_id,
-            "reservationId": res.reservation_id,
-            "total": res.total,
-            "grantedSlots": peak,
-            "grantIds": ids,
+        EventData::CapacityShort(event_data::CapacityShort {
+            account_id: res.account_id.clone(),
+            reservation_id: res.reservation_id.clone(),
+            total: res.total,
+            granted_slots: peak,
+            grant_ids: ids,
         }),
         now,
     ));
@@ -493,9 +493,9 @@ pub fn provider_failure(error: &ProviderError) -> StorageError {
         ErrorKind::ProviderFailure,
         "the provider call failed; nothing changed (the server log has the cause)",
     )
-    .with("reason", "provider-error");
+    .with(Detail::Reason(Reason::ProviderError));
     if let Some(status) = error.status() {
-        e = e.with("status", status);
+        e = e.with(Detail::ProviderStatus(status));
     }
     e
 }
@@ -655,7 +655,7 @@ pub async fn bind(
         };
         if res.status == ReservationStatus::Gone {
             return Err(StorageError::invalid_state("the reservation is gone")
-                .with("status", ReservationStatus::Gone.as_str()));
+                .with(Detail::ReservationStatus(ReservationStatus::Gone)));
         }
         if let Some(bound) = &res.pool_id {
             if bound == pool_id {
@@ -664,12 +664,12 @@ pub async fn bind(
             return Err(StorageError::invalid_state(format!(
                 "the reservation is bound to pool {bound}; unbind it first"
             ))
-            .with("poolId", bound.as_str()));
+            .with(Detail::PoolId(bound.clone())));
         }
         if region != res.region {
             return Err(StorageError::invalid(
-                "poolId",
-                "region-mismatch",
+                Field::PoolId,
+                Reason::RegionMismatch,
                 format!("the pool is in {region}, the reservation in {}", res.region),
             ));
         }
@@ -679,8 +679,8 @@ pub async fn bind(
         });
         if !has_flavor {
             return Err(StorageError::invalid(
-                "poolId",
-                "flavor-mismatch",
+                Field::PoolId,
+                Reason::FlavorMismatch,
                 format!("the pool has no flavor {}", res.flavor),
             ));
         }
@@ -734,7 +734,7 @@ pub async fn unbind(
             return Err(StorageError::invalid_state(
                 "grants on the reservation are scheduled or active; end them first",
             )
-            .with("grantIds", live));
+            .with(Detail::GrantIds(live)));
         }
         if res.pool_id.is_none() {
             return one_with_accounts(conn, res, now).await;
@@ -773,7 +773,7 @@ pub async fn delete_account(
             return Err(StorageError::invalid_state(
                 "grants of the account are scheduled or active; end them first",
             )
-            .with("grantIds", live));
+            .with(Detail::GrantIds(live)));
         }
         let unmetered: Vec<String> = grants::table
             .filter(grants::account_id.eq(account_id))
@@ -788,8 +788,8 @@ pub async fn delete_account(
                 "ended grants still have slot-hours to meter; retry after the reconciler's next \
                  pass past the hour they ended in",
             )
-            .with("grantIds", unmetered)
-            .with("reason", "unmetered"));
+            .with(Detail::GrantIds(unmetered))
+            .with(Detail::Reason(Reason::Unmetered)));
         }
         // Every transition due up to now takes effect first, with its event,
         // so the move on-demand below starts from the true placement.
