@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod actor;
 pub mod clock;
 pub mod crypto;
 pub mod cursor;
@@ -15,6 +16,7 @@ pub mod schema;
 #[cfg(feature = "test-support")]
 pub mod test_db;
 
+pub use actor::Actor;
 pub use clock::Clock;
 
 /// The most items a list method returns in one answer (contract 1.6).
