@@ -44,12 +44,13 @@ pgbouncer-test prepared="off":
 pgbouncer-stop:
     scripts/pgbouncer.sh stop
 
-# Formatting (and no line rustfmt would skip), clippy with warnings as errors,
-# and the pure crates' dependency rule.
+# Formatting (and no line rustfmt would skip), clippy and rustdoc with warnings
+# as errors, and the pure crates' dependency rule.
 lint:
     scripts/check-width.sh
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
     scripts/check-pure.sh
 
 # Check the Prometheus alerting rules and run their unit tests (needs promtool,

@@ -4,6 +4,7 @@
 //! wire.
 
 use serde_json::{Map, Value, json};
+use storage::error::{Detail, Field, Limited, Reason};
 use storage::{ErrorKind, StorageError};
 
 /// Stable error codes of the API contract.
@@ -123,8 +124,103 @@ impl From<StorageError> for ApiError {
         ApiError {
             code: e.kind.into(),
             message: e.message,
-            details: e.details,
+            details: wire_details(e.details),
         }
+    }
+}
+
+/// The contract's `details` object for storage's typed details: the one
+/// place their wire names are written.
+fn wire_details(details: Vec<Detail>) -> Map<String, Value> {
+    let mut map = Map::new();
+    let mut put = |key: &str, value: Value| {
+        map.insert(key.to_owned(), value);
+    };
+    for detail in details {
+        match detail {
+            Detail::Field(f) => put("field", field_name(f).into()),
+            Detail::Reason(r) => put("reason", reason_name(r).into()),
+            Detail::IdempotencyKey(k) => put("idempotencyKey", k.into()),
+            Detail::ProviderStatus(s) => put("status", s.into()),
+            Detail::ReservationStatus(s) => put("status", s.as_str().into()),
+            Detail::InstanceState(s) => put("state", s.as_str().into()),
+            Detail::PoolId(id) => put("poolId", id.into()),
+            Detail::ReservationId(id) => put("reservationId", id.into()),
+            Detail::TenantId(id) => put("tenantId", id.into()),
+            Detail::GrantIds(ids) => put("grantIds", ids.into()),
+            Detail::AccountIds(ids) => put("accountIds", ids.into()),
+            Detail::Capacity { total, granted } => {
+                put("total", total.into());
+                put("granted", granted.into());
+            }
+            Detail::Slots {
+                total,
+                in_use,
+                available,
+            } => {
+                put("total", total.into());
+                put("inUse", in_use.into());
+                put("available", available.into());
+            }
+            Detail::Limit {
+                what,
+                max,
+                used,
+                requested,
+            } => {
+                let resource = match what {
+                    Limited::Quota(resource) => resource,
+                    Limited::ProviderAccounts => "providerAccounts".to_owned(),
+                };
+                put("resource", resource.into());
+                put("max", max.into());
+                put("used", used.into());
+                put("requested", requested.into());
+            }
+            Detail::Now(now) => put("now", now.into()),
+            Detail::Current(now) => put("current", now.into()),
+            Detail::Buckets { buckets, max } => {
+                put("buckets", buckets.into());
+                put("maxBuckets", max.into());
+            }
+        }
+    }
+    map
+}
+
+/// The wire name of an input field (`details.field`).
+fn field_name(field: Field) -> &'static str {
+    match field {
+        Field::PoolId => "poolId",
+        Field::ProjectId => "projectId",
+        Field::StartsAt => "startsAt",
+        Field::EndsAt => "endsAt",
+        Field::GrantTenantId => "grantTenantId",
+        Field::Flavor => "flavor",
+        Field::ConfigCredentials => "config.credentials",
+        Field::To => "to",
+        Field::TargetTenantId => "targetTenantId",
+        Field::Now => "now",
+    }
+}
+
+/// The wire name of a reason (`details.reason`).
+fn reason_name(reason: Reason) -> &'static str {
+    match reason {
+        Reason::RegionMismatch => "region-mismatch",
+        Reason::FlavorMismatch => "flavor-mismatch",
+        Reason::ProjectNotGrantee => "project-not-grantee",
+        Reason::ProjectNotTenant => "project-not-tenant",
+        Reason::Past => "past",
+        Reason::Range => "range",
+        Reason::PoolNotOffered => "pool-not-offered",
+        Reason::UnknownFlavor => "unknown-flavor",
+        Reason::CredentialNotAllowed => "credential-not-allowed",
+        Reason::RootTenant => "root-tenant",
+        Reason::ProviderError => "provider-error",
+        Reason::Unbound => "unbound",
+        Reason::Unmetered => "unmetered",
+        Reason::NoSecretsKey => "no-secrets-key",
     }
 }
 
@@ -186,7 +282,8 @@ mod tests {
 
     #[test]
     fn a_provider_failure_is_unavailable_on_the_wire() {
-        let e = StorageError::new(ErrorKind::ProviderFailure, "x").with("reason", "provider-error");
+        let e = StorageError::new(ErrorKind::ProviderFailure, "x")
+            .with(Detail::Reason(Reason::ProviderError));
         let api = ApiError::from(e);
         assert_eq!(api.code, Code::Unavailable);
         assert_eq!(api.code.http_status(), 503);

@@ -6,6 +6,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
+use storage::model::event_data::EventData;
 use storage::model::events;
 use storage::model::instance::InstanceRow;
 use storage::ops::{accounts, grants, metering, pools, reservations, secrets, tenancy};
@@ -371,7 +372,8 @@ impl From<grants_core::views::HourRow> for GrantHour {
     }
 }
 
-/// An event of a tenant's log (contract 4).
+/// An event of a tenant's log (contract 4): its `type`, and `data` as that
+/// type's schema says.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
@@ -379,24 +381,23 @@ pub struct Event {
     pub event_id: String,
     /// The tenant whose log holds it.
     pub tenant_id: String,
-    /// The event type, e.g. `reservation-grant.created`.
-    #[serde(rename = "type")]
-    pub event_type: String,
-    /// The payload; its keys depend on the type.
-    pub data: Object,
+    /// The event type (`type`) and its payload (`data`).
+    #[serde(flatten)]
+    pub payload: EventData,
     /// When the change happened.
     pub occurred_at: Millis,
 }
 
-impl From<events::Event> for Event {
-    fn from(e: events::Event) -> Event {
-        Event {
+impl TryFrom<events::Event> for Event {
+    type Error = storage::StorageError;
+
+    fn try_from(e: events::Event) -> Result<Event, Self::Error> {
+        Ok(Event {
+            payload: e.payload()?,
             event_id: e.event_id,
             tenant_id: e.tenant_id,
-            event_type: e.event_type,
-            data: object(e.data),
             occurred_at: e.occurred_at,
-        }
+        })
     }
 }
 

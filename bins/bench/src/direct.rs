@@ -26,7 +26,7 @@ use std::sync::Arc;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::{Value, json};
 use storage::locks;
-use storage::model::events::{self, NewEvent};
+use storage::model::events::{self, EventData, NewEvent};
 use storage::model::grant::{GrantRow, NewGrantRow};
 use storage::model::idempotency::{self, Claim, KeyedRequest};
 use storage::model::instance::{InstanceRow, NewInstanceRow};
@@ -317,8 +317,8 @@ impl Op for GrantSql {
                     created_at: now,
                 };
                 let row = GrantRow::insert(conn, new).await.map_err(sql)?;
-                let created = "reservation-grant.created";
-                let event = NewEvent::new(TENANT, created, row.event_data(None), now);
+                let created = EventData::GrantCreated(row.change(None));
+                let event = NewEvent::new(TENANT, created, now);
                 // The term is in the future: create settles only once, and
                 // answers the row as inserted.
                 events::publish(conn, now, vec![event]).await.map_err(sql)?;

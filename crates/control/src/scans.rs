@@ -6,6 +6,7 @@ use providers::{AccountSpec, ProviderError, ProviderFactory, ProviderReservation
 use storage::Clock;
 use storage::crypto::Keyring;
 use storage::db::DbPool;
+use storage::error::{Detail, Reason};
 use storage::model::reservation::ReservationRow;
 use storage::model::states::ReservationStatus;
 use storage::ops::reservations::{Reservation, with_accounts};
@@ -26,9 +27,9 @@ pub fn provider_failure(error: &ProviderError) -> StorageError {
         ErrorKind::ProviderFailure,
         "the provider call failed; nothing changed (the server log has the cause)",
     )
-    .with("reason", "provider-error");
+    .with(Detail::Reason(Reason::ProviderError));
     if let Some(status) = error.status() {
-        e = e.with("status", status);
+        e = e.with(Detail::ProviderStatus(status));
     }
     e
 }

@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use crate::error::{Result, StorageError};
+use crate::error::{Detail, Field, Reason, Result, StorageError};
 use crate::schema::manual_clock;
 
 /// Where "now" comes from.
@@ -79,11 +79,11 @@ impl Clock {
             None => {
                 let current = self.now(conn).await?;
                 Err(StorageError::invalid(
-                    "now",
-                    "range",
+                    Field::Now,
+                    Reason::Range,
                     format!("time may not move backwards: the clock is at {current}"),
                 )
-                .with("current", current))
+                .with(Detail::Current(current)))
             }
         }
     }

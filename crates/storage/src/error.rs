@@ -2,8 +2,6 @@
 //! The API server maps each [`ErrorKind`] to its contract code and HTTP
 //! status; nothing here knows the wire format.
 
-use serde_json::{Map, Value};
-
 /// What kind of failure an operation met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -31,6 +29,143 @@ pub enum ErrorKind {
     Internal,
 }
 
+use crate::model::states::{InstanceState, ReservationStatus};
+
+/// The input field an error is about. api-server names each for the wire
+/// (`details.field`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// The pool named by the request.
+    PoolId,
+    /// The project named by the request.
+    ProjectId,
+    /// The start of a term.
+    StartsAt,
+    /// The end of a term.
+    EndsAt,
+    /// The tenant a grant is for.
+    GrantTenantId,
+    /// An instance's flavor.
+    Flavor,
+    /// A provider account's credentials.
+    ConfigCredentials,
+    /// The end of a range.
+    To,
+    /// The tenant a lifecycle request names.
+    TargetTenantId,
+    /// The instant a clock is set to.
+    Now,
+}
+
+/// Why an input or a state refuses the request: a machine-readable reason
+/// (`details.reason`), named for the wire by api-server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The pool and the reservation are in different regions.
+    RegionMismatch,
+    /// The pool has no flavor of the reservation's machine type.
+    FlavorMismatch,
+    /// The project is not a project of the grantee.
+    ProjectNotGrantee,
+    /// The project is not a project of the tenant.
+    ProjectNotTenant,
+    /// An instant too far in the past.
+    Past,
+    /// A value or range out of bounds.
+    Range,
+    /// The pool is not offered to the grantee.
+    PoolNotOffered,
+    /// The pool has no such flavor.
+    UnknownFlavor,
+    /// The credentials name something the tenant may not use.
+    CredentialNotAllowed,
+    /// The root tenant cannot be the target.
+    RootTenant,
+    /// A provider call failed.
+    ProviderError,
+    /// The reservation is not bound to a pool.
+    Unbound,
+    /// Ended grants still have slot-hours to meter.
+    Unmetered,
+    /// The server has no key to seal secrets with.
+    NoSecretsKey,
+}
+
+/// What a quota-like limit counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Limited {
+    /// A resource of a pool's quota (`quotas_core` names it).
+    Quota(String),
+    /// The provider accounts a tenant may have.
+    ProviderAccounts,
+}
+
+/// One structured detail of an error. Storage says what it is; api-server
+/// alone writes its name on the wire (`details`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detail {
+    /// The input field the error is about.
+    Field(Field),
+    /// Why the request is refused.
+    Reason(Reason),
+    /// The idempotency key reused with another request.
+    IdempotencyKey(String),
+    /// The HTTP status of a failed provider call.
+    ProviderStatus(u16),
+    /// The reservation's status that forbids the operation.
+    ReservationStatus(ReservationStatus),
+    /// The instance's state that forbids the operation.
+    InstanceState(InstanceState),
+    /// The pool concerned.
+    PoolId(String),
+    /// The reservation concerned.
+    ReservationId(String),
+    /// The tenant concerned.
+    TenantId(String),
+    /// The grants that stand in the way.
+    GrantIds(Vec<String>),
+    /// The provider accounts that stand in the way.
+    AccountIds(Vec<String>),
+    /// A reservation's slots and what is already committed of them.
+    Capacity {
+        /// The reservation's slots.
+        total: u64,
+        /// Slots already committed over the term.
+        granted: u64,
+    },
+    /// A reservation's slots held by instances and still free.
+    Slots {
+        /// The reservation's slots.
+        total: u64,
+        /// Slots held by instances.
+        in_use: u64,
+        /// Slots free for the request.
+        available: u64,
+    },
+    /// A limit the request does not fit.
+    Limit {
+        /// What is limited.
+        what: Limited,
+        /// The most that may be held.
+        max: i64,
+        /// What is held.
+        used: i64,
+        /// What the request asked for.
+        requested: i64,
+    },
+    /// The server's "now" when a time is refused.
+    Now(i64),
+    /// The clock's current instant.
+    Current(i64),
+    /// Hour buckets a range covers, and the most one call may cover.
+    Buckets {
+        /// Buckets the range covers.
+        buckets: u64,
+        /// The most one call may cover.
+        max: u64,
+    },
+}
+
 /// A failed operation: its kind, a human message and structured details.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{kind:?}: {message}")]
@@ -39,8 +174,9 @@ pub struct StorageError {
     pub kind: ErrorKind,
     /// Human text; never SQL, stack traces or secrets.
     pub message: String,
-    /// Structured details (the contract's `details` object).
-    pub details: Map<String, Value>,
+    /// Structured details (the contract's `details` object), in the order
+    /// they were added.
+    pub details: Vec<Detail>,
 }
 
 /// Result of the product's operations.
@@ -52,21 +188,29 @@ impl StorageError {
         StorageError {
             kind,
             message: message.into(),
-            details: Map::new(),
+            details: Vec::new(),
         }
     }
 
     /// Adds one detail.
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.details.insert(key.to_owned(), value.into());
+    pub fn with(mut self, detail: Detail) -> Self {
+        self.details.push(detail);
         self
     }
 
     /// `INVALID_INPUT` about one field, with `details { field, reason }`.
-    pub fn invalid(field: &str, reason: &str, message: impl Into<String>) -> Self {
+    pub fn invalid(field: Field, reason: Reason, message: impl Into<String>) -> Self {
         StorageError::new(ErrorKind::InvalidInput, message)
-            .with("field", field)
-            .with("reason", reason)
+            .with(Detail::Field(field))
+            .with(Detail::Reason(reason))
+    }
+
+    /// The reason among the details, if any.
+    pub fn reason(&self) -> Option<Reason> {
+        self.details.iter().find_map(|d| match d {
+            Detail::Reason(r) => Some(*r),
+            _ => None,
+        })
     }
 
     /// `NOT_FOUND` for an object kind and id.

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod actor;
 pub mod clock;
 pub mod crypto;
 pub mod cursor;
@@ -15,8 +16,9 @@ pub mod schema;
 #[cfg(feature = "test-support")]
 pub mod test_db;
 
+pub use actor::Actor;
 pub use clock::Clock;
 
 /// The most items a list method returns in one answer (contract 1.6).
 pub const LIST_LIMIT: i64 = 1000;
-pub use error::{ErrorKind, Result, StorageError};
+pub use error::{Detail, ErrorKind, Field, Reason, Result, StorageError};

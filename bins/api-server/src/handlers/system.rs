@@ -125,7 +125,11 @@ async fn list_events(call: Call, input: ListEvents) -> Result<Page<views::Event>
     })
     .await?;
     Ok(Page {
-        items: page.items.into_iter().map(Into::into).collect(),
+        items: page
+            .items
+            .into_iter()
+            .map(views::Event::try_from)
+            .collect::<Result<_, _>>()?,
         next_cursor: events::encode_cursor(page.next_seq),
         has_more: page.has_more,
     })

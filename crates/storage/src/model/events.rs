@@ -9,26 +9,25 @@ use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::schema::events;
 
+pub use super::event_data::EventData;
+
 /// An event to publish in a tenant.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
     /// The tenant whose log receives the event.
     pub tenant_id: String,
-    /// `reservation-grant.created`, `quota.updated`, ...
-    pub event_type: String,
-    /// The event's payload.
-    pub data: Value,
+    /// Its type and payload.
+    pub data: EventData,
     /// The instant the change happened (a transition's own instant, which can
     /// precede the transaction that settles it).
     pub occurred_at: i64,
 }
 
 impl NewEvent {
-    /// An event in `tenant_id` of `event_type` at `occurred_at`.
-    pub fn new(tenant_id: &str, event_type: &str, data: Value, occurred_at: i64) -> Self {
+    /// An event in `tenant_id` at `occurred_at`.
+    pub fn new(tenant_id: &str, data: EventData, occurred_at: i64) -> Self {
         NewEvent {
             tenant_id: tenant_id.to_owned(),
-            event_type: event_type.to_owned(),
             data,
             occurred_at,
         }
@@ -51,6 +50,13 @@ pub struct Event {
     pub occurred_at: i64,
     /// Position in the tenant's log (not serialized; the cursor encodes it).
     pub seq: i64,
+}
+
+impl Event {
+    /// Its type and payload, typed.
+    pub fn payload(&self) -> Result<EventData> {
+        Ok(EventData::from_parts(&self.event_type, self.data.clone())?)
+    }
 }
 
 /// Publishes events inside the caller's transaction. Call it as the last
@@ -76,8 +82,11 @@ pub async fn publish(
         let count = i64::try_from(end - start).map_err(StorageError::internal)?;
         let group = &batch[start..end];
         let ids: Vec<String> = group.iter().map(|_| ids::new_id("evt", now)).collect();
-        let types: Vec<&str> = group.iter().map(|e| e.event_type.as_str()).collect();
-        let data: Vec<&Value> = group.iter().map(|e| &e.data).collect();
+        let types: Vec<&str> = group.iter().map(|e| e.data.event_type()).collect();
+        let data = group
+            .iter()
+            .map(|e| e.data.to_data())
+            .collect::<serde_json::Result<Vec<Value>>>()?;
         let at: Vec<i64> = group.iter().map(|e| e.occurred_at).collect();
         // One statement, one round trip: the head's advance and the events
         // numbered from it (the head row's lock is held until commit).

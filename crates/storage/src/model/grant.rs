@@ -5,9 +5,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use grants_core::{GrantState, TimelineGrant};
-use serde_json::{Value, json};
 
 use crate::error::Result;
+use crate::model::event_data::GrantChange;
 use crate::model::keyset::Position;
 use crate::model::states::SettledState;
 use crate::schema::grants;
@@ -130,21 +130,16 @@ impl GrantRow {
     }
 
     /// The payload of its `reservation-grant.*` events.
-    pub fn event_data(&self, reason: Option<&str>) -> Value {
-        let mut data = json!({
-            "grantId": self.grant_id,
-            "poolId": self.pool_id,
-            "slots": self.slots,
-            "startsAt": self.starts_at,
-            "endsAt": self.ends_at,
-        });
-        if let Some(p) = &self.project_id {
-            data["projectId"] = json!(p);
+    pub fn change(&self, reason: Option<&str>) -> GrantChange {
+        GrantChange {
+            grant_id: self.grant_id.clone(),
+            pool_id: self.pool_id.clone(),
+            slots: i64::from(self.slots),
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+            project_id: self.project_id.clone(),
+            reason: reason.map(str::to_owned),
         }
-        if let Some(r) = reason {
-            data["reason"] = json!(r);
-        }
-        data
     }
 
     /// As settlement sees it.

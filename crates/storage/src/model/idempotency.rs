@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use crate::error::{ErrorKind, Result, StorageError};
+use crate::error::{Detail, ErrorKind, Result, StorageError};
 use crate::schema::idempotency_keys as ik;
 
 /// What a creating mutation should do with its key.
@@ -67,7 +67,7 @@ pub async fn claim(
             ErrorKind::Conflict,
             "the idempotency key was already used with a different request",
         )
-        .with("idempotencyKey", req.key))
+        .with(Detail::IdempotencyKey(req.key.to_owned())))
     }
 }
 

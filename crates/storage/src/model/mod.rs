@@ -3,6 +3,7 @@
 //! [`crate::ops`] compose them; nothing here opens a transaction.
 
 pub mod audit;
+pub mod event_data;
 pub mod events;
 pub mod grant;
 pub mod idempotency;

@@ -6,7 +6,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Destination, ForcedEnd};
 use serde_json::Value;
 
-use crate::error::{ErrorKind, Result, StorageError};
+use crate::error::{Detail, ErrorKind, Field, Limited, Reason, Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::events::{self, NewEvent};
@@ -88,10 +88,12 @@ pub async fn create(
                                  is {max}"
                             ),
                         )
-                        .with("resource", "providerAccounts")
-                        .with("max", max)
-                        .with("used", used)
-                        .with("requested", 1));
+                        .with(Detail::Limit {
+                            what: Limited::ProviderAccounts,
+                            max,
+                            used,
+                            requested: 1,
+                        }));
                     }
                 }
                 // `secret:NAME` names a secret of the account's own tenant
@@ -100,8 +102,8 @@ pub async fn create(
                     && !locks::secret_shared(conn, new.tenant_id, name).await?
                 {
                     return Err(StorageError::invalid(
-                        "config.credentials",
-                        "credential-not-allowed",
+                        Field::ConfigCredentials,
+                        Reason::CredentialNotAllowed,
                         format!("the tenant has no secret named {name}"),
                     ));
                 }
@@ -184,7 +186,7 @@ pub async fn delete_account(
             return Err(StorageError::invalid_state(
                 "grants of the account are scheduled or active; end them first",
             )
-            .with("grantIds", live));
+            .with(Detail::GrantIds(live)));
         }
         let unmetered: Vec<String> = grants::table
             .filter(grants::account_id.eq(account_id))
@@ -199,8 +201,8 @@ pub async fn delete_account(
                 "ended grants still have slot-hours to meter; retry after the reconciler's next \
                  pass past the hour they ended in",
             )
-            .with("grantIds", unmetered)
-            .with("reason", "unmetered"));
+            .with(Detail::GrantIds(unmetered))
+            .with(Detail::Reason(Reason::Unmetered)));
         }
         // Every transition due up to now takes effect first, with its event,
         // so the move on-demand below starts from the true placement.

@@ -6,9 +6,10 @@ use diesel::sql_types::{BigInt, Bool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term, TimelineGrant, Transition};
 
-use crate::error::{ErrorKind, Result, StorageError};
+use crate::error::{Detail, ErrorKind, Field, Reason, Result, StorageError};
 use crate::ids;
 use crate::locks;
+use crate::model::event_data::EventData;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::{GrantFilter, GrantRow, NewGrantRow};
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
@@ -121,8 +122,10 @@ pub async fn create(
                 ErrorKind::CapacityUnavailable,
                 format!("the reservation cannot commit {slots} more slots over that term: {short}"),
             )
-            .with("total", short.total)
-            .with("granted", short.granted)
+            .with(Detail::Capacity {
+                total: short.total,
+                granted: short.granted,
+            })
         })?;
         let (res, pool_id) = (plan.reservation, plan.pool_id);
         let row = GrantRow::insert(
@@ -143,8 +146,7 @@ pub async fn create(
         .await?;
         events.push(NewEvent::new(
             &row.tenant_id,
-            "reservation-grant.created",
-            row.event_data(None),
+            EventData::GrantCreated(row.change(None)),
             now,
         ));
         // A grant starting at or before now activates (and takes in) at once;
@@ -249,8 +251,8 @@ async fn plan(
             .is_none()
     {
         return Err(StorageError::invalid(
-            "projectId",
-            "project-not-grantee",
+            Field::ProjectId,
+            Reason::ProjectNotGrantee,
             format!(
                 "project {project} is not a project of {}",
                 new.grant_tenant_id
@@ -260,16 +262,16 @@ async fn plan(
     // The term.
     if new.starts_at < now - MAX_START_IN_PAST_MS {
         return Err(StorageError::invalid(
-            "startsAt",
-            "past",
+            Field::StartsAt,
+            Reason::Past,
             "startsAt may be at most 5 minutes in the past",
         )
-        .with("now", now));
+        .with(Detail::Now(now)));
     }
     if new.ends_at <= new.starts_at {
         return Err(StorageError::invalid(
-            "endsAt",
-            "range",
+            Field::EndsAt,
+            Reason::Range,
             "endsAt must be after startsAt",
         ));
     }
@@ -287,13 +289,13 @@ fn ready_pool(res: &ReservationRow) -> Result<String> {
             "the reservation is {}, not ready",
             res.status
         ))
-        .with("reservationId", res.reservation_id.as_str())
-        .with("status", res.status.as_str()));
+        .with(Detail::ReservationId(res.reservation_id.clone()))
+        .with(Detail::ReservationStatus(res.status)));
     }
     res.pool_id.clone().ok_or_else(|| {
         StorageError::invalid_state("the reservation is not bound to a pool")
-            .with("reservationId", res.reservation_id.as_str())
-            .with("reason", "unbound")
+            .with(Detail::ReservationId(res.reservation_id.clone()))
+            .with(Detail::Reason(Reason::Unbound))
     })
 }
 
@@ -308,11 +310,11 @@ async fn offered(
         return Ok(());
     }
     Err(StorageError::invalid(
-        "grantTenantId",
-        "pool-not-offered",
+        Field::GrantTenantId,
+        Reason::PoolNotOffered,
         format!("pool {pool_id} is not offered to {grantee}"),
     )
-    .with("poolId", pool_id))
+    .with(Detail::PoolId(pool_id.to_owned())))
 }
 
 /// `reservationGrants.preview` (contract 3.6): what `create` of the same

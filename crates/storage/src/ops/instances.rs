@@ -13,7 +13,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Billing, PlacementRequest, ReservationView, Seat};
 use quotas_core::{Charge, QuotaRow};
 
-use crate::error::{ErrorKind, Result, StorageError};
+use crate::error::{Detail, ErrorKind, Field, Limited, Reason, Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::events::{self, NewEvent};
@@ -42,10 +42,12 @@ fn capacity_error(view: &ReservationView) -> StorageError {
             view.reservation_id
         ),
     )
-    .with("reservationId", view.reservation_id.as_str())
-    .with("total", view.total)
-    .with("inUse", view.physical_in_use())
-    .with("available", view.available())
+    .with(Detail::ReservationId(view.reservation_id.clone()))
+    .with(Detail::Slots {
+        total: view.total,
+        in_use: view.physical_in_use(),
+        available: view.available(),
+    })
 }
 
 /// Places an instance over the pool's candidate reservations (bound, of the
@@ -204,8 +206,8 @@ pub async fn create(
         let pool = pools::get(conn, new.tenant_id, root, new.pool_id).await?;
         if pool.flavor(new.flavor).is_none() {
             return Err(StorageError::invalid(
-                "flavor",
-                "unknown-flavor",
+                Field::Flavor,
+                Reason::UnknownFlavor,
                 format!("pool {} has no flavor {}", pool.pool_id, new.flavor),
             ));
         }
@@ -215,8 +217,8 @@ pub async fn create(
                 .is_none()
         {
             return Err(StorageError::invalid(
-                "projectId",
-                "project-not-tenant",
+                Field::ProjectId,
+                Reason::ProjectNotTenant,
                 format!("project {p} is not a project of {}", new.tenant_id),
             ));
         }
@@ -227,11 +229,13 @@ pub async fn create(
                 ErrorKind::QuotaExceeded,
                 format!("quota {} of pool {} exceeded", q.resource, new.pool_id),
             )
-            .with("poolId", new.pool_id)
-            .with("resource", q.resource.as_str())
-            .with("max", q.max)
-            .with("used", q.used)
-            .with("requested", q.requested)
+            .with(Detail::PoolId(new.pool_id.to_owned()))
+            .with(Detail::Limit {
+                what: Limited::Quota(q.resource.clone()),
+                max: q.max,
+                used: q.used,
+                requested: q.requested,
+            })
         })?;
         let mut events = Vec::new();
         let request = PlacementRequest::new(
@@ -345,7 +349,7 @@ async fn lock_instance(
 /// `INVALID_STATE` for stop and start of a deleted instance.
 fn deleted_instance() -> StorageError {
     StorageError::invalid_state("the instance is deleted")
-        .with("state", InstanceState::Deleted.as_str())
+        .with(Detail::InstanceState(InstanceState::Deleted))
 }
 
 /// `instances.stop`: a grant instance keeps its slot; others release theirs.

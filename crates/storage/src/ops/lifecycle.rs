@@ -3,7 +3,7 @@
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use grants_core::ForcedEnd;
 
-use crate::error::{Result, StorageError};
+use crate::error::{Field, Reason, Result, StorageError};
 use crate::locks;
 use crate::model::events;
 use crate::model::states::TenantState;
@@ -26,8 +26,8 @@ pub async fn delete_tenant(
 ) -> Result<Tenant> {
     if tenant_id == root {
         return Err(StorageError::invalid(
-            "targetTenantId",
-            "root-tenant",
+            Field::TargetTenantId,
+            Reason::RootTenant,
             "the root tenant cannot be deleted",
         ));
     }

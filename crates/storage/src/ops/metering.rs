@@ -14,7 +14,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{HOUR_MS, Record, Segment};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use crate::error::{Result, StorageError};
 use crate::ids;
@@ -220,16 +220,27 @@ pub async fn settle_reservation(
     .await
 }
 
-/// Tags of a record about a reservation's grant or instance.
-fn tags(region: &str, pool_id: &str, provider: &str, extra: &[(&str, &str)]) -> Value {
-    let mut t = Map::new();
-    t.insert("region".into(), json!(region));
-    t.insert("poolId".into(), json!(pool_id));
-    t.insert("provider".into(), json!(provider));
-    for (k, v) in extra {
-        t.insert((*k).into(), json!(v));
+/// Tags of a usage record: where the usage happened. Kept as the record's
+/// `tags` object, as written here (the record's format, like an event's
+/// payload).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Tags<'a> {
+    region: &'a str,
+    pool_id: &'a str,
+    provider: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flavor: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grant_id: Option<&'a str>,
+}
+
+impl Tags<'_> {
+    fn to_value(&self) -> Result<Value> {
+        Ok(serde_json::to_value(self)?)
     }
-    Value::Object(t)
 }
 
 /// One transaction of `vm.grant.slot.hours`: claims up to a batch of
@@ -283,12 +294,14 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                         instance_id: None,
                         subject: g.grant_id.clone(),
                         target: g.grant_id.clone(),
-                        tags: tags(
-                            &region,
-                            &g.pool_id,
-                            &provider,
-                            &[("reservationId", &g.reservation_id)],
-                        ),
+                        tags: Tags {
+                            region: &region,
+                            pool_id: &g.pool_id,
+                            provider: &provider,
+                            reservation_id: Some(&g.reservation_id),
+                            ..Tags::default()
+                        }
+                        .to_value()?,
                         records: due,
                     });
                     marks.0.push(g.grant_id.clone());
@@ -414,19 +427,20 @@ async fn instance_records(
             .as_ref()
             .and_then(|k| places.get(k))
             .map_or(pool_region.clone(), |(region, _)| region.clone());
-        let mut extra: Vec<(&str, &str)> = vec![("flavor", inst.flavor.as_str())];
-        if let Some((_, r)) = &res {
-            extra.push(("reservationId", r.as_str()));
-        }
-        if let Some(g) = &grant_id {
-            extra.push(("grantId", g.as_str()));
-        }
         let records =
             grants_core::cumulative_rounded_records(&segments, inst.usage_metered_through, now);
         if records.is_empty() {
             continue;
         }
-        let tags = tags(&region, &inst.pool_id, &provider, &extra);
+        let tags = Tags {
+            region: &region,
+            pool_id: &inst.pool_id,
+            provider: &provider,
+            flavor: Some(&inst.flavor),
+            reservation_id: res.as_ref().map(|(_, r)| r.as_str()),
+            grant_id: grant_id.as_deref(),
+        }
+        .to_value()?;
         out.push(RecordGroup {
             tenant_id: inst.tenant_id.clone(),
             project_id: inst.project_id.clone(),

@@ -17,10 +17,10 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::notices::{self, ExpiryNotice, UNDERUSE_WINDOW_MS, UsageSummary};
 use grants_core::views::Stint;
 use grants_core::{GrantState, Term};
-use serde_json::{Value, json};
 
 use crate::error::{Result, StorageError};
 use crate::locks;
+use crate::model::event_data::{EventData, GrantExpiring, GrantUnderused, Utilisation, Window};
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
@@ -270,12 +270,12 @@ async fn on_reservation(
                 if !record_expiry(conn, &g.grant_id, n, now).await? {
                     continue;
                 }
-                let mut data = g.event_data(None);
-                data["notice"] = json!(n.label);
-                if let Some(r) = renewal {
-                    data["renewal"] = json!(r.grant_id);
-                }
-                with_summary(&mut data, &summary);
+                let data = EventData::GrantExpiring(GrantExpiring {
+                    grant: g.change(None),
+                    notice: n.label.clone(),
+                    renewal: renewal.map(|r| r.grant_id.clone()),
+                    usage: utilisation(&summary),
+                });
                 tracing::info!(
                     grant = %g.grant_id,
                     tenant = %g.tenant_id,
@@ -284,14 +284,7 @@ async fn on_reservation(
                     suggested_slots = summary.suggested_slots,
                     "grant expiry notice"
                 );
-                notify(
-                    &mut events,
-                    root,
-                    g,
-                    "reservation-grant.expiring",
-                    data,
-                    now,
-                );
+                notify(&mut events, root, g, data, now);
                 outcome.expiring += 1;
             }
         }
@@ -305,13 +298,16 @@ async fn on_reservation(
             if !(below && reported == Some(window.end)) {
                 continue;
             }
-            let mut data = json!({
-                "grantId": g.grant_id,
-                "poolId": g.pool_id,
-                "slots": g.slots,
-                "window": { "from": window.start, "to": window.end },
+            let data = EventData::GrantUnderused(GrantUnderused {
+                grant_id: g.grant_id.clone(),
+                pool_id: g.pool_id.clone(),
+                slots: i64::from(g.slots),
+                window: Window {
+                    from: window.start,
+                    to: window.end,
+                },
+                usage: utilisation(&summary),
             });
-            with_summary(&mut data, &summary);
             tracing::info!(
                 grant = %g.grant_id,
                 tenant = %g.tenant_id,
@@ -319,14 +315,7 @@ async fn on_reservation(
                 suggested_slots = summary.suggested_slots,
                 "grant underused over its last 24 hours"
             );
-            notify(
-                &mut events,
-                root,
-                g,
-                "reservation-grant.underused",
-                data,
-                now,
-            );
+            notify(&mut events, root, g, data, now);
             outcome.underused += 1;
         }
     }
@@ -334,25 +323,20 @@ async fn on_reservation(
     Ok(outcome)
 }
 
-fn with_summary(data: &mut Value, summary: &UsageSummary) {
-    data["utilisation"] = json!(summary.utilisation());
-    data["suggestedSlots"] = json!(summary.suggested_slots);
+fn utilisation(summary: &UsageSummary) -> Utilisation {
+    Utilisation {
+        utilisation: summary.utilisation(),
+        suggested_slots: summary.suggested_slots,
+    }
 }
 
 /// Queues a notice for the grantee's log and the root tenant's (once when
 /// the grantee is root).
-fn notify(
-    events: &mut Vec<NewEvent>,
-    root: &str,
-    g: &GrantRow,
-    event_type: &str,
-    data: Value,
-    now: i64,
-) {
+fn notify(events: &mut Vec<NewEvent>, root: &str, g: &GrantRow, data: EventData, now: i64) {
     if g.tenant_id != root {
-        events.push(NewEvent::new(&g.tenant_id, event_type, data.clone(), now));
+        events.push(NewEvent::new(&g.tenant_id, data.clone(), now));
     }
-    events.push(NewEvent::new(root, event_type, data, now));
+    events.push(NewEvent::new(root, data, now));
 }
 
 /// Records an expiry notice as sent; `false` if it was already.

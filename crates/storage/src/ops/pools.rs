@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::locks;
+use crate::model::event_data::{EventData, QuotaUpdated};
 use crate::model::events::{self, NewEvent};
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::ops::accounts;
@@ -294,8 +295,11 @@ pub async fn set_quota_row(
 fn quota_event(tenant: &str, pool_id: &str, resource: &str, requested: i64, now: i64) -> NewEvent {
     NewEvent::new(
         tenant,
-        "quota.updated",
-        json!({ "poolId": pool_id, "resource": resource, "max": requested }),
+        EventData::QuotaUpdated(QuotaUpdated {
+            pool_id: pool_id.to_owned(),
+            resource: resource.to_owned(),
+            max: requested,
+        }),
         now,
     )
 }

@@ -9,7 +9,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::views::SlotAccounts;
 use grants_core::{TimelineGrant, TimelineInstance};
 
-use crate::error::{Result, StorageError};
+use crate::error::{Detail, Field, Reason, Result, StorageError};
 use crate::locks;
 use crate::model::instance::InstanceRow;
 use crate::model::states::{ReservationStatus, SettledState};
@@ -130,7 +130,7 @@ pub async fn bind(
         };
         if res.status == ReservationStatus::Gone {
             return Err(StorageError::invalid_state("the reservation is gone")
-                .with("status", ReservationStatus::Gone.as_str()));
+                .with(Detail::ReservationStatus(ReservationStatus::Gone)));
         }
         if let Some(bound) = &res.pool_id {
             if bound == pool_id {
@@ -139,12 +139,12 @@ pub async fn bind(
             return Err(StorageError::invalid_state(format!(
                 "the reservation is bound to pool {bound}; unbind it first"
             ))
-            .with("poolId", bound.as_str()));
+            .with(Detail::PoolId(bound.clone())));
         }
         if region != res.region {
             return Err(StorageError::invalid(
-                "poolId",
-                "region-mismatch",
+                Field::PoolId,
+                Reason::RegionMismatch,
                 format!("the pool is in {region}, the reservation in {}", res.region),
             ));
         }
@@ -154,8 +154,8 @@ pub async fn bind(
         });
         if !has_flavor {
             return Err(StorageError::invalid(
-                "poolId",
-                "flavor-mismatch",
+                Field::PoolId,
+                Reason::FlavorMismatch,
                 format!("the pool has no flavor {}", res.flavor),
             ));
         }
@@ -209,7 +209,7 @@ pub async fn unbind(
             return Err(StorageError::invalid_state(
                 "grants on the reservation are scheduled or active; end them first",
             )
-            .with("grantIds", live));
+            .with(Detail::GrantIds(live)));
         }
         if res.pool_id.is_none() {
             return one_with_accounts(conn, res, now).await;

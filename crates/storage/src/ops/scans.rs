@@ -8,10 +8,10 @@ use std::collections::HashSet;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term};
-use serde_json::json;
 
 use crate::error::{Result, StorageError};
 use crate::locks;
+use crate::model::event_data::{self, EventData};
 use crate::model::events::{self, NewEvent};
 use crate::model::states::{ReservationStatus, SettledState};
 use crate::model::{grant::GrantRow, reservation::ReservationRow};
@@ -155,11 +155,12 @@ pub async fn apply_scan(
             // off the reservation, nor term ends settled on the way).
             let closed = events[queued..]
                 .iter()
-                .filter(|e| {
-                    matches!(
-                        e.event_type.as_str(),
-                        "reservation-grant.ended" | "reservation-grant.cancelled"
-                    ) && e.data.get("reason").and_then(|r| r.as_str()) == Some("reservation-gone")
+                .filter(|e| match &e.data {
+                    EventData::GrantEnded(g) | EventData::GrantCancelled(g) => {
+                        g.reason.as_deref()
+                            == Some(grants_core::EndReason::ReservationGone.as_str())
+                    }
+                    _ => false,
                 })
                 .count();
             diesel::update(reservations::table.find((&k.account_id, &k.reservation_id)))
@@ -218,7 +219,7 @@ async fn capacity_short(
     if u64::try_from(res.total).unwrap_or(0) >= peak {
         return Ok(false);
     }
-    let ids: Vec<&str> = live.iter().map(|g| g.grant_id.as_str()).collect();
+    let ids: Vec<String> = live.iter().map(|g| g.grant_id.clone()).collect();
     tracing::warn!(
         reservation = %res.reservation_id,
         total = res.total,
@@ -227,13 +228,12 @@ async fn capacity_short(
     );
     events.push(NewEvent::new(
         root,
-        "reservation-grant.capacity-short",
-        json!({
-            "accountId": res.account_id,
-            "reservationId": res.reservation_id,
-            "total": res.total,
-            "grantedSlots": peak,
-            "grantIds": ids,
+        EventData::CapacityShort(event_data::CapacityShort {
+            account_id: res.account_id.clone(),
+            reservation_id: res.reservation_id.clone(),
+            total: res.total,
+            granted_slots: peak,
+            grant_ids: ids,
         }),
         now,
     ));

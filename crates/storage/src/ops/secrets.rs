@@ -9,7 +9,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::crypto::{KeyError, Keyring};
-use crate::error::{Result, StorageError};
+use crate::error::{Detail, Reason, Result, StorageError};
 use crate::locks;
 use crate::model::secret::SecretRow;
 use crate::model::states::SecretKind;
@@ -80,7 +80,7 @@ pub async fn put(
         KeyError::NoKey => StorageError::invalid_state(
             "the server has no BC_SECRETS_KEY: secrets cannot be stored",
         )
-        .with("reason", "no-secrets-key"),
+        .with(Detail::Reason(Reason::NoSecretsKey)),
         other => StorageError::internal(other.to_string()),
     })?;
     conn.transaction::<_, StorageError, _>(async move |conn| {
@@ -175,7 +175,7 @@ pub async fn delete(conn: &mut AsyncPgConnection, tenant: &str, name: &str) -> R
                 "secret {name} is referenced by {} provider account(s)",
                 using.len()
             ))
-            .with("accountIds", using));
+            .with(Detail::AccountIds(using)));
         }
         tracing::info!(tenant = %tenant, secret = %name, "secret deleted");
         Ok(())

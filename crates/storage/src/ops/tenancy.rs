@@ -5,7 +5,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use iam_check::{KeyScope, Principal, Role};
 use subtle::ConstantTimeEq;
 
-use crate::error::{ErrorKind, Result, StorageError};
+use crate::error::{Detail, ErrorKind, Result, StorageError};
 use crate::ids;
 use crate::locks;
 use crate::model::states::TenantState;
@@ -205,7 +205,7 @@ pub async fn create_tenant(
                 ErrorKind::Conflict,
                 format!("tenant name {name} is taken (names are never reused)"),
             )
-            .with("tenantId", name.as_str()));
+            .with(Detail::TenantId(name.clone())));
         }
         let key = insert_key(conn, &name, "admin", Role::Admin, None, now).await?;
         let tenant = active_tenant(conn, &name).await?;

@@ -13,6 +13,7 @@ use grants_core::{ForcedEnd, GrantState, TimelineGrant, TimelineInstance, Transi
 
 use crate::error::{Result, StorageError};
 use crate::locks;
+use crate::model::event_data::EventData;
 use crate::model::events::NewEvent;
 use crate::model::grant::GrantRow;
 use crate::model::instance::InstanceRow;
@@ -192,8 +193,7 @@ async fn write(
                     .await?;
                 events.push(NewEvent::new(
                     &g.tenant_id,
-                    "reservation-grant.active",
-                    g.event_data(None),
+                    EventData::GrantActive(g.change(None)),
                     *at,
                 ));
             }
@@ -237,8 +237,7 @@ async fn write(
                 };
                 events.push(NewEvent::new(
                     &g.tenant_id,
-                    "reservation-grant.ended",
-                    ended.event_data(Some(reason.as_str())),
+                    EventData::GrantEnded(ended.change(Some(reason.as_str()))),
                     *at,
                 ));
             }
@@ -278,8 +277,7 @@ async fn cancel(
         .await?;
     events.push(NewEvent::new(
         &g.tenant_id,
-        "reservation-grant.cancelled",
-        g.event_data(Some(reason)),
+        EventData::GrantCancelled(g.change(Some(reason))),
         at,
     ));
     Ok(())

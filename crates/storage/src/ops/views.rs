@@ -12,7 +12,7 @@ use grants_core::views::{
 };
 use grants_core::{GrantState, HOUR_MS, Term, bucket_start};
 
-use crate::error::{Result, StorageError};
+use crate::error::{Detail, Field, Reason, Result, StorageError};
 use crate::model::events;
 use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
@@ -253,15 +253,17 @@ pub async fn grant_usage(
     let buckets = views::bucket_count(range);
     if buckets > MAX_USAGE_BUCKETS {
         return Err(StorageError::invalid(
-            "to",
-            "range",
+            Field::To,
+            Reason::Range,
             format!(
                 "the range covers {buckets} hour buckets of the grant's term; at most \
                  {MAX_USAGE_BUCKETS} a call (narrow it with from and to)"
             ),
         )
-        .with("buckets", buckets)
-        .with("maxBuckets", MAX_USAGE_BUCKETS));
+        .with(Detail::Buckets {
+            buckets,
+            max: MAX_USAGE_BUCKETS,
+        }));
     }
     // The whole hours the rows cover, up to now.
     let hours = Term::new(

@@ -1,6 +1,12 @@
 //! TypeIDs (`prefix_` + 26 lowercase Crockford base32 characters of a UUIDv7)
 //! and API key secrets.
 
+mod typed;
+
+pub use typed::{
+    AccountId, GrantId, IdError, InstanceId, KeyId, PoolId, ProjectId, ReservationId, TenantId,
+};
+
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 

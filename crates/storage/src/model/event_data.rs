@@ -1,0 +1,257 @@
+//! The payload of each event type (contract 9): one enum, tagged by type.
+//!
+//! An event is an immutable record: the log keeps it as written and
+//! `events.list` answers it as kept, so its shape is defined once, here,
+//! and the OpenAPI document describes each type's `data` from this enum.
+//! The serde names are the record's format (the `data` column and the
+//! wire alike); changing one is a change of the contract.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An event's type and payload. Serialized adjacently tagged: `type` is the
+/// event type (the log's `event_type` column), `data` the payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", content = "data")]
+pub enum EventData {
+    /// A grant was created (in the grantee's tenant).
+    #[serde(rename = "reservation-grant.created")]
+    GrantCreated(GrantChange),
+    /// A grant became active (in the grantee's tenant).
+    #[serde(rename = "reservation-grant.active")]
+    GrantActive(GrantChange),
+    /// A grant ended, at its `endsAt` or early (in the grantee's tenant).
+    #[serde(rename = "reservation-grant.ended")]
+    GrantEnded(GrantChange),
+    /// A grant was cancelled before it started (in the grantee's tenant).
+    #[serde(rename = "reservation-grant.cancelled")]
+    GrantCancelled(GrantChange),
+    /// A reservation's total fell below the slots granted on it (in the root
+    /// tenant).
+    #[serde(rename = "reservation-grant.capacity-short")]
+    CapacityShort(CapacityShort),
+    /// An expiry notice of a grant (in the grantee's and the root tenant).
+    #[serde(rename = "reservation-grant.expiring")]
+    GrantExpiring(GrantExpiring),
+    /// A grant held little of what it committed over the last 24 hours (in
+    /// the grantee's and the root tenant).
+    #[serde(rename = "reservation-grant.underused")]
+    GrantUnderused(GrantUnderused),
+    /// A quota was set (in the target tenant).
+    #[serde(rename = "quota.updated")]
+    QuotaUpdated(QuotaUpdated),
+}
+
+impl EventData {
+    /// The event type (`reservation-grant.created`, ...), as the log's
+    /// `event_type` column keeps it.
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            EventData::GrantCreated(_) => "reservation-grant.created",
+            EventData::GrantActive(_) => "reservation-grant.active",
+            EventData::GrantEnded(_) => "reservation-grant.ended",
+            EventData::GrantCancelled(_) => "reservation-grant.cancelled",
+            EventData::CapacityShort(_) => "reservation-grant.capacity-short",
+            EventData::GrantExpiring(_) => "reservation-grant.expiring",
+            EventData::GrantUnderused(_) => "reservation-grant.underused",
+            EventData::QuotaUpdated(_) => "quota.updated",
+        }
+    }
+
+    /// The payload alone (the log's `data` column).
+    pub fn to_data(&self) -> serde_json::Result<serde_json::Value> {
+        let mut tagged = serde_json::to_value(self)?;
+        Ok(tagged
+            .get_mut("data")
+            .map(serde_json::Value::take)
+            .unwrap_or_default())
+    }
+
+    /// The payload of a stored event of `event_type`.
+    pub fn from_parts(event_type: &str, data: serde_json::Value) -> serde_json::Result<Self> {
+        let mut tagged = serde_json::Map::new();
+        tagged.insert("type".to_owned(), event_type.into());
+        tagged.insert("data".to_owned(), data);
+        serde_json::from_value(serde_json::Value::Object(tagged))
+    }
+}
+
+/// A grant's term and size, as each `reservation-grant.*` transition reports
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantChange {
+    /// `grn_...`
+    pub grant_id: String,
+    /// The pool of the grant's reservation.
+    pub pool_id: String,
+    /// The committed slots.
+    pub slots: i64,
+    /// The start of the term (epoch milliseconds).
+    pub starts_at: i64,
+    /// The end of the term (epoch milliseconds; for `.ended`, when it ended).
+    pub ends_at: i64,
+    /// The grantee's project the grant is limited to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// Why a grant ended or was cancelled (`.ended`, `.cancelled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A reservation whose total no longer covers what is granted on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityShort {
+    /// The provider account of the reservation.
+    pub account_id: String,
+    /// The reservation.
+    pub reservation_id: String,
+    /// Its slots as the provider reports them.
+    pub total: i64,
+    /// The most slots granted on it at once from now on.
+    pub granted_slots: u64,
+    /// The grants scheduled or active on it.
+    pub grant_ids: Vec<String>,
+}
+
+/// What a grant held of what it committed over a window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Utilisation {
+    /// Held instance-hours over committed slot-hours, 6 decimals.
+    pub utilisation: String,
+    /// A renewal size an operator can act on (at least 1).
+    pub suggested_slots: u32,
+}
+
+/// An expiry notice of a grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantExpiring {
+    /// The grant.
+    #[serde(flatten)]
+    pub grant: GrantChange,
+    /// The notice, as configured (`"7d"`).
+    pub notice: String,
+    /// A grant of the same tenant on the same reservation live at `endsAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewal: Option<String>,
+    /// Use over the term so far.
+    #[serde(flatten)]
+    pub usage: Utilisation,
+}
+
+/// An underuse notice of a grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantUnderused {
+    /// `grn_...`
+    pub grant_id: String,
+    /// The pool of the grant's reservation.
+    pub pool_id: String,
+    /// The committed slots.
+    pub slots: i64,
+    /// The 24 whole hours judged.
+    pub window: Window,
+    /// Use over the window.
+    #[serde(flatten)]
+    pub usage: Utilisation,
+}
+
+/// A half-open window of epoch milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Window {
+    /// Its start.
+    pub from: i64,
+    /// Its end (excluded).
+    pub to: i64,
+}
+
+/// A quota set by root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaUpdated {
+    /// The pool.
+    pub pool_id: String,
+    /// The resource.
+    pub resource: String,
+    /// The new maximum.
+    pub max: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn change() -> GrantChange {
+        GrantChange {
+            grant_id: "grn_1".into(),
+            pool_id: "pool_1".into(),
+            slots: 2,
+            starts_at: 10,
+            ends_at: 20,
+            project_id: None,
+            reason: Some("revoked".into()),
+        }
+    }
+
+    #[test]
+    fn the_type_tag_is_the_event_type_and_data_the_payload_alone() {
+        let e = EventData::GrantEnded(change());
+        let data = e.to_data().unwrap();
+        assert_eq!(
+            data,
+            json!({"grantId": "grn_1", "poolId": "pool_1", "slots": 2, "startsAt": 10,
+                   "endsAt": 20, "reason": "revoked"})
+        );
+        assert_eq!(EventData::from_parts(e.event_type(), data).unwrap(), e);
+    }
+
+    #[test]
+    fn every_variant_names_its_own_type() {
+        let usage = Utilisation {
+            utilisation: "0.500000".into(),
+            suggested_slots: 1,
+        };
+        let all = [
+            EventData::GrantCreated(change()),
+            EventData::GrantActive(change()),
+            EventData::GrantEnded(change()),
+            EventData::GrantCancelled(change()),
+            EventData::CapacityShort(CapacityShort {
+                account_id: "acc".into(),
+                reservation_id: "r".into(),
+                total: 1,
+                granted_slots: 2,
+                grant_ids: vec!["grn_1".into()],
+            }),
+            EventData::GrantExpiring(GrantExpiring {
+                grant: change(),
+                notice: "1d".into(),
+                renewal: None,
+                usage: usage.clone(),
+            }),
+            EventData::GrantUnderused(GrantUnderused {
+                grant_id: "grn_1".into(),
+                pool_id: "pool_1".into(),
+                slots: 2,
+                window: Window { from: 0, to: 1 },
+                usage,
+            }),
+            EventData::QuotaUpdated(QuotaUpdated {
+                pool_id: "pool_1".into(),
+                resource: "instances".into(),
+                max: 3,
+            }),
+        ];
+        for e in all {
+            let tagged = serde_json::to_value(&e).unwrap();
+            assert_eq!(tagged["type"], e.event_type());
+            let back = EventData::from_parts(e.event_type(), e.to_data().unwrap()).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+}
