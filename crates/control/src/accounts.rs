@@ -1,9 +1,52 @@
 //! The provider account checks that need the provider's config and the
-//! provider policy.
+//! provider policy: a new account's config, and the start-up report of the
+//! stored ones the policy no longer allows.
 
 use diesel_async::AsyncPgConnection;
+use providers::gce::{ConfigError, GceConfig};
+use providers::policy::{AccountOwner, ProviderPolicy};
+use serde_json::Value;
 use storage::Result;
 use storage::ops::accounts::{self, Account};
+
+/// Why a new account's config is refused. Displays as the answer's message;
+/// [`ConfigRefusal::error`] gives the field and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigRefusal {
+    /// The provider's manifest refuses it.
+    #[error("invalid provider config: {0}")]
+    Invalid(ConfigError),
+    /// The provider policy refuses it for the account's owner.
+    #[error("provider config not allowed: {0}")]
+    NotAllowed(ConfigError),
+}
+
+impl ConfigRefusal {
+    /// The refused field and its reason.
+    pub fn error(&self) -> &ConfigError {
+        match self {
+            ConfigRefusal::Invalid(e) | ConfigRefusal::NotAllowed(e) => e,
+        }
+    }
+}
+
+/// `providerAccounts.create`'s check of `config` for an account of `tenant`
+/// (`root` is the root tenant): parsed by the provider's manifest, then
+/// checked against `policy` for its owner, since tenants are not trusted and
+/// what an account may reach depends on whose it is (contract 3.5). Each use
+/// checks it again. Returns the config as it is stored.
+pub fn checked_config(
+    config: &Value,
+    tenant: &str,
+    root: &str,
+    policy: &ProviderPolicy,
+) -> std::result::Result<Value, ConfigRefusal> {
+    let config = GceConfig::from_json(config).map_err(ConfigRefusal::Invalid)?;
+    policy
+        .check(&config, AccountOwner::of(tenant, root))
+        .map_err(ConfigRefusal::NotAllowed)?;
+    Ok(config.to_json())
+}
 
 /// An account whose stored config the provider policy no longer allows.
 #[derive(Debug, Clone, PartialEq, Eq)]

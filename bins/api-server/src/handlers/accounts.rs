@@ -2,8 +2,6 @@
 
 use control::scans;
 use iam_check::{Permission, TenantRule};
-use providers::gce::GceConfig;
-use providers::policy::AccountOwner;
 use serde_json::{Map, Value, json};
 use storage::ops::accounts::{self, NewAccount};
 use storage::ops::reservations;
@@ -115,27 +113,16 @@ fn gce_config_schema() -> Value {
 }
 
 async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
-    let config = GceConfig::from_json(&Value::Object(input.config)).map_err(|e| {
-        ApiError::invalid(
-            &e.field,
-            e.reason.as_str(),
-            format!("invalid provider config: {e}"),
-        )
+    let config = control::accounts::checked_config(
+        &Value::Object(input.config),
+        call.tenant(),
+        call.root(),
+        &call.app.provider_policy,
+    )
+    .map_err(|refusal| {
+        let e = refusal.error();
+        ApiError::invalid(&e.field, e.reason.as_str(), refusal.to_string())
     })?;
-    // Tenants are not trusted: what the account may reach depends on whose
-    // it is (contract 3.5). Checked again at every use.
-    let owner = AccountOwner::of(call.tenant(), call.root());
-    call.app
-        .provider_policy
-        .check(&config, owner)
-        .map_err(|e| {
-            ApiError::invalid(
-                &e.field,
-                e.reason.as_str(),
-                format!("provider config not allowed: {e}"),
-            )
-        })?;
-    let config = config.to_json();
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
     let new = NewAccount {
