@@ -90,25 +90,15 @@ pub async fn publish(
         let at: Vec<i64> = group.iter().map(|e| e.occurred_at).collect();
         // One statement, one round trip: the head's advance and the events
         // numbered from it (the head row's lock is held until commit).
-        diesel::sql_query(
-            "WITH head AS (\
-               INSERT INTO event_heads (tenant_id, last_seq) VALUES ($1, $2) \
-               ON CONFLICT (tenant_id) \
-               DO UPDATE SET last_seq = event_heads.last_seq + EXCLUDED.last_seq \
-               RETURNING last_seq) \
-             INSERT INTO events (tenant_id, seq, event_id, event_type, data, occurred_at) \
-             SELECT $1, head.last_seq - $2 + e.ord, e.event_id, e.event_type, e.data, e.at \
-             FROM head, unnest($3, $4, $5, $6) \
-               WITH ORDINALITY AS e (event_id, event_type, data, at, ord)",
-        )
-        .bind::<Text, _>(&tenant)
-        .bind::<BigInt, _>(count)
-        .bind::<Array<Text>, _>(&ids)
-        .bind::<Array<Text>, _>(&types)
-        .bind::<Array<Jsonb>, _>(&data)
-        .bind::<Array<BigInt>, _>(&at)
-        .execute(conn)
-        .await?;
+        diesel::sql_query(include_str!("sql/events_publish.sql"))
+            .bind::<Text, _>(&tenant)
+            .bind::<BigInt, _>(count)
+            .bind::<Array<Text>, _>(&ids)
+            .bind::<Array<Text>, _>(&types)
+            .bind::<Array<Jsonb>, _>(&data)
+            .bind::<Array<BigInt>, _>(&at)
+            .execute(conn)
+            .await?;
         start = end;
     }
     Ok(())
@@ -194,29 +184,18 @@ pub async fn of_reservation(
     from: i64,
     to: i64,
 ) -> Result<Vec<ReservationEvent>> {
-    Ok(diesel::sql_query(
-        "SELECT occurred_at, event_type, data->>'grantId' AS grant_id, tenant_id, seq \
-         FROM events \
-         WHERE tenant_id = ANY($1) AND event_type LIKE 'reservation-grant.%' \
-           AND event_type IN ('reservation-grant.created', 'reservation-grant.active', \
-             'reservation-grant.ended', 'reservation-grant.cancelled') \
-           AND data->>'grantId' = ANY($2) AND occurred_at >= $3 AND occurred_at < $4 \
-         UNION ALL \
-         SELECT occurred_at, event_type, NULL::text AS grant_id, tenant_id, seq FROM events \
-         WHERE tenant_id = $5 AND event_type = 'reservation-grant.capacity-short' \
-           AND data->>'reservationId' = $6 AND data->>'accountId' = $7 \
-           AND occurred_at >= $3 AND occurred_at < $4 \
-         ORDER BY occurred_at, tenant_id, seq",
+    Ok(
+        diesel::sql_query(include_str!("sql/events_of_reservation.sql"))
+            .bind::<Array<Text>, _>(grantees)
+            .bind::<Array<Text>, _>(grant_ids)
+            .bind::<BigInt, _>(from)
+            .bind::<BigInt, _>(to)
+            .bind::<Text, _>(root)
+            .bind::<Text, _>(reservation_id)
+            .bind::<Text, _>(account_id)
+            .load(conn)
+            .await?,
     )
-    .bind::<Array<Text>, _>(grantees)
-    .bind::<Array<Text>, _>(grant_ids)
-    .bind::<BigInt, _>(from)
-    .bind::<BigInt, _>(to)
-    .bind::<Text, _>(root)
-    .bind::<Text, _>(reservation_id)
-    .bind::<Text, _>(account_id)
-    .load(conn)
-    .await?)
 }
 
 /// Encodes a log position as an opaque cursor.

@@ -107,18 +107,7 @@ impl Span {
 /// that one ended and has the same `part`. A span runs if any of its
 /// segments ran, and names the least of their grants.
 fn merged(segments: &str) -> String {
-    format!(
-        "SELECT instance_id, min(from_ms) AS from_ms, max(to_ms) AS to_ms, \
-                bool_or(running) AS running, min(grant_id) AS grant_id \
-         FROM (SELECT *, count(*) FILTER (WHERE NOT joins) \
-                   OVER (PARTITION BY instance_id ORDER BY from_ms) AS span \
-               FROM (SELECT *, coalesce(lag(to_ms) OVER w = from_ms \
-                                        AND lag(part) OVER w = part, false) AS joins \
-                     FROM ({segments}) s \
-                     WINDOW w AS (PARTITION BY instance_id ORDER BY from_ms)) j) k \
-         GROUP BY instance_id, span \
-         ORDER BY instance_id, min(from_ms)"
-    )
+    include_str!("sql/segment_merged.sql").replace("{segments}", segments)
 }
 
 /// The closed segments of `grant` on a reservation that meet `window`,
@@ -160,19 +149,13 @@ pub async fn running_spans(
     reservation_id: &str,
     window: Term,
 ) -> Result<Vec<Stint>> {
-    let spans: Vec<Span> = diesel::sql_query(merged(
-        "SELECT instance_id, from_ms, to_ms, running, grant_id, \
-                (grant_id IS NULL)::text AS part \
-         FROM placement_segments \
-         WHERE account_id = $1 AND reservation_id = $2 AND running \
-           AND to_ms IS NOT NULL AND from_ms < $4 AND to_ms > $3",
-    ))
-    .bind::<Text, _>(account_id)
-    .bind::<Text, _>(reservation_id)
-    .bind::<BigInt, _>(window.start)
-    .bind::<BigInt, _>(window.end)
-    .load(conn)
-    .await?;
+    let spans: Vec<Span> = diesel::sql_query(merged(include_str!("sql/segment_running_spans.sql")))
+        .bind::<Text, _>(account_id)
+        .bind::<Text, _>(reservation_id)
+        .bind::<BigInt, _>(window.start)
+        .bind::<BigInt, _>(window.end)
+        .load(conn)
+        .await?;
     Ok(spans.into_iter().map(Span::into_stint).collect())
 }
 
@@ -200,26 +183,15 @@ pub async fn grant_bucket_ms(
     if hours.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<Bucket> = diesel::sql_query(
-        "SELECT b AS bucket, \
-                sum(least(s_to, b + $6) - greatest(s_from, b))::bigint AS held_ms, \
-                coalesce(sum(least(s_to, b + $6) - greatest(s_from, b)) \
-                         FILTER (WHERE running), 0)::bigint AS running_ms \
-         FROM (SELECT greatest(from_ms, $4) AS s_from, least(to_ms, $5) AS s_to, running \
-               FROM placement_segments \
-               WHERE account_id = $1 AND reservation_id = $2 AND grant_id = $3 \
-                 AND to_ms IS NOT NULL AND from_ms < $5 AND to_ms > $4) s \
-         CROSS JOIN LATERAL generate_series(s_from - (s_from - $4) % $6, s_to - 1, $6) AS b \
-         GROUP BY b ORDER BY b",
-    )
-    .bind::<Text, _>(account_id)
-    .bind::<Text, _>(reservation_id)
-    .bind::<Text, _>(grant)
-    .bind::<BigInt, _>(hours.start)
-    .bind::<BigInt, _>(hours.end)
-    .bind::<BigInt, _>(HOUR_MS)
-    .load(conn)
-    .await?;
+    let rows: Vec<Bucket> = diesel::sql_query(include_str!("sql/segment_grant_bucket_ms.sql"))
+        .bind::<Text, _>(account_id)
+        .bind::<Text, _>(reservation_id)
+        .bind::<Text, _>(grant)
+        .bind::<BigInt, _>(hours.start)
+        .bind::<BigInt, _>(hours.end)
+        .bind::<BigInt, _>(HOUR_MS)
+        .load(conn)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|r| BucketMs {

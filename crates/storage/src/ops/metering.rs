@@ -109,38 +109,25 @@ async fn write_records(
     let tags: Vec<&Value> = groups.iter().map(|g| &g.tags).collect();
     // The claim on the subject's row makes a duplicate impossible; the unique
     // key would turn a bug into a failed, retried transaction, not a double bill.
-    let written = diesel::sql_query(
-        "INSERT INTO usage_records (seq, usage_id, tenant_id, project_id, meter, quantity_micro, \
-         unit, period_start, period_end, grant_id, instance_id, subject, target, tags, \
-         recorded_at) \
-         SELECT $1 + s.i, s.usage_id, g.tenant_id, g.project_id, g.meter, s.q, g.unit, s.ps, \
-                s.pe, g.grant_id, g.instance_id, g.subject, g.target, g.tags, $16 \
-         FROM unnest($2::text[], $3::int4[], $4::bigint[], $5::bigint[], $6::bigint[]) \
-              WITH ORDINALITY AS s(usage_id, k, q, ps, pe, i) \
-         JOIN unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
-                     $12::text[], $13::text[], $14::text[], $15::jsonb[]) \
-              WITH ORDINALITY AS g(tenant_id, project_id, meter, unit, grant_id, instance_id, \
-                                   subject, target, tags, k) ON g.k = s.k \
-         ORDER BY s.i",
-    )
-    .bind::<BigInt, _>(head.last_seq - n)
-    .bind::<Array<Text>, _>(&usage_ids)
-    .bind::<Array<Integer>, _>(&group_of)
-    .bind::<Array<BigInt>, _>(&q)
-    .bind::<Array<BigInt>, _>(&ps)
-    .bind::<Array<BigInt>, _>(&pe)
-    .bind::<Array<Text>, _>(col(|g| &g.tenant_id))
-    .bind::<Array<Nullable<Text>>, _>(opt(|g| g.project_id.as_deref()))
-    .bind::<Array<Text>, _>(col(|g| g.meter))
-    .bind::<Array<Text>, _>(col(|g| g.unit))
-    .bind::<Array<Nullable<Text>>, _>(opt(|g| g.grant_id.as_deref()))
-    .bind::<Array<Nullable<Text>>, _>(opt(|g| g.instance_id.as_deref()))
-    .bind::<Array<Text>, _>(col(|g| &g.subject))
-    .bind::<Array<Text>, _>(col(|g| &g.target))
-    .bind::<Array<Jsonb>, _>(&tags)
-    .bind::<BigInt, _>(now)
-    .execute(conn)
-    .await?;
+    let written = diesel::sql_query(include_str!("sql/metering_write_records.sql"))
+        .bind::<BigInt, _>(head.last_seq - n)
+        .bind::<Array<Text>, _>(&usage_ids)
+        .bind::<Array<Integer>, _>(&group_of)
+        .bind::<Array<BigInt>, _>(&q)
+        .bind::<Array<BigInt>, _>(&ps)
+        .bind::<Array<BigInt>, _>(&pe)
+        .bind::<Array<Text>, _>(col(|g| &g.tenant_id))
+        .bind::<Array<Nullable<Text>>, _>(opt(|g| g.project_id.as_deref()))
+        .bind::<Array<Text>, _>(col(|g| g.meter))
+        .bind::<Array<Text>, _>(col(|g| g.unit))
+        .bind::<Array<Nullable<Text>>, _>(opt(|g| g.grant_id.as_deref()))
+        .bind::<Array<Nullable<Text>>, _>(opt(|g| g.instance_id.as_deref()))
+        .bind::<Array<Text>, _>(col(|g| &g.subject))
+        .bind::<Array<Text>, _>(col(|g| &g.target))
+        .bind::<Array<Jsonb>, _>(&tags)
+        .bind::<BigInt, _>(now)
+        .execute(conn)
+        .await?;
     Ok(written as u64)
 }
 
@@ -570,18 +557,10 @@ struct Oldest {
 /// "still to meter" conditions of the passes.
 pub async fn lag(conn: &mut AsyncPgConnection, now: i64) -> Result<Lag> {
     let cutoff = hour_floor(now);
-    let o: Oldest = diesel::sql_query(
-        "SELECT \
-           (SELECT min(metered_through) FROM grants \
-             WHERE settled_state <> 'cancelled' AND metered_through < ends_at \
-               AND metered_through < $1) AS grants, \
-           (SELECT min(usage_metered_through) FROM instances \
-             WHERE usage_metered_through < $1 \
-               AND (state <> 'deleted' OR usage_metered_through < deleted_at)) AS usage",
-    )
-    .bind::<BigInt, _>(cutoff)
-    .get_result(conn)
-    .await?;
+    let o: Oldest = diesel::sql_query(include_str!("sql/metering_lag.sql"))
+        .bind::<BigInt, _>(cutoff)
+        .get_result(conn)
+        .await?;
     let behind =
         |through: Option<i64>| through.map_or(0, |t| (now - (hour_floor(t) + HOUR_MS)).max(0));
     Ok(Lag {

@@ -139,30 +139,15 @@ struct Key {
 async fn due(conn: &mut AsyncPgConnection, rules: &NoticeRules, now: i64) -> Result<Vec<Key>> {
     let befores: Vec<i64> = rules.expiry.iter().map(|n| n.before_ms).collect();
     let window_to = grants_core::bucket_start(now);
-    Ok(diesel::sql_query(
-        "SELECT g.account_id, g.reservation_id FROM grants g \
-         WHERE g.settled_state IN ('scheduled', 'active') \
-           AND g.starts_at <= $1 AND g.ends_at > $1 AND g.ends_at <= $1 + $3 \
-           AND EXISTS (SELECT 1 FROM unnest($2::bigint[]) AS n(ms) \
-               WHERE g.ends_at - n.ms <= $1 AND g.ends_at - n.ms >= g.starts_at \
-                 AND NOT EXISTS (SELECT 1 FROM grant_expiry_notices e \
-                     WHERE e.grant_id = g.grant_id AND e.before_ms = n.ms)) \
-         UNION \
-         SELECT g.account_id, g.reservation_id FROM grants g \
-         WHERE $4 AND g.settled_state IN ('scheduled', 'active') \
-           AND g.starts_at <= $5 - $6 AND g.ends_at > $1 \
-           AND NOT EXISTS (SELECT 1 FROM grant_underuse_checks u \
-               WHERE u.grant_id = g.grant_id AND u.checked_to >= $5) \
-         ORDER BY reservation_id, account_id",
-    )
-    .bind::<BigInt, _>(now)
-    .bind::<Array<BigInt>, _>(befores)
-    .bind::<BigInt, _>(rules.longest_ms())
-    .bind::<Bool, _>(rules.underuse_ratio_micros > 0)
-    .bind::<BigInt, _>(window_to)
-    .bind::<BigInt, _>(UNDERUSE_WINDOW_MS)
-    .load(conn)
-    .await?)
+    Ok(diesel::sql_query(include_str!("sql/notices_due.sql"))
+        .bind::<BigInt, _>(now)
+        .bind::<Array<BigInt>, _>(befores)
+        .bind::<BigInt, _>(rules.longest_ms())
+        .bind::<Bool, _>(rules.underuse_ratio_micros > 0)
+        .bind::<BigInt, _>(window_to)
+        .bind::<BigInt, _>(UNDERUSE_WINDOW_MS)
+        .load(conn)
+        .await?)
 }
 
 /// Sends every notice due at `now`, one reservation per transaction.
@@ -375,24 +360,14 @@ async fn judge_window(
     window_to: i64,
     below: bool,
 ) -> Result<Option<Option<i64>>> {
-    let judged: Option<Judged> = diesel::sql_query(
-        "INSERT INTO grant_underuse_checks AS c (grant_id, checked_to, reported_to) \
-         VALUES ($1, $2, CASE WHEN $3 THEN $2 END) \
-         ON CONFLICT (grant_id) DO UPDATE SET \
-           checked_to = EXCLUDED.checked_to, \
-           reported_to = CASE \
-             WHEN $3 AND (c.reported_to IS NULL OR c.reported_to <= EXCLUDED.checked_to - $4) \
-             THEN EXCLUDED.checked_to ELSE c.reported_to END \
-         WHERE c.checked_to < EXCLUDED.checked_to \
-         RETURNING reported_to",
-    )
-    .bind::<Text, _>(grant_id)
-    .bind::<BigInt, _>(window_to)
-    .bind::<Bool, _>(below)
-    .bind::<BigInt, _>(UNDERUSE_WINDOW_MS)
-    .get_result(conn)
-    .await
-    .optional()?;
+    let judged: Option<Judged> = diesel::sql_query(include_str!("sql/notices_judge_window.sql"))
+        .bind::<Text, _>(grant_id)
+        .bind::<BigInt, _>(window_to)
+        .bind::<Bool, _>(below)
+        .bind::<BigInt, _>(UNDERUSE_WINDOW_MS)
+        .get_result(conn)
+        .await
+        .optional()?;
     Ok(judged.map(|j| j.reported_to))
 }
 
