@@ -131,26 +131,6 @@ impl Config {
     }
 }
 
-/// Sets up logging: `RUST_LOG` filters (default `info`), `RUST_LOG_FORMAT=json`
-/// writes one JSON object per line.
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let json = std::env::var("RUST_LOG_FORMAT").is_ok_and(|v| v == "json");
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .init();
-    } else {
-        builder.init();
-    }
-}
-
 /// Migrates, bootstraps, binds and serves until SIGTERM/SIGINT.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     storage::db::set_prepared_statements(config.prepared_statements);

@@ -13,7 +13,7 @@ async fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    api_server::init_tracing();
+    telemetry::logging::init();
     let config = api_server::Config::from_env()?;
     if let Err(e) = api_server::run(config).await {
         tracing::error!(error = format!("{e:#}"), "api-server failed");

@@ -375,21 +375,6 @@ async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
     }
 }
 
-/// Sets up logging as api-server does.
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let json = std::env::var("RUST_LOG_FORMAT").is_ok_and(|v| v == "json");
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().flatten_event(true).init();
-    } else {
-        builder.init();
-    }
-}
-
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

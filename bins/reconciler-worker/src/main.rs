@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    reconciler_worker::init_tracing();
+    telemetry::logging::init();
     let config = match reconciler_worker::Config::from_env_and_args(std::env::args().skip(1)) {
         Ok(c) => c,
         Err(e) => {

@@ -1,7 +1,8 @@
-//! What both processes' Prometheus expositions share, on the
-//! `prometheus-client` crate: the OpenMetrics content type, `bc_build_info`,
-//! the standard `process_*` metrics read from `/proc/self`, and the
-//! latency buckets.
+//! What the servers share for being watched: the Prometheus expositions on
+//! the `prometheus-client` crate (the OpenMetrics content type,
+//! `bc_build_info`, the standard `process_*` metrics read from `/proc/self`,
+//! the latency buckets), the metrics listener and the logging setup
+//! ([`logging::init`]).
 //!
 //! ```
 //! let mut registry = prometheus_client::registry::Registry::default();
@@ -13,6 +14,7 @@
 
 mod exposition;
 pub mod listener;
+pub mod logging;
 
 pub use exposition::{Format, TEXT_CONTENT_TYPE, to_text};
 
