@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::capacity::{Commitment, Term};
 use crate::metering::{HOUR_MS, bucket_start, hour_buckets, round_to_micros};
 use crate::placement::{LiveGrant, ReservationView, Seat};
-use crate::timeline::{
+use crate::settlement::{
     Destination, GrantState, Power, TimelineGrant, TimelineInstance, Transition, apply, settle,
 };
 

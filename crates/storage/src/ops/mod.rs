@@ -13,6 +13,6 @@ pub mod partitions;
 pub mod pools;
 pub mod reservations;
 pub mod secrets;
+pub mod settlement;
 pub mod tenancy;
-pub mod timeline;
 pub mod views;

@@ -25,7 +25,7 @@ use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
 use crate::model::segment::{self, SegmentRow};
-use crate::ops::timeline;
+use crate::ops::settlement;
 use crate::schema::grant_expiry_notices;
 
 /// The default of `BC_EXPIRY_NOTICES`.
@@ -207,7 +207,7 @@ async fn on_reservation(
     now: i64,
 ) -> Result<NoticeOutcome> {
     let mut events = Vec::new();
-    timeline::settle(conn, res, now, &mut events).await?;
+    settlement::settle(conn, res, now, &mut events).await?;
     // All open grants, the scheduled ones too: a notice names the grant that
     // renews the expiring one.
     let open = locks::open_grants(conn, res).await?;

@@ -24,7 +24,7 @@ use crate::model::{grant::GrantRow, reservation::ReservationRow};
 use crate::ops::accounts::{self, Account};
 use crate::ops::instances;
 use crate::ops::secrets;
-use crate::ops::timeline::{self};
+use crate::ops::settlement;
 use crate::schema::{api_keys, grants, idempotency_keys, pools, provider_accounts, reservations};
 
 /// A reservation as the API shows it: the row and its slot accounts at the
@@ -201,7 +201,7 @@ pub async fn apply_scan(
             match before {
                 None => outcome.appeared += 1,
                 Some(b) if b.total != row.total => {
-                    timeline::settle(conn, &row, now, &mut events).await?;
+                    settlement::settle(conn, &row, now, &mut events).await?;
                     if capacity_short(conn, &root, &row, now, &mut events).await? {
                         outcome.capacity_short += 1;
                     }
@@ -213,7 +213,7 @@ pub async fn apply_scan(
             k.status != ReservationStatus::Gone && !seen_ids.contains(k.reservation_id.as_str())
         }) {
             let queued = events.len();
-            timeline::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
+            settlement::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
             // Grants ended or cancelled by the loss (not the instances' move
             // off the reservation, nor term ends settled on the way).
             let closed = events[queued..]
@@ -795,7 +795,7 @@ pub async fn delete_account(
         // so the move on-demand below starts from the true placement.
         let mut events = Vec::new();
         for res in &locked {
-            timeline::settle(conn, res, now, &mut events).await?;
+            settlement::settle(conn, res, now, &mut events).await?;
         }
         events::publish(conn, now, events).await?;
         forget_account(conn, account_id, &locked, now).await
@@ -821,7 +821,7 @@ pub async fn delete_accounts_of_tenant(
     for account_id in accounts {
         let locked = locks::account_reservations(conn, account_id).await?;
         for res in &locked {
-            timeline::force_end(conn, res, &ForcedEnd::ReservationGone, now, events).await?;
+            settlement::force_end(conn, res, &ForcedEnd::ReservationGone, now, events).await?;
         }
         forget_account(conn, account_id, &locked, now).await?;
     }

@@ -18,7 +18,7 @@ use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
 use crate::model::segment::{self, SegmentRow};
 use crate::ops::grants::Grant;
-use crate::ops::timeline;
+use crate::ops::settlement;
 use crate::schema::provider_accounts;
 
 /// The most hour buckets one `reservationGrants.usage` answer holds.
@@ -66,11 +66,11 @@ async fn preview(
     res: &ReservationRow,
     now: i64,
 ) -> Result<Option<SettlementPreview>> {
-    let open = timeline::open_grants_unlocked(conn, res).await?;
+    let open = settlement::open_grants_unlocked(conn, res).await?;
     if open.is_empty() {
         return Ok(None);
     }
-    let seated = timeline::seated_instances(conn, res).await?;
+    let seated = settlement::seated_instances(conn, res).await?;
     Ok(Some(views::preview_settlement(&open, &seated, now)))
 }
 

@@ -1,4 +1,4 @@
-//! Timeline settlement of one reservation (contract section 5.3): the
+//! Settlement of one reservation (contract section 5.3): the
 //! transitions that are due at grants' `startsAt` and `endsAt`, and the
 //! forced ends (`reservationGrants.end`, tenant deletion, reservation loss).
 //!
@@ -508,7 +508,7 @@ pub fn settle(
 /// Only grants that have started by `now` can be due, and [`settle`] answers
 /// the same for the open grants that have started as for all of them: a
 /// grant starting later is neither activated, nor ended, nor live to take an
-/// instance over (`tests/timeline_props.rs` checks both).
+/// instance over (`tests/settlement_props.rs` checks both).
 pub fn has_due(grants: &[TimelineGrant], now: i64) -> bool {
     grants.iter().any(|g| match g.settled {
         GrantState::Scheduled => take_in_instant(g) <= now,
