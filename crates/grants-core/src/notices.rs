@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use grants_core::notices::{summarise, ExpiryNotice, due_notices};
-//! use grants_core::views::Stint;
+//! use grants_core::views::preview::Stint;
 //! use grants_core::{Term, HOUR_MS};
 //!
 //! // Two slots over twenty hours; one instance held the whole time, a
@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::capacity::Term;
 use crate::metering::{HOUR_MS, MICROS_PER_UNIT, bucket_start, format_micros, round_to_micros};
-use crate::views::Stint;
+use crate::views::preview::Stint;
 
 /// The window `reservation-grant.underused` looks back over.
 pub const UNDERUSE_WINDOW_MS: i64 = 24 * HOUR_MS;

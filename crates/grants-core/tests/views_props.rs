@@ -5,10 +5,12 @@
 //! grant's hour rows bill exactly its slot meter and never hold fewer hours
 //! than they ran.
 
-use grants_core::views::{
-    CommittedStep, InUseStep, ListedGrant, ShownGrant, Stint, TimelineEvent, TimelineInput, Viewer,
-    bucket_count, committed_steps, grant_hours, in_use_steps, preview_settlement, project_stints,
-    reservation_timeline, slot_accounts,
+use grants_core::views::hours::{bucket_count, grant_hours};
+use grants_core::views::preview::{Stint, preview_settlement, project_stints};
+use grants_core::views::slots::slot_accounts;
+use grants_core::views::steps::{CommittedStep, InUseStep, committed_steps, in_use_steps};
+use grants_core::views::timeline::{
+    ListedGrant, ShownGrant, TimelineEvent, TimelineInput, Viewer, reservation_timeline,
 };
 use grants_core::{
     Billing, Commitment, GrantState, HOUR_MS, Power, Seat, Term, TimelineGrant, TimelineInstance,

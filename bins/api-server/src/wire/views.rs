@@ -171,8 +171,8 @@ pub struct GrantHour {
     pub usage_hours: String,
 }
 
-impl From<grants_core::views::HourRow> for GrantHour {
-    fn from(r: grants_core::views::HourRow) -> GrantHour {
+impl From<grants_core::views::hours::HourRow> for GrantHour {
+    fn from(r: grants_core::views::hours::HourRow) -> GrantHour {
         GrantHour {
             period_start: r.period_start,
             period_end: r.period_end,

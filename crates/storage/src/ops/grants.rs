@@ -392,7 +392,7 @@ async fn would_take_in(
     let open = settlement::open_grants_unlocked(conn, res).await?;
     let seated = settlement::seated_instances(conn, res).await?;
     // Transitions already due come first, as in create.
-    let settled = grants_core::views::preview_settlement(&open, &seated, now);
+    let settled = grants_core::views::preview::preview_settlement(&open, &seated, now);
     let mut grants = settled.grants;
     grants.push(TimelineGrant {
         grant_id: PREVIEW_GRANT.to_owned(),

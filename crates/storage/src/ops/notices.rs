@@ -15,7 +15,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::notices::{self, ExpiryNotice, UNDERUSE_WINDOW_MS, UsageSummary};
-use grants_core::views::Stint;
+use grants_core::views::preview::Stint;
 use grants_core::{GrantState, Term};
 use serde_json::{Value, json};
 

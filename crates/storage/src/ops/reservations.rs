@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::views::SlotAccounts;
+use grants_core::views::slots::SlotAccounts;
 use grants_core::{
     Commitment, Destination, ForcedEnd, GrantState, Term, TimelineGrant, TimelineInstance,
 };
@@ -42,7 +42,7 @@ pub struct Reservation {
 /// settling anything: the open grants and the seated instances of each
 /// account are read in one statement each (whatever the number of
 /// reservations), and the transitions due since the last settlement are
-/// applied in memory (`grants_core::views::slot_accounts`), so the figures
+/// applied in memory (`grants_core::views::slots::slot_accounts`), so the figures
 /// are those a settlement at `now` would leave.
 pub async fn with_accounts(
     conn: &mut AsyncPgConnection,
@@ -77,7 +77,7 @@ pub async fn with_accounts(
         .into_iter()
         .map(|row| {
             let key = (row.account_id.clone(), row.reservation_id.clone());
-            let accounts = grants_core::views::slot_accounts(
+            let accounts = grants_core::views::slots::slot_accounts(
                 u64::try_from(row.total).unwrap_or(0),
                 u64::try_from(row.provider_in_use).unwrap_or(0),
                 grants_of.get(&key).map_or(&[], Vec::as_slice),
