@@ -2,16 +2,13 @@
 //! bucket of its term, with the slot-hours its meter bills and the
 //! instance-hours held and run in it.
 
-use serde::{Deserialize, Serialize};
-
 use crate::capacity::Term;
 use crate::metering::{HOUR_MS, bucket_start, hour_buckets, round_to_micros};
 use crate::views::preview::Stint;
 
 /// One hour bucket of a grant: what it committed and billed, what its
 /// instances held and ran, in micro-hours.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HourRow {
     /// The bucket's start.
     pub period_start: i64,
@@ -73,8 +70,7 @@ pub fn grant_hours(
 /// The exact instance-milliseconds some of a grant's segments spent in one
 /// hour bucket, already summed (storage has the database sum its closed
 /// segments, up to now).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BucketMs {
     /// The bucket's start.
     pub bucket: i64,

@@ -3,8 +3,6 @@
 //! ([`preview_settlement`]) and to the reservation's placement segments
 //! ([`project_stints`]).
 
-use serde::{Deserialize, Serialize};
-
 use crate::capacity::Term;
 use crate::settlement::{Destination, TimelineGrant, TimelineInstance, Transition, apply, settle};
 
@@ -42,8 +40,7 @@ pub fn preview_settlement(
 
 /// One placement segment of an instance on the reservation: `[from, to)`
 /// (open while `to` is `None`), in a grant or on an ordinary slot.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Stint {
     /// The instance.
     pub instance_id: String,

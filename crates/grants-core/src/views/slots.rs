@@ -2,15 +2,12 @@
 //! `heldInGrants`, `ordinaryInUse`, `ordinaryFree`, `physicalInUse`), with
 //! the settlement due at that instant applied in memory.
 
-use serde::{Deserialize, Serialize};
-
 use crate::placement::{LiveGrant, ReservationView, Seat};
 use crate::settlement::{GrantState, Power, TimelineGrant, TimelineInstance};
 use crate::views::preview::preview_settlement;
 
 /// A reservation's slot accounts at one instant (contract 3.10 and 4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct SlotAccounts {
     /// The slots of the grants live at the instant (non-cancelled,
     /// `startsAt <= t < endsAt`), used or not.

@@ -3,14 +3,11 @@
 //! ordinary slots ([`in_use_steps`]), contiguous, gapless and merged where
 //! equal.
 
-use serde::{Deserialize, Serialize};
-
 use crate::capacity::{Commitment, Term};
 use crate::views::preview::Stint;
 
 /// One step of the committed slots: `slots` over `[from, to)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CommittedStep {
     /// First instant.
     pub from: i64,
@@ -22,8 +19,7 @@ pub struct CommittedStep {
 
 /// One step of the running instances: over `[from, to)`, `in_grants` held in
 /// grants and `ordinary` on ordinary slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct InUseStep {
     /// First instant.
     pub from: i64,

@@ -5,8 +5,6 @@
 
 use std::collections::HashSet;
 
-use serde::{Deserialize, Serialize};
-
 use crate::capacity::{Commitment, Term};
 use crate::settlement::Transition;
 use crate::views::preview::Stint;
@@ -23,8 +21,7 @@ pub enum Viewer<'a> {
 }
 
 /// A grant of the reservation, as the timeline needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListedGrant {
     /// The grant.
     pub grant_id: String,
@@ -54,8 +51,7 @@ impl ListedGrant {
 }
 
 /// Another tenant's grant as a grantee sees it: only its slots and term.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AnonymousGrant {
     /// Committed slots.
     pub slots: u32,
@@ -66,8 +62,7 @@ pub struct AnonymousGrant {
 }
 
 /// A grant in a timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShownGrant {
     /// Shown in full: the index of the grant in the list given.
     Full(usize),
@@ -76,8 +71,7 @@ pub enum ShownGrant {
 }
 
 /// An event on the reservation's timeline.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TimelineEvent {
     /// When it happened.
     pub at: i64,
@@ -131,8 +125,7 @@ pub struct TimelineInput<'a> {
 }
 
 /// A reservation's timeline over a window, as one viewer may see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimelineView {
     /// The grants whose term meets the window, by start: indices of the
     /// input's grants shown in full, or anonymous ones.
