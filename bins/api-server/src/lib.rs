@@ -10,7 +10,7 @@ pub mod metrics;
 pub mod registry;
 pub mod schema;
 pub mod server;
-pub mod views;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;

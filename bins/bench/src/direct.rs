@@ -34,7 +34,7 @@ use storage::model::quota;
 use storage::model::reservation::ReservationRow;
 use storage::model::states::{InstanceBilling, InstanceState, ReservationStatus};
 use storage::ops::instances::{self, Target};
-use storage::ops::{accounts, grants, pools, timeline};
+use storage::ops::{accounts, grants, pools, settlement};
 
 use crate::load::Op;
 use crate::setup::{FLAVOR, HOUR_MS, InstTarget, Platform, TENANT};
@@ -243,7 +243,7 @@ async fn lock_reservation(
     Ok(res)
 }
 
-/// `timeline::settle` without the pure step: its read, `locks::started_grants`
+/// `settlement::settle` without the pure step: its read, `locks::started_grants`
 /// (nothing is due in these workloads, so it reads no instance and writes
 /// nothing); answers the grants read, which the placement view reuses.
 async fn settle_reads(
@@ -385,7 +385,7 @@ impl Op for InstanceSql {
                 let open = settle_reads(conn, &res, now).await?;
                 // the placement view: seated, and the live grants settlement read
                 InstanceRow::seated(conn, &res).await.map_err(sql)?;
-                let live = timeline::live_at(open, now);
+                let live = settlement::live_at(open, now);
                 let grant_id = live
                     .iter()
                     .find(|g| g.tenant_id == TENANT)

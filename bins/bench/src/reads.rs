@@ -103,7 +103,7 @@ pub async fn list_cost(conn: &mut AsyncPgConnection, now: i64) -> anyhow::Result
     let storage = start.elapsed() / CALLS;
 
     // The server's views of the grants, as `reservationGrants.list` answers.
-    let grants = api_server::views::Items::<api_server::views::Grant>::of(grants);
+    let grants = api_server::wire::Items::<api_server::wire::Grant>::of(grants);
     let mut bytes = 0;
     let start = Instant::now();
     for _ in 0..ENCODES {

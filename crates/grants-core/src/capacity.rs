@@ -8,15 +8,12 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 /// A half-open interval of time `[start, end)` in epoch milliseconds.
 ///
 /// A term whose `end` is not after its `start` is empty: it contains no
 /// instant. Empty terms are allowed (a grant ended by root at the very instant
 /// it started has one) and simply never count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Term {
     /// First instant in the term.
     pub start: i64,
@@ -57,8 +54,7 @@ impl Term {
 
 /// Some slots of a reservation committed for a term: a grant as the capacity
 /// rule sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Commitment {
     /// When the slots are committed.
     pub term: Term,
@@ -75,8 +71,7 @@ impl Commitment {
 
 /// The answer of [`check_capacity`] when a new grant does not fit:
 /// `CAPACITY_UNAVAILABLE` with `details { total, granted }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CapacityShort {
     /// The reservation's total slots.
     pub total: u64,

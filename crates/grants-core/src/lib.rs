@@ -5,7 +5,7 @@ pub mod capacity;
 pub mod metering;
 pub mod notices;
 pub mod placement;
-pub mod timeline;
+pub mod settlement;
 pub mod views;
 
 mod rules;
@@ -19,7 +19,7 @@ pub use placement::{
     Billing, CapacityUnavailable, LiveGrant, Placement, PlacementRequest, Refusal, ReservationView,
     Seat, place, place_in_order, place_on,
 };
-pub use timeline::{
+pub use settlement::{
     Destination, EndReason, ForcedEnd, GrantState, Move, Power, TimelineGrant, TimelineInstance,
     Transition, apply, force_end, grant_state, has_due, refill, settle,
 };

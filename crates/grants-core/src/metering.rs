@@ -15,8 +15,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::capacity::Term;
 
 /// Milliseconds in an hour: the length of a metering bucket.
@@ -65,8 +63,7 @@ pub fn hour_buckets(from: i64, to: i64) -> impl Iterator<Item = (i64, i64)> {
 ///
 /// An open stretch (an instance still running) may end at `i64::MAX`; only
 /// ended buckets are ever metered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Segment {
     /// First instant of usage.
     pub from: i64,
@@ -77,8 +74,7 @@ pub struct Segment {
 }
 
 /// One usage record: a subject's quantity in one ended hour bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Record {
     /// The bucket's start (`periodStart`).
     pub period_start: i64,

@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use grants_core::notices::{summarise, ExpiryNotice, due_notices};
-//! use grants_core::views::Stint;
+//! use grants_core::views::preview::Stint;
 //! use grants_core::{Term, HOUR_MS};
 //!
 //! // Two slots over twenty hours; one instance held the whole time, a
@@ -36,11 +36,9 @@
 //! assert_eq!(due.iter().map(|n| n.label.as_str()).collect::<Vec<_>>(), ["1h"]);
 //! ```
 
-use serde::{Deserialize, Serialize};
-
 use crate::capacity::Term;
 use crate::metering::{HOUR_MS, MICROS_PER_UNIT, bucket_start, format_micros, round_to_micros};
-use crate::views::Stint;
+use crate::views::preview::Stint;
 
 /// The window `reservation-grant.underused` looks back over.
 pub const UNDERUSE_WINDOW_MS: i64 = 24 * HOUR_MS;
@@ -87,7 +85,7 @@ pub fn billed_periods(term: Term) -> Option<(i64, i64)> {
 
 /// One configured expiry notice: sent when the clock passes
 /// `endsAt - before_ms`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ExpiryNotice {
     /// As configured (`"7d"`): the event's `notice`.
     pub label: String,
@@ -158,8 +156,7 @@ pub fn underuse_window(starts_at: i64, ends_at: i64, now: i64) -> Option<Term> {
 }
 
 /// What a grant held over a window, as the notices report it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UsageSummary {
     /// The window (its end clipped to now).
     pub window: Term,

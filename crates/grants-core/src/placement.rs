@@ -7,13 +7,10 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 use crate::rules::{self, Owner};
 
 /// How an instance is billed (`instances.create { billing }`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Billing {
     /// `"standard"`: billed by its meters; may enter a grant of its tenant.
     Standard,
@@ -47,8 +44,7 @@ impl fmt::Display for Billing {
 }
 
 /// The slot an instance holds on one reservation.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Seat {
     /// A slot of this grant (`placement.kind: "grant"`).
     Grant(String),
@@ -58,8 +54,7 @@ pub enum Seat {
 
 /// A grant live on the reservation at the instant of the decision
 /// (non-cancelled, `startsAt <= t < endsAt`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LiveGrant {
     /// The grant's id (`rgrant_...`).
     pub grant_id: String,
@@ -85,8 +80,7 @@ impl LiveGrant {
 
 /// One capacity reservation as a placement decision sees it at one instant,
 /// after its timeline has been settled up to that instant.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReservationView {
     /// The provider's reservation id.
     pub reservation_id: String,
@@ -141,8 +135,7 @@ impl ReservationView {
 }
 
 /// The instance to place.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PlacementRequest {
     /// The instance's tenant.
     pub tenant_id: String,
@@ -181,8 +174,7 @@ impl PlacementRequest {
 }
 
 /// Why one reservation refuses an instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
     /// `physical_in_use >= total`: no room for one more VM, whoever asks.
     PhysicallyFull,
@@ -192,8 +184,7 @@ pub enum Refusal {
 }
 
 /// Where [`place`] puts an instance.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Placement {
     /// On `reservation_id`, in `seat`.
     Reserved {
@@ -209,8 +200,7 @@ pub enum Placement {
 /// Every candidate reservation refuses: `CAPACITY_UNAVAILABLE` with
 /// `details { reservationId, total, inUse, available }` of the first
 /// candidate (in reservation id order).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CapacityUnavailable {
     /// The first candidate's id.
     pub reservation_id: String,
@@ -579,8 +569,6 @@ mod tests {
     fn billing_uses_the_wire_names() {
         for billing in Billing::ALL {
             assert_eq!(Billing::parse(billing.as_str()), Some(billing));
-            let json = serde_json::to_value(billing).expect("serializes");
-            assert_eq!(json, serde_json::Value::String(billing.as_str().into()));
         }
         assert_eq!(Billing::parse("None"), None);
     }

@@ -10,7 +10,7 @@ use grants_core::notices::{
     ExpiryNotice, billed_periods, committed_slot_micros, due_notices, percentile_95, summarise,
     underuse_window,
 };
-use grants_core::views::Stint;
+use grants_core::views::preview::Stint;
 use grants_core::{HOUR_MS, Term, grant_slot_records};
 use proptest::prelude::*;
 

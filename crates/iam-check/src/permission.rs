@@ -3,22 +3,17 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
-
 /// The kind of scope a permission is decided on (contract section 2.3).
 ///
 /// Every [`Permission`] has exactly one fixed scope kind, see
 /// [`Permission::scope`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ScopeKind {
     /// `compute-tenant`: the acting tenant as a whole.
-    #[serde(rename = "compute-tenant")]
     Tenant,
     /// `compute-fleet`: the whole fleet; resolves only in the root tenant.
-    #[serde(rename = "compute-fleet")]
     Fleet,
     /// `compute-provider-account`: one provider account of the acting tenant.
-    #[serde(rename = "compute-provider-account")]
     ProviderAccount,
 }
 
@@ -56,40 +51,29 @@ impl fmt::Display for ScopeKind {
 ///
 /// The wire names are `compute:<area>:<verb>`, for example
 /// `compute:quotas:read`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Permission {
     /// `compute:quotas:read` @ `compute-tenant`.
-    #[serde(rename = "compute:quotas:read")]
     QuotasRead,
     /// `compute:quotas:manage` @ `compute-fleet`.
-    #[serde(rename = "compute:quotas:manage")]
     QuotasManage,
     /// `compute:providers:manage` @ `compute-provider-account`.
-    #[serde(rename = "compute:providers:manage")]
     ProvidersManage,
     /// `compute:providers:read` @ `compute-tenant`.
-    #[serde(rename = "compute:providers:read")]
     ProvidersRead,
     /// `compute:pools:manage` @ `compute-fleet`.
-    #[serde(rename = "compute:pools:manage")]
     PoolsManage,
     /// `compute:tenants:manage` @ `compute-fleet`.
-    #[serde(rename = "compute:tenants:manage")]
     TenantsManage,
     /// `compute:instances:manage` @ `compute-tenant`.
-    #[serde(rename = "compute:instances:manage")]
     InstancesManage,
     /// `compute:usage:read` @ `compute-tenant`.
-    #[serde(rename = "compute:usage:read")]
     UsageRead,
     /// `compute:events:read` @ `compute-tenant`.
-    #[serde(rename = "compute:events:read")]
     EventsRead,
     /// `compute:iam:manage` @ `compute-tenant`.
-    #[serde(rename = "compute:iam:manage")]
     IamManage,
     /// `compute:fleet:admin` @ `compute-fleet`.
-    #[serde(rename = "compute:fleet:admin")]
     FleetAdmin,
 }
 

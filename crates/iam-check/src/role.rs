@@ -3,26 +3,20 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
-
 use crate::permission::{Permission, UnknownName};
 
 /// The role of an API key (contract section 2.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Role {
     /// `admin`: every permission, on every scope of its tenant (the fleet
     /// scope only in the root tenant).
-    #[serde(rename = "admin")]
     Admin,
     /// `provider-admin`: `compute:providers:manage` and
     /// `compute:providers:read`.
-    #[serde(rename = "provider-admin")]
     ProviderAdmin,
     /// `member`: instances, and reading quotas, usage, events and providers.
-    #[serde(rename = "member")]
     Member,
     /// `viewer`: reading quotas, usage, events and providers.
-    #[serde(rename = "viewer")]
     Viewer,
 }
 

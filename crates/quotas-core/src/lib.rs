@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 /// The resource names `instances.create` charges (contract section 3.4).
 pub mod resources {
     /// One per instance.
@@ -21,8 +19,7 @@ pub mod resources {
 /// hold (`max`) and holds (`used`).
 ///
 /// A missing row grants 0.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct QuotaRow {
     /// The resource name, for example `"vcpus"`.
     pub resource: String,
@@ -60,8 +57,7 @@ impl QuotaRow {
 /// `amount` is meant to be at least 0; [`charge`] and [`release`] treat a
 /// negative amount as 0, so a caller's mistake can neither lower nor raise a
 /// counter the wrong way.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Charge {
     /// The resource name, for example `"vcpus"`.
     pub resource: String,
@@ -81,8 +77,7 @@ impl Charge {
 
 /// An admission that does not fit a quota (`QUOTA_EXCEEDED`, whose `details`
 /// carry these fields plus the pool id).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct QuotaExceeded {
     /// The resource that does not fit.
     pub resource: String,

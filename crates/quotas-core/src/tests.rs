@@ -185,20 +185,3 @@ fn instance_charges_cases() {
         vec![Charge::new("instances", 1), Charge::new("vcpus", 2)]
     );
 }
-
-#[test]
-fn serde_names_are_camel_case() {
-    let err = QuotaExceeded {
-        resource: "memoryGib".into(),
-        max: 1,
-        used: 1,
-        requested: 2,
-    };
-    let json = serde_json::to_value(&err).expect("serializes");
-    assert_eq!(
-        json,
-        serde_json::json!({ "resource": "memoryGib", "max": 1, "used": 1, "requested": 2 })
-    );
-    let back: QuotaExceeded = serde_json::from_value(json).expect("deserializes");
-    assert_eq!(back, err);
-}

@@ -11,7 +11,7 @@ use super::examples::{ACCOUNT, KEY, POOL, RESERVATION};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{TenantOnly, Ty, idem_key, input, name, reservation_id, typeid};
-use crate::views::{self, AccountDeleted, AccountReply, Items, ReservationReply};
+use crate::wire::{self, AccountDeleted, AccountReply, Items, ReservationReply};
 
 fn method(
     method: &'static str,
@@ -154,7 +154,7 @@ async fn get(call: Call, input: AccountRef) -> Result<AccountReply, ApiError> {
     .into())
 }
 
-async fn list(call: Call, _: TenantOnly) -> Result<Items<views::Account>, ApiError> {
+async fn list(call: Call, _: TenantOnly) -> Result<Items<wire::Account>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
@@ -230,7 +230,7 @@ pub fn reservation_methods() -> Vec<Method> {
 async fn list_reservations(
     call: Call,
     input: AccountRef,
-) -> Result<Items<views::Reservation>, ApiError> {
+) -> Result<Items<wire::Reservation>, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
@@ -240,7 +240,7 @@ async fn list_reservations(
     ))
 }
 
-async fn scan(call: Call, input: AccountRef) -> Result<Items<views::Reservation>, ApiError> {
+async fn scan(call: Call, input: AccountRef) -> Result<Items<wire::Reservation>, ApiError> {
     // A tenant looping on a slow account holds at most a few of the
     // server's tasks and connections (contract 1.7).
     let max = crate::gate::MAX_SCANS_PER_TENANT;

@@ -10,7 +10,7 @@ use super::examples::{T0, T1};
 use crate::error::ApiError;
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{Ty, input, instant, int, keyset_after, keyset_cursor, pat};
-use crate::views::{self, Page};
+use crate::wire::{self, Page};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -52,7 +52,7 @@ input! {
     }
 }
 
-async fn list(call: Call, input: ListAudit) -> Result<Page<views::AuditRecord>, ApiError> {
+async fn list(call: Call, input: ListAudit) -> Result<Page<wire::AuditRecord>, ApiError> {
     if input.all {
         call.allow(RootOption::AllTenants)?;
     }

@@ -11,7 +11,7 @@ use super::examples::{ACCOUNT, KEY, POOL};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
 use crate::schema::{TenantOnly, Ty, idem_key, input, int, name, pat, resource, typeid};
-use crate::views::{self, Items, PoolReply, QuotaReply};
+use crate::wire::{self, Items, PoolReply, QuotaReply};
 
 fn quota_map() -> Ty {
     Ty::Map {
@@ -216,7 +216,7 @@ async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
     .into())
 }
 
-async fn list_pools(call: Call, _: TenantOnly) -> Result<Items<views::Pool>, ApiError> {
+async fn list_pools(call: Call, _: TenantOnly) -> Result<Items<wire::Pool>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
@@ -233,7 +233,7 @@ input! {
     }
 }
 
-async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<views::Quota>, ApiError> {
+async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<wire::Quota>, ApiError> {
     let mut conn = call.app.conn().await?;
     let rows = storage::db::read_only(&mut conn, async |conn| {
         pools::get_quotas(conn, call.tenant(), call.root(), input.pool_id.as_deref()).await

@@ -15,7 +15,7 @@ use crate::schema::{
     Field, Input, Ty, idem_key, input, instant, int, keyset_after, keyset_cursor, req,
     reservation_id, states, tenant_id, typeid,
 };
-use crate::views::{self, GrantReply, Page, PreviewReply};
+use crate::wire::{self, GrantReply, Page, PreviewReply};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -201,7 +201,7 @@ input! {
     }
 }
 
-async fn list(call: Call, input: List) -> Result<Page<views::Grant>, ApiError> {
+async fn list(call: Call, input: List) -> Result<Page<wire::Grant>, ApiError> {
     if input.all {
         call.allow(RootOption::AllTenants)?;
     }

@@ -16,7 +16,7 @@ use crate::schema::{
     Ty, idem_key, input, int, keyset_after, keyset_cursor, name, pat, reservation_id, states,
     typeid,
 };
-use crate::views::{self, InstanceReply, Page};
+use crate::wire::{self, InstanceReply, Page};
 
 fn method(method: &'static str, kind: Kind, summary: &'static str, endpoint: Endpoint) -> Method {
     VPS.method(
@@ -203,7 +203,7 @@ input! {
     }
 }
 
-async fn list(call: Call, input: List) -> Result<Page<views::Instance>, ApiError> {
+async fn list(call: Call, input: List) -> Result<Page<wire::Instance>, ApiError> {
     if input.all {
         call.allow(RootOption::AllTenants)?;
     }

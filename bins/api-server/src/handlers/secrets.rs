@@ -11,7 +11,7 @@ use super::IAM;
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{TenantOnly, Ty, input, pat};
-use crate::views::{Items, Secret, SecretDeleted, SecretReply};
+use crate::wire::{Items, Secret, SecretDeleted, SecretReply};
 
 /// The largest value, in bytes.
 const MAX_VALUE_BYTES: usize = 16 * 1024;

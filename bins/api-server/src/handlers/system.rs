@@ -11,7 +11,7 @@ use super::{BILLING, EVENTS};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{TenantOnly, Ty, input, instant, int, pat, typeid};
-use crate::views::{self, ClockReading, Page};
+use crate::wire::{self, ClockReading, Page};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -105,7 +105,7 @@ input! {
     }
 }
 
-async fn list_events(call: Call, input: ListEvents) -> Result<Page<views::Event>, ApiError> {
+async fn list_events(call: Call, input: ListEvents) -> Result<Page<wire::Event>, ApiError> {
     let after = match &input.after {
         Some(c) => events::decode_cursor(c).ok_or_else(|| {
             ApiError::invalid("after", "pattern", "not a cursor from events.list")
@@ -128,7 +128,7 @@ async fn list_events(call: Call, input: ListEvents) -> Result<Page<views::Event>
         items: page
             .items
             .into_iter()
-            .map(views::Event::try_from)
+            .map(wire::Event::try_from)
             .collect::<Result<_, _>>()?,
         next_cursor: events::encode_cursor(page.next_seq),
         has_more: page.has_more,
@@ -149,7 +149,7 @@ input! {
     }
 }
 
-async fn list_usage(call: Call, input: ListUsage) -> Result<Page<views::UsageRecord>, ApiError> {
+async fn list_usage(call: Call, input: ListUsage) -> Result<Page<wire::UsageRecord>, ApiError> {
     if input.all {
         call.allow(RootOption::AllTenants)?;
     }

@@ -9,7 +9,7 @@ use super::examples::{ACCOUNT, API_KEY};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{TenantOnly, Ty, input, name, tenant_id, typeid};
-use crate::views::{self, ApiKeyReply, CreatedTenant, IssuedKey, Items, ProjectReply, TenantReply};
+use crate::wire::{self, ApiKeyReply, CreatedTenant, IssuedKey, Items, ProjectReply, TenantReply};
 
 const ROLES: &[&str] = &["admin", "provider-admin", "member", "viewer"];
 
@@ -137,7 +137,7 @@ async fn delete_tenant(call: Call, input: DeleteTenant) -> Result<TenantReply, A
     Ok(tenant.into())
 }
 
-async fn list_tenants(call: Call, _: TenantOnly) -> Result<Items<views::Tenant>, ApiError> {
+async fn list_tenants(call: Call, _: TenantOnly) -> Result<Items<wire::Tenant>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| tenancy::list_tenants(conn).await).await?,
@@ -160,7 +160,7 @@ async fn create_project(call: Call, input: CreateProject) -> Result<ProjectReply
     )
 }
 
-async fn list_projects(call: Call, _: TenantOnly) -> Result<Items<views::Project>, ApiError> {
+async fn list_projects(call: Call, _: TenantOnly) -> Result<Items<wire::Project>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
@@ -195,7 +195,7 @@ async fn create_key(call: Call, input: CreateKey) -> Result<IssuedKey, ApiError>
     Ok(issued.into())
 }
 
-async fn list_keys(call: Call, _: TenantOnly) -> Result<Items<views::ApiKey>, ApiError> {
+async fn list_keys(call: Call, _: TenantOnly) -> Result<Items<wire::ApiKey>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {

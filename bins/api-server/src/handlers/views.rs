@@ -13,7 +13,7 @@ use super::examples::{ACCOUNT, GRANT, RESERVATION, T0, T1};
 use crate::error::ApiError;
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{input, instant, reservation_id, typeid};
-use crate::views::{GrantHour, Items, TimelineReply};
+use crate::wire::{GrantHour, Items, TimelineReply};
 
 /// The longest range one `reservations.timeline` covers: 400 days.
 pub const MAX_TIMELINE_MS: i64 = 400 * 24 * 3_600_000;

@@ -21,7 +21,8 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use grants_core::views::{BucketMs, Stint};
+use grants_core::views::hours::BucketMs;
+use grants_core::views::preview::Stint;
 use grants_core::{HOUR_MS, Term};
 
 use crate::error::Result;

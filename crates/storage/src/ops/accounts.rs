@@ -15,7 +15,7 @@ use crate::model::instance::InstanceRow;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceState, SettledState};
 use crate::ops::reservations::live_grant_ids;
-use crate::ops::{instances, secrets, timeline};
+use crate::ops::{instances, secrets, settlement};
 use crate::schema::provider_accounts as pa;
 use crate::schema::{api_keys, grants, idempotency_keys, provider_accounts, reservations};
 
@@ -208,7 +208,7 @@ pub async fn delete_account(
         // so the move on-demand below starts from the true placement.
         let mut events = Vec::new();
         for res in &locked {
-            timeline::settle(conn, res, now, &mut events).await?;
+            settlement::settle(conn, res, now, &mut events).await?;
         }
         events::publish(conn, now, events).await?;
         forget_account(conn, account_id, &locked, now).await
@@ -234,7 +234,7 @@ pub async fn delete_accounts_of_tenant(
     for account_id in accounts {
         let locked = locks::account_reservations(conn, account_id).await?;
         for res in &locked {
-            timeline::force_end(conn, res, &ForcedEnd::ReservationGone, now, events).await?;
+            settlement::force_end(conn, res, &ForcedEnd::ReservationGone, now, events).await?;
         }
         forget_account(conn, account_id, &locked, now).await?;
     }

@@ -18,8 +18,8 @@ use crate::model::reservation::ReservationRow;
 use crate::model::states::ReservationStatus;
 use crate::ops::accounts;
 use crate::ops::pools;
+use crate::ops::settlement;
 use crate::ops::tenancy;
-use crate::ops::timeline::{self};
 use crate::schema::grants;
 
 /// How far in the past a new grant's `startsAt` may lie.
@@ -115,7 +115,7 @@ pub async fn create(
         // Capacity, decided under the reservation's row lock once the
         // transitions due before the new grant are settled.
         let mut events = Vec::new();
-        timeline::settle(conn, &plan.reservation, now, &mut events).await?;
+        settlement::settle(conn, &plan.reservation, now, &mut events).await?;
         let slots = plan.slots;
         fit(conn, &plan, &new).await?.1.map_err(|short| {
             StorageError::new(
@@ -153,7 +153,7 @@ pub async fn create(
         // one starting later has nothing due (the rest was settled above).
         let started = new.starts_at <= now;
         if started {
-            timeline::settle(conn, &res, now, &mut events).await?;
+            settlement::settle(conn, &res, now, &mut events).await?;
         }
         events::publish(conn, now, events).await?;
         tracing::info!(
@@ -391,10 +391,10 @@ async fn would_take_in(
     now: i64,
 ) -> Result<Vec<String>> {
     let res = &plan.reservation;
-    let open = timeline::open_grants_unlocked(conn, res).await?;
-    let seated = timeline::seated_instances(conn, res).await?;
+    let open = settlement::open_grants_unlocked(conn, res).await?;
+    let seated = settlement::seated_instances(conn, res).await?;
     // Transitions already due come first, as in create.
-    let settled = grants_core::views::preview_settlement(&open, &seated, now);
+    let settled = grants_core::views::preview::preview_settlement(&open, &seated, now);
     let mut grants = settled.grants;
     grants.push(TimelineGrant {
         grant_id: PREVIEW_GRANT.to_owned(),
@@ -504,7 +504,7 @@ pub async fn end(
             .await?
             .ok_or_else(|| StorageError::internal("grant without reservation"))?;
         let mut events = Vec::new();
-        timeline::force_end(
+        settlement::force_end(
             conn,
             &res,
             &ForcedEnd::Root {

@@ -25,8 +25,8 @@ use crate::model::quota;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceBilling, InstanceState, ReservationStatus, SettledState};
 use crate::ops::pools::{self, Pool};
+use crate::ops::settlement;
 use crate::ops::tenancy;
-use crate::ops::timeline::{self};
 use crate::schema::{grants, instances};
 
 mod placement;
@@ -85,7 +85,7 @@ async fn decide(
         if res.status != ReservationStatus::Ready || res.pool_id.as_deref() != Some(pool_id) {
             continue;
         }
-        let open = timeline::settled_grants(conn, &res, now, events).await?;
+        let open = settlement::settled_grants(conn, &res, now, events).await?;
         let view = view(conn, &res, now, open).await?;
         let seat = grants_core::place_on(&view, request);
         views.push(view);
@@ -328,7 +328,7 @@ async fn lock_instance(
                     }
                     return Err(StorageError::internal("instance on unknown reservation"));
                 };
-                timeline::settle(conn, &res, now, events).await?;
+                settlement::settle(conn, &res, now, events).await?;
                 Some(res)
             }
             _ => None,
@@ -551,7 +551,7 @@ pub async fn delete(
             // A grant slot freed at this instant takes in the oldest of its
             // tenant's instances waiting on ordinary slots (contract 5.3).
             if let (Some(res), Some(_)) = (&res, &inst.grant_id) {
-                timeline::refill(conn, res, now, &mut events).await?;
+                settlement::refill(conn, res, now, &mut events).await?;
             }
         }
         events::publish(conn, now, events).await?;

@@ -10,8 +10,8 @@ use crate::model::states::TenantState;
 use crate::ops::accounts;
 use crate::ops::instances;
 use crate::ops::secrets;
+use crate::ops::settlement;
 use crate::ops::tenancy::{self, Tenant};
-use crate::ops::timeline;
 
 /// `tenants.delete`: the tenant's active grants end now and its scheduled
 /// ones are cancelled (`reason: "tenant-deleted"`), its instances are deleted
@@ -54,7 +54,7 @@ pub async fn delete_tenant(
             instances::reservations_of_tenant(conn, tenant_id).await?
         {
             if let Some(res) = locks::reservation(conn, &account_id, &reservation_id).await? {
-                timeline::force_end(conn, &res, &cause, now, &mut batch).await?;
+                settlement::force_end(conn, &res, &cause, now, &mut batch).await?;
             }
         }
         let deleted = instances::delete_all_of_tenant(conn, tenant_id, now).await?;

@@ -22,7 +22,7 @@ use crate::locks;
 use crate::model::events;
 use crate::model::instance::InstanceRow;
 use crate::model::states::{InstanceState, SettledState};
-use crate::ops::timeline;
+use crate::ops::settlement;
 use crate::schema::{grants, instances, placement_segments as seg, pools, reservations};
 
 mod usage;
@@ -200,7 +200,7 @@ pub async fn settle_reservation(
             return Ok(0);
         };
         let mut batch = Vec::new();
-        let n = timeline::settle(conn, &res, now, &mut batch).await?;
+        let n = settlement::settle(conn, &res, now, &mut batch).await?;
         events::publish(conn, now, batch).await?;
         Ok(n as u64)
     })
@@ -503,7 +503,7 @@ pub async fn meter_instances_on(
                 return Ok((0, 0));
             };
             let mut batch_events = Vec::new();
-            timeline::settle(conn, &res, now, &mut batch_events).await?;
+            settlement::settle(conn, &res, now, &mut batch_events).await?;
             let batch = locks::due_instances_on(conn, &res, cutoff, INSTANCE_BATCH).await?;
             let written = meter_locked(conn, &batch, now).await?;
             events::publish(conn, now, batch_events).await?;

@@ -15,6 +15,6 @@ pub mod pools;
 pub mod reservations;
 pub mod scans;
 pub mod secrets;
+pub mod settlement;
 pub mod tenancy;
-pub mod timeline;
 pub mod views;

@@ -15,7 +15,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::notices::{self, ExpiryNotice, UNDERUSE_WINDOW_MS, UsageSummary};
-use grants_core::views::Stint;
+use grants_core::views::preview::Stint;
 use grants_core::{GrantState, Term};
 
 use crate::error::{Result, StorageError};
@@ -25,7 +25,7 @@ use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
 use crate::model::segment::{self, SegmentRow};
-use crate::ops::timeline;
+use crate::ops::settlement;
 use crate::schema::grant_expiry_notices;
 
 /// The default of `BC_EXPIRY_NOTICES`.
@@ -192,7 +192,7 @@ async fn on_reservation(
     now: i64,
 ) -> Result<NoticeOutcome> {
     let mut events = Vec::new();
-    timeline::settle(conn, res, now, &mut events).await?;
+    settlement::settle(conn, res, now, &mut events).await?;
     // All open grants, the scheduled ones too: a notice names the grant that
     // renews the expiring one.
     let open = locks::open_grants(conn, res).await?;

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::views::SlotAccounts;
+use grants_core::views::slots::SlotAccounts;
 use grants_core::{TimelineGrant, TimelineInstance};
 
 use crate::error::{Detail, Field, Reason, Result, StorageError};
@@ -67,7 +67,7 @@ pub async fn with_accounts(
         .into_iter()
         .map(|row| {
             let key = (row.account_id.clone(), row.reservation_id.clone());
-            let accounts = grants_core::views::slot_accounts(
+            let accounts = grants_core::views::slots::slot_accounts(
                 u64::try_from(row.total).unwrap_or(0),
                 u64::try_from(row.provider_in_use).unwrap_or(0),
                 grants_of.get(&key).map_or(&[], Vec::as_slice),

@@ -16,7 +16,7 @@ use crate::model::events::{self, NewEvent};
 use crate::model::states::{ReservationStatus, SettledState};
 use crate::model::{grant::GrantRow, reservation::ReservationRow};
 use crate::ops::accounts::{self, Account};
-use crate::ops::timeline::{self};
+use crate::ops::settlement;
 use crate::schema::{grants, provider_accounts, reservations};
 
 /// A reservation as a provider listed it: what a scan's answer is made of.
@@ -138,7 +138,7 @@ pub async fn apply_scan(
             match before {
                 None => outcome.appeared += 1,
                 Some(b) if b.total != row.total => {
-                    timeline::settle(conn, &row, now, &mut events).await?;
+                    settlement::settle(conn, &row, now, &mut events).await?;
                     if capacity_short(conn, &root, &row, now, &mut events).await? {
                         outcome.capacity_short += 1;
                     }
@@ -150,7 +150,7 @@ pub async fn apply_scan(
             k.status != ReservationStatus::Gone && !seen_ids.contains(k.reservation_id.as_str())
         }) {
             let queued = events.len();
-            timeline::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
+            settlement::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
             // Grants ended or cancelled by the loss (not the instances' move
             // off the reservation, nor term ends settled on the way).
             let closed = events[queued..]

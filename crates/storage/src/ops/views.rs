@@ -6,9 +6,12 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use grants_core::views::{
-    self, AnonymousGrant, CommittedStep, HourRow, InUseStep, ListedGrant, SettlementPreview,
-    ShownGrant, Stint, TimelineEvent, TimelineInput, Viewer,
+use grants_core::views::hours::{HourRow, bucket_count, grant_hours_with};
+use grants_core::views::preview::{SettlementPreview, Stint, preview_settlement, project_stints};
+use grants_core::views::steps::{CommittedStep, InUseStep};
+use grants_core::views::timeline::{
+    AnonymousGrant, ListedGrant, ShownGrant, TimelineEvent, TimelineInput, Viewer,
+    reservation_timeline, transition_events,
 };
 use grants_core::{GrantState, HOUR_MS, Term, bucket_start};
 
@@ -18,7 +21,7 @@ use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
 use crate::model::segment::{self, SegmentRow};
 use crate::ops::grants::Grant;
-use crate::ops::timeline;
+use crate::ops::settlement;
 use crate::schema::provider_accounts;
 
 /// The most hour buckets one `reservationGrants.usage` answer holds.
@@ -66,12 +69,12 @@ async fn preview(
     res: &ReservationRow,
     now: i64,
 ) -> Result<Option<SettlementPreview>> {
-    let open = timeline::open_grants_unlocked(conn, res).await?;
+    let open = settlement::open_grants_unlocked(conn, res).await?;
     if open.is_empty() {
         return Ok(None);
     }
-    let seated = timeline::seated_instances(conn, res).await?;
-    Ok(Some(views::preview_settlement(&open, &seated, now)))
+    let seated = settlement::seated_instances(conn, res).await?;
+    Ok(Some(preview_settlement(&open, &seated, now)))
 }
 
 /// The open placement segments on `res`, with the `due` transitions
@@ -89,7 +92,7 @@ async fn projected_open(
             .map(SegmentRow::into_stint)
             .collect();
     Ok(match due {
-        Some(due) => views::project_stints(&open, &due.transitions),
+        Some(due) => project_stints(&open, &due.transitions),
         None => open,
     })
 }
@@ -174,7 +177,7 @@ pub async fn timeline(
     // are; the timeline shows them already (once, if a settlement commits
     // them meanwhile).
     if let Some(due) = &due {
-        timeline_events.extend(views::transition_events(&due.transitions));
+        timeline_events.extend(transition_events(&due.transitions));
     }
     if let Some(gone_at) = res.gone_at {
         timeline_events.push(TimelineEvent {
@@ -194,7 +197,7 @@ pub async fn timeline(
             cancelled: g.state_at(now) == GrantState::Cancelled,
         })
         .collect();
-    let view = views::reservation_timeline(&TimelineInput {
+    let view = reservation_timeline(&TimelineInput {
         window,
         now,
         grants: &listed,
@@ -250,7 +253,7 @@ pub async fn grant_usage(
     let Some(range) = term.intersection(&window) else {
         return Ok(Vec::new());
     };
-    let buckets = views::bucket_count(range);
+    let buckets = bucket_count(range);
     if buckets > MAX_USAGE_BUCKETS {
         return Err(StorageError::invalid(
             Field::To,
@@ -289,7 +292,7 @@ pub async fn grant_usage(
             _ => (Vec::new(), Vec::new()),
         };
     let slots = u32::try_from(row.slots).unwrap_or(0);
-    Ok(views::grant_hours_with(
+    Ok(grant_hours_with(
         grant_id, slots, term, window, &totals, &stints, now,
     ))
 }

@@ -11,7 +11,7 @@ use crate::model::grant::GrantRow;
 use crate::model::instance::InstanceRow;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceBilling, InstanceState};
-use crate::ops::timeline::{self};
+use crate::ops::settlement;
 use crate::schema::{instances, placement_segments as seg};
 
 /// Where to put an instance.
@@ -199,7 +199,7 @@ pub(super) async fn view(
     open: Vec<GrantRow>,
 ) -> Result<ReservationView> {
     let seated = InstanceRow::seated(conn, res).await?;
-    let live = timeline::live_at(open, now);
+    let live = settlement::live_at(open, now);
     let live_grants = live
         .into_iter()
         .map(|g| {

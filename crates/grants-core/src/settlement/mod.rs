@@ -1,4 +1,4 @@
-//! Timeline settlement of one reservation (contract section 5.3): the
+//! Settlement of one reservation (contract section 5.3): the
 //! transitions that are due at grants' `startsAt` and `endsAt`, and the
 //! forced ends (`reservationGrants.end`, tenant deletion, reservation loss).
 //!
@@ -56,16 +56,13 @@ mod tests;
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 use crate::placement::{Billing, Seat};
 use crate::rules::Owner;
 
 use engine::{Engine, take_in_instant};
 
 /// The state of a grant (`scheduled`, `active`, `ended`, `cancelled`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GrantState {
     /// Before `startsAt`.
     Scheduled,
@@ -136,8 +133,7 @@ pub fn grant_state(starts_at: i64, ends_at: i64, cancelled: bool, now: i64) -> G
 
 /// Why a grant ended or was cancelled (`reason` on the grant and on its
 /// `reservation-grant.ended` / `.cancelled` event).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EndReason {
     /// `"term-over"`: it reached its `endsAt`.
     TermOver,
@@ -184,8 +180,7 @@ impl fmt::Display for EndReason {
 }
 
 /// Whether an instance runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Power {
     /// `"running"`.
     Running,
@@ -194,8 +189,7 @@ pub enum Power {
 }
 
 /// A grant on the reservation, as settlement sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TimelineGrant {
     /// The grant's id.
     pub grant_id: String,
@@ -241,8 +235,7 @@ impl TimelineGrant {
 ///
 /// Only instances holding a slot of the reservation matter; others may be
 /// passed with `seat: None` and are left alone.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TimelineInstance {
     /// The instance's id.
     pub instance_id: String,
@@ -270,8 +263,7 @@ impl TimelineInstance {
 }
 
 /// Where an instance goes at a transition.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Destination {
     /// Into this grant (a renewal).
     Grant(String),
@@ -295,8 +287,7 @@ impl Destination {
 }
 
 /// One instance moving at a transition.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Move {
     /// The instance.
     pub instance_id: String,
@@ -308,12 +299,7 @@ pub struct Move {
 /// its grant's event (`reservation-grant.active`, `.ended`, `.cancelled`)
 /// exactly once, and starts a new placement segment, from `at`, for every
 /// instance it names.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(
-    tag = "kind",
-    rename_all = "camelCase",
-    rename_all_fields = "camelCase"
-)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Transition {
     /// The grant becomes active and takes in these instances (oldest first)
     /// from their ordinary slots.
@@ -398,12 +384,7 @@ impl Transition {
 
 /// An end that does not wait for `endsAt`. Active grants it covers end at the
 /// given instant with a hand-over; scheduled ones are cancelled.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(
-    tag = "kind",
-    rename_all = "camelCase",
-    rename_all_fields = "camelCase"
-)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ForcedEnd {
     /// `reservationGrants.end` of one grant (reason `ended`). Another live
     /// grant of the tenant may take its instances over.
@@ -508,7 +489,7 @@ pub fn settle(
 /// Only grants that have started by `now` can be due, and [`settle`] answers
 /// the same for the open grants that have started as for all of them: a
 /// grant starting later is neither activated, nor ended, nor live to take an
-/// instance over (`tests/timeline_props.rs` checks both).
+/// instance over (`tests/settlement_props.rs` checks both).
 pub fn has_due(grants: &[TimelineGrant], now: i64) -> bool {
     grants.iter().any(|g| match g.settled {
         GrantState::Scheduled => take_in_instant(g) <= now,

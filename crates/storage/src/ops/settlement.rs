@@ -1,5 +1,5 @@
-//! Settlement of a reservation's timeline (contract 5.3): the storage side of
-//! `grants_core::timeline`. The caller holds the reservation's row lock; the
+//! Settlement of a reservation's grants (contract 5.3): the storage side of
+//! `grants_core::settlement`. The caller holds the reservation's row lock; the
 //! transitions due are computed by the pure crate and written here, each with
 //! its event, in the caller's transaction. Because the state change and the
 //! event commit together under the lock, each transition happens once, however

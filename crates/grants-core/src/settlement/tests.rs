@@ -470,17 +470,8 @@ fn a_lost_reservation_sends_everyone_on_demand() {
 fn wire_names() {
     for state in GrantState::ALL {
         assert_eq!(GrantState::parse(state.as_str()), Some(state));
-        let json = serde_json::to_value(state).expect("serializes");
-        assert_eq!(json, serde_json::Value::String(state.as_str().into()));
     }
     for reason in EndReason::ALL {
         assert_eq!(EndReason::parse(reason.as_str()), Some(reason));
-        let json = serde_json::to_value(reason).expect("serializes");
-        assert_eq!(json, serde_json::Value::String(reason.as_str().into()));
     }
-    let json = serde_json::to_value(activate("g", 1, &["i"])).expect("serializes");
-    assert_eq!(
-        json,
-        serde_json::json!({ "kind": "activate", "grantId": "g", "at": 1, "takeIn": ["i"] })
-    );
 }
