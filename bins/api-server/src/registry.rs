@@ -16,7 +16,7 @@ use storage::ops::tenancy::Authenticated;
 
 use crate::app::App;
 use crate::error::{ApiError, Code};
-use crate::schema::{Field, Input, object_schema, parse_input, req, tenant_id};
+use crate::schema::{Input, InputSchema, parse};
 
 /// Whether a method changes state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,11 +63,12 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + 
 pub type Handler = Arc<dyn Fn(Call) -> HandlerFuture + Send + Sync>;
 
 /// A method's input and output types, as the registry keeps them: the input
-/// fields (validation and request schema), the response schema, and the
-/// handler that receives the typed input and returns the typed output.
+/// type's compiled schema (validation and request schema), the response
+/// schema, and the handler that receives the typed input and returns the
+/// typed output.
 pub struct Endpoint {
-    /// Input fields, `tenantId` first.
-    pub fields: Vec<Field>,
+    /// The input type's schema, `tenantId` first.
+    pub input: &'static InputSchema,
     /// The success response's schema.
     pub output: fn(&mut SchemaGenerator) -> Schema,
     /// Parses a body as the input type (the registry tests run it on every
@@ -82,7 +83,7 @@ fn output_schema<O: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
 }
 
 fn parse_only<I: Input>(body: &Value) -> Result<(), ApiError> {
-    parse_input::<I>(body).map(drop)
+    parse::<I>(body).map(drop)
 }
 
 /// The [`Endpoint`] of `async fn(Call, I) -> Result<O, ApiError>`.
@@ -93,14 +94,12 @@ where
     F: Fn(Call, I) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<O, ApiError>> + Send + 'static,
 {
-    let mut fields = vec![req("tenantId", tenant_id())];
-    fields.extend(I::fields());
     Endpoint {
-        fields,
+        input: InputSchema::of::<I>(),
         output: output_schema::<O>,
         parse: parse_only::<I>,
         handler: Arc::new(move |call: Call| -> HandlerFuture {
-            match parse_input::<I>(&call.input) {
+            match parse::<I>(&call.input) {
                 Ok(input) => {
                     let answer = f(call, input);
                     Box::pin(async move { Ok(Reply(serde_json::to_string(&answer.await?)?)) })
@@ -195,9 +194,9 @@ impl Service {
 }
 
 impl Method {
-    /// The method's input fields, `tenantId` first.
-    pub fn fields(&self) -> &[Field] {
-        &self.endpoint.fields
+    /// The method's input schema, `tenantId` first.
+    pub fn input(&self) -> &'static InputSchema {
+        self.endpoint.input
     }
 
     /// The same method with another tenant pre-check.
@@ -346,7 +345,7 @@ impl Registry {
                     "requestBody": {
                         "required": true,
                         "content": { "application/json": {
-                            "schema": object_schema(m.fields()),
+                            "schema": m.input().doc(),
                             "example": m.example,
                         } },
                     },
@@ -544,18 +543,12 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), before, "duplicate method names");
         for m in r.methods() {
-            let first = m.fields().first().expect("fields");
-            assert_eq!(
-                (first.name, first.required),
-                ("tenantId", true),
-                "{}",
-                m.name()
-            );
+            let members = m.input().members();
+            let first = members.first().expect("fields");
+            assert_eq!(*first, ("tenantId", true), "{}", m.name());
             if m.scope() == ScopeKind::ProviderAccount {
                 assert!(
-                    m.fields()
-                        .iter()
-                        .any(|f| f.name == "accountId" && f.required),
+                    members.contains(&("accountId", true)),
                     "{} needs accountId",
                     m.name()
                 );
@@ -567,7 +560,8 @@ mod tests {
     fn every_example_is_valid_input_of_its_method() {
         for m in Registry::new().methods() {
             let name = m.name();
-            crate::schema::validate_object(&m.example, m.fields(), "")
+            m.input()
+                .check(&m.example)
                 .unwrap_or_else(|e| panic!("{name}: example rejected: {e} {:?}", e.details));
             (m.endpoint.parse)(&m.example)
                 .unwrap_or_else(|e| panic!("{name}: example does not parse: {e}"));

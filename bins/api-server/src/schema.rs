@@ -1,162 +1,67 @@
-//! Input schemas as data: every method's fields with their constraints.
-//! Each method's input is declared once, with `input!`, as a struct whose
-//! fields carry their wire name and constraints; validation, the OpenAPI
-//! request schema and the typed value the handler receives all come from
-//! that one declaration.
+//! Method inputs: each is one Rust type, described once with serde and
+//! schemars attributes (`deny_unknown_fields`, wire names, patterns, ranges,
+//! lengths). Its JSON Schema is the OpenAPI request body and, compiled once
+//! per process by the `jsonschema` crate, what a body is checked against;
+//! [`InputSchema::check`] maps the crate's errors to the contract's
+//! `INVALID_INPUT` answers in one place, and [`parse`] then deserializes the
+//! body into the same type.
 
-use crate::error::ApiError;
-use regex::Regex;
+use std::any::TypeId;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, PoisonError};
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::paths::Location;
+use jsonschema::{Keyword, ValidationError, Validator};
+use schemars::generate::{Contract, SchemaSettings};
+use schemars::transform::RecursiveTransform;
+use schemars::{JsonSchema, Schema};
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-/// The type and constraints of one input value.
-#[derive(Debug, Clone)]
-pub enum Ty {
-    /// A string of `min_len..=max_len` characters matching `pattern`.
-    Str {
-        min_len: usize,
-        max_len: usize,
-        pattern: Option<Regex>,
-    },
-    /// A JSON integer in `min..=max`.
-    Int { min: i64, max: i64 },
-    /// A JSON boolean.
-    Bool,
-    /// One of the listed strings.
-    Enum(&'static [&'static str]),
-    /// A nested object with its own fields (unknown keys rejected).
-    Obj(Vec<Field>),
-    /// An array of items.
-    Arr {
-        item: Box<Ty>,
-        min_items: usize,
-        max_items: usize,
-        /// Documented as `uniqueItems`; the handler enforces its own, stricter
-        /// rule (e.g. unique flavor names) with its own `details`.
-        unique: bool,
-    },
-    /// An object whose keys follow `key` and whose values follow `value`.
-    Map {
-        key: Box<Ty>,
-        value: Box<Ty>,
-        max_entries: usize,
-    },
-    /// An object validated by the handler (a provider's manifest).
-    AnyObject,
-    /// An object validated by the handler, documented with this schema
-    /// (the handler's rules give the contract's `details`).
-    Handled(fn() -> Value),
-}
+use crate::error::{ApiError, Code};
 
-/// One input field.
-#[derive(Debug, Clone)]
-pub struct Field {
-    /// The name as sent.
-    pub name: &'static str,
-    /// Type and constraints.
-    pub ty: Ty,
-    /// Whether it must be present.
-    pub required: bool,
-    /// The default when absent (documented; handlers apply it).
-    pub default: Option<Value>,
-}
+/// The member every method takes first: the acting tenant.
+const TENANT_FIELD: &str = "tenantId";
 
-fn regex(p: &str) -> Regex {
-    #[expect(
-        clippy::expect_used,
-        reason = "patterns are compile-time constants checked by the registry tests"
-    )]
-    Regex::new(p).expect("valid pattern")
-}
+// The patterns of the contract (1.3, 1.4, 1.5). A TypeID is its prefix, `_`
+// and 26 to 52 base32 characters, so at most the prefix's length + 53.
 
-/// A string with a pattern, at most `max_len` characters.
-pub fn pat(max_len: usize, pattern: &str) -> Ty {
-    Ty::Str {
-        min_len: 1,
-        max_len,
-        pattern: Some(regex(pattern)),
-    }
-}
-
-/// An integer range.
-pub fn int(min: i64, max: i64) -> Ty {
-    Ty::Int { min, max }
-}
-
-/// A required field.
-pub fn req(name: &'static str, ty: Ty) -> Field {
-    Field {
-        name,
-        ty,
-        required: true,
-        default: None,
-    }
-}
-
-/// An optional field.
-pub fn opt(name: &'static str, ty: Ty) -> Field {
-    Field {
-        name,
-        ty,
-        required: false,
-        default: None,
-    }
-}
-
-/// An optional field with a default the server applies when it is absent.
-pub fn def(name: &'static str, ty: Ty, default: Value) -> Field {
-    Field {
-        name,
-        ty,
-        required: false,
-        default: Some(default),
-    }
-}
-
-// The id and name patterns of the contract.
-const B32: &str = "[0-9a-hjkmnp-tv-z]{26,52}";
-
-/// `tenantId`-style names.
-pub fn tenant_id() -> Ty {
-    pat(128, "^[A-Za-z0-9._:-]{1,128}$")
-}
+/// Tenant ids and names.
+pub const TENANT_ID: &str = "^[A-Za-z0-9._:-]{1,128}$";
 /// Idempotency keys.
-pub fn idem_key() -> Ty {
-    pat(128, "^[A-Za-z0-9._:-]{1,128}$")
-}
-/// A TypeID with `prefix`.
-pub fn typeid(prefix: &'static str) -> Ty {
-    pat(prefix.len() + 1 + 52, &format!("^{prefix}_{B32}$"))
-}
+pub const IDEMPOTENCY_KEY: &str = "^[A-Za-z0-9._:-]{1,128}$";
 /// Display names.
-pub fn name() -> Ty {
-    pat(128, "^[A-Za-z0-9._ -]{1,128}$")
-}
+pub const NAME: &str = "^[A-Za-z0-9._ -]{1,128}$";
 /// Quota resource names.
-pub fn resource() -> Ty {
-    pat(64, "^[A-Za-z][A-Za-z0-9._-]{0,63}$")
-}
+pub const RESOURCE: &str = "^[A-Za-z][A-Za-z0-9._-]{0,63}$";
 /// Provider reservation ids.
-pub fn reservation_id() -> Ty {
-    pat(300, "^[A-Za-z0-9._/:-]{1,300}$")
-}
-/// Epoch milliseconds.
-pub fn instant() -> Ty {
-    int(0, i64::MAX)
-}
+pub const RESERVATION_ID: &str = "^[A-Za-z0-9._/:-]{1,300}$";
+/// Machine types (pool flavors).
+pub const FLAVOR: &str = "^[a-z0-9][a-z0-9-]{0,63}$";
+/// Provider account ids (at most 58 characters).
+pub const ACCOUNT_ID: &str = "^pacct_[0-9a-hjkmnp-tv-z]{26,52}$";
+/// Grant ids (at most 59 characters).
+pub const GRANT_ID: &str = "^rgrant_[0-9a-hjkmnp-tv-z]{26,52}$";
+/// Project ids (at most 56 characters).
+pub const PROJECT_ID: &str = "^prj_[0-9a-hjkmnp-tv-z]{26,52}$";
+/// Pool ids (at most 57 characters).
+pub const POOL_ID: &str = "^pool_[0-9a-hjkmnp-tv-z]{26,52}$";
+/// Instance ids (at most 57 characters).
+pub const INSTANCE_ID: &str = "^inst_[0-9a-hjkmnp-tv-z]{26,52}$";
+/// API key ids (at most 56 characters).
+pub const KEY_ID: &str = "^key_[0-9a-hjkmnp-tv-z]{26,52}$";
 
 /// The opaque cursor of a newest-first list (`reservationGrants.list`,
-/// `instances.list`; `storage::model::keyset`): `k`, a non-negative 64-bit
-/// instant in 13 lower-case base32hex characters (the last one's padding bit
-/// zero), and a TypeID suffix, so every string the pattern allows decodes.
-pub fn keyset_cursor() -> Ty {
-    pat(
-        40,
-        "^k[0-9a-f][0-9a-v]{11}[02468acegikmoqsu][0-7][0-9a-hjkmnp-tv-z]{25}$",
-    )
-}
+/// `instances.list`, `audit.list`; `storage::model::keyset`): `k`, a
+/// non-negative 64-bit instant in 13 lower-case base32hex characters (the
+/// last one's padding bit zero), and a TypeID suffix, so every string the
+/// pattern allows decodes. At most 40 characters.
+pub const KEYSET_CURSOR: &str =
+    "^k[0-9a-f][0-9a-v]{11}[02468acegikmoqsu][0-7][0-9a-hjkmnp-tv-z]{25}$";
 
-/// The position a [`keyset_cursor`] `after` carries for ids with `prefix`
+/// The position a [`KEYSET_CURSOR`] `after` carries for ids with `prefix`
 /// (`INVALID_INPUT` on `after` if it is not such a cursor).
 pub fn keyset_after(
     after: Option<&str>,
@@ -172,87 +77,435 @@ pub fn keyset_after(
         .transpose()
 }
 
-/// A non-empty set of the `allowed` states.
-pub fn states(allowed: &'static [&'static str]) -> Ty {
-    Ty::Arr {
-        item: Box::new(Ty::Enum(allowed)),
-        min_items: 1,
-        max_items: allowed.len(),
-        unique: true,
+/// The default `limit` of the newest-first lists.
+pub fn list_limit() -> i64 {
+    storage::LIST_LIMIT
+}
+
+/// The default `limit` of the logs' pages (contract 1.6).
+pub fn page_limit() -> i64 {
+    100
+}
+
+/// A method's input type: the members after `tenantId`.
+pub trait Input: DeserializeOwned + JsonSchema + Send + 'static {}
+
+impl<T: DeserializeOwned + JsonSchema + Send + 'static> Input for T {}
+
+/// The input of a method that takes only the acting tenant.
+#[derive(Debug, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantOnly {}
+
+// A request body as its schema describes it: the acting tenant, then the
+// method's own members. Only its schema is used: the handler gets `I`.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[expect(
+    dead_code,
+    reason = "only its schema is used; the handler receives `I`"
+)]
+struct Body<I> {
+    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
+    tenant_id: String,
+    #[serde(flatten)]
+    input: I,
+}
+
+/// Marks a documented object whose rules the handler applies (a provider's
+/// manifest, whose checks give the contract's `details`): the body check
+/// only asks that it be an object.
+const CHECKED_BY_HANDLER: &str = "x-checked-by-handler";
+
+/// `schema`, documented as it is and checked by the handler only.
+pub fn checked_by_handler(schema: Value) -> Schema {
+    let mut schema = Schema::try_from(schema).unwrap_or_default();
+    schema.insert(CHECKED_BY_HANDLER.to_owned(), Value::Bool(true));
+    schema
+}
+
+/// One method's input, compiled: the schemas and the validator built from
+/// them, once per process and type ([`InputSchema::of`]).
+pub struct InputSchema {
+    /// The request body's schema as the OpenAPI document gives it.
+    doc: Value,
+    /// What the body is checked against: `doc`, with the objects the
+    /// handler checks reduced to their type.
+    rules: Value,
+    /// The same types' schema under the serialize contract, which lists
+    /// every member in `required` in declaration order: the order in which
+    /// the members are checked, so the first error in it is the answer.
+    order: Value,
+    validator: Validator,
+}
+
+impl InputSchema {
+    /// The compiled input of `I` (built on first use, then shared).
+    pub fn of<I: Input>() -> &'static InputSchema {
+        static COMPILED: LazyLock<Mutex<HashMap<TypeId, &'static InputSchema>>> =
+            LazyLock::new(Mutex::default);
+        let mut compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+        compiled
+            .entry(TypeId::of::<I>())
+            .or_insert_with(|| Box::leak(Box::new(InputSchema::compile::<I>())))
+    }
+
+    fn compile<I: Input>() -> InputSchema {
+        let doc = schema_of::<I>(Contract::Deserialize);
+        let mut rules = doc.clone();
+        each_object(&mut rules, &mut |o| {
+            if o.remove(CHECKED_BY_HANDLER).is_some() {
+                o.retain(|k, _| k == "type");
+            }
+        });
+        let mut doc = doc;
+        each_object(&mut doc, &mut |o| {
+            o.remove(CHECKED_BY_HANDLER);
+        });
+        #[expect(
+            clippy::expect_used,
+            reason = "the schemas are the types' own; the registry tests compile every one"
+        )]
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .with_keyword("format", integer_format)
+            .build(&rules)
+            .expect("an input schema compiles");
+        InputSchema {
+            doc,
+            rules,
+            order: schema_of::<I>(Contract::Serialize),
+            validator,
+        }
+    }
+
+    /// The request body's schema (OpenAPI 3.1 dialect).
+    pub fn doc(&self) -> &Value {
+        &self.doc
+    }
+
+    /// The members, `tenantId` first, with whether each is required.
+    pub fn members(&self) -> Vec<(&str, bool)> {
+        let required = self.rules["required"].as_array();
+        let listed = |name: &str| required.is_some_and(|r| r.iter().any(|n| n == name));
+        names(&self.order)
+            .into_iter()
+            .map(|name| (name, listed(name)))
+            .collect()
+    }
+
+    /// Checks a body: `Ok` if it is valid input, else the `INVALID_INPUT`
+    /// answer the contract gives its first fault. Members are checked in
+    /// declaration order (unknown members first), each value's type before
+    /// its length before its pattern, range or enum, a container before
+    /// what it holds; a `null` member is as if absent.
+    pub fn check(&self, body: &Value) -> Result<(), ApiError> {
+        if self.validator.is_valid(body) {
+            return Ok(());
+        }
+        let errors: Vec<ValidationError<'_>> = self.validator.iter_errors(body).collect();
+        let first = errors
+            .iter()
+            .filter_map(|e| self.fault(e, body))
+            .min_by(|a, b| a.0.cmp(&b.0));
+        match first {
+            Some((_, at, fault)) => Err(fault.answer(&field(body, at))),
+            None => Ok(()),
+        }
+    }
+
+    /// What one of the crate's errors means for the contract, with its
+    /// place in the checking order; `None` for what the contract does not
+    /// refuse. With [`Fault::answer`], the one mapping from the crate's
+    /// error kinds to the contract's reasons.
+    fn fault<'e>(
+        &'e self,
+        e: &'e ValidationError<'_>,
+        body: &Value,
+    ) -> Option<(Vec<Step>, &'e Location, Fault<'e>)> {
+        let at = e.instance_path();
+        let Place {
+            mut rank,
+            member,
+            rules,
+            parent,
+            order,
+        } = Place::find(body, &self.rules, &self.order, at)?;
+        if let Some(name) = member
+            && e.instance().is_null()
+        {
+            // A null member is as if absent: missing if required, else fine.
+            let required = parent["required"].as_array();
+            required
+                .is_some_and(|r| r.iter().any(|n| *n == name))
+                .then_some(())?;
+            rank.push(Step::Check(0));
+            return Some((rank, at, Fault::Missing(None)));
+        }
+        let (step, fault) = match e.kind() {
+            ValidationErrorKind::Required { property } => {
+                let name = property.as_str()?;
+                rank.push(Step::Member(position(order, name)));
+                (Step::Check(0), Fault::Missing(Some(name)))
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                let name = unexpected.iter().min()?;
+                rank.push(Step::Unknown(name.clone()));
+                (Step::Check(0), Fault::Unknown(name))
+            }
+            ValidationErrorKind::PropertyNames { error } => {
+                let key = error.instance().as_str()?;
+                rank.push(Step::Entry(key.to_owned(), 0));
+                let (kind, rules) = (error.kind(), &rules["propertyNames"]);
+                let key = Some(key);
+                (stage(kind)?, Fault::Breaks { key, kind, rules })
+            }
+            // Only the body's own type can fail at its root.
+            ValidationErrorKind::Type { .. } if rank.is_empty() => {
+                (Step::Check(0), Fault::NotAnObject)
+            }
+            kind => (
+                stage(kind)?,
+                Fault::Breaks {
+                    key: None,
+                    kind,
+                    rules,
+                },
+            ),
+        };
+        rank.push(step);
+        Some((rank, at, fault))
     }
 }
 
-/// A method's input type, declared with `input!`.
-pub trait Input: DeserializeOwned + Send + 'static {
-    /// The fields after `tenantId` (which every method takes first).
-    fn fields() -> Vec<Field>;
+/// What an error means for the contract, answered only if it comes first.
+enum Fault<'e> {
+    /// The value, or its member `name`, is missing (absent or null).
+    Missing(Option<&'e str>),
+    /// The member `name` is not declared.
+    Unknown(&'e str),
+    /// The body is not an object.
+    NotAnObject,
+    /// The value, or its map `key`, breaks a rule of `rules`.
+    Breaks {
+        key: Option<&'e str>,
+        kind: &'e ValidationErrorKind,
+        rules: &'e Value,
+    },
 }
 
-/// Declares a method's input: one struct, one line per field with its Rust
-/// type, its wire name and its constraints. `req` fields are required,
-/// `opt` fields become `Option<T>`, `def` fields take the declared default
-/// when absent. The struct deserializes from the validated body (defaults
-/// applied), so the handler never sees a value the schema did not allow.
-macro_rules! input {
-    ($(#[$meta:meta])* $vis:vis struct $name:ident {
-        $($kind:ident $field:ident: $ty:ty = ($wire:literal, $spec:expr $(, $default:expr)?)),*
-        $(,)?
-    }) => {
-        $(#[$meta])*
-        #[derive(Debug, serde::Deserialize)]
-        $vis struct $name {
-            $(
-                #[serde(rename = $wire)]
-                pub $field: $crate::schema::input_field_ty!($kind $ty),
-            )*
-        }
-        impl $crate::schema::Input for $name {
-            fn fields() -> Vec<$crate::schema::Field> {
-                vec![$($crate::schema::$kind($wire, $spec $(, $default)?)),*]
+/// The stage of a check of a value: its type, then its length, then the
+/// rest; `None` for `uniqueItems`, which is documented while the handler
+/// applies its own, stricter rule (unique flavor names) with its own
+/// `details`, and repeated states are harmless.
+fn stage(kind: &ValidationErrorKind) -> Option<Step> {
+    Some(Step::Check(match kind {
+        ValidationErrorKind::UniqueItems => return None,
+        ValidationErrorKind::Type { .. } | ValidationErrorKind::Custom { .. } => 0,
+        ValidationErrorKind::MinLength { .. }
+        | ValidationErrorKind::MaxLength { .. }
+        | ValidationErrorKind::MinItems { .. }
+        | ValidationErrorKind::MaxItems { .. }
+        | ValidationErrorKind::MaxProperties { .. } => 1,
+        _ => 2,
+    }))
+}
+
+impl Fault<'_> {
+    /// The contract's answer, the value being at `field`.
+    fn answer(self, field: &str) -> ApiError {
+        let (rules, kind, field) = match self {
+            Fault::Missing(name) => {
+                let field = name.map_or_else(|| field.to_owned(), |n| join(field, n));
+                return ApiError::invalid(&field, "missing", format!("{field} is required"));
+            }
+            Fault::Unknown(name) => {
+                let field = join(field, name);
+                return ApiError::invalid(&field, "unknown", format!("unknown field {field}"));
+            }
+            Fault::NotAnObject => {
+                return ApiError::new(Code::InvalidInput, "the body must be a JSON object")
+                    .with("reason", "type");
+            }
+            Fault::Breaks { key, kind, rules } => (
+                rules,
+                kind,
+                key.map_or_else(|| field.to_owned(), |k| join(field, k)),
+            ),
+        };
+        let field = field.as_str();
+        let n = |key: &str| rules[key].clone();
+        match kind {
+            ValidationErrorKind::Type { .. } | ValidationErrorKind::Custom { .. } => {
+                let message = if rules.get("properties").is_some() {
+                    format!("{field} must be an object")
+                } else {
+                    let ty = rules["type"].as_str().unwrap_or("its type");
+                    format!("{field} must be of type {ty}")
+                };
+                ApiError::invalid(field, "type", message)
+            }
+            ValidationErrorKind::MinLength { .. } | ValidationErrorKind::MaxLength { .. } => {
+                let (min, max) = (n("minLength"), n("maxLength"));
+                let message = format!("{field} must have {min} to {max} characters");
+                ApiError::invalid(field, "length", message).with("maxLength", max)
+            }
+            ValidationErrorKind::MinItems { .. } | ValidationErrorKind::MaxItems { .. } => {
+                let (min, max) = (n("minItems"), n("maxItems"));
+                let message = format!("{field} must have {min} to {max} items");
+                ApiError::invalid(field, "length", message)
+            }
+            ValidationErrorKind::MaxProperties { limit } => {
+                let message = format!("{field} must have at most {limit} entries");
+                ApiError::invalid(field, "length", message)
+            }
+            ValidationErrorKind::Pattern { pattern } => {
+                let message = format!("{field} must match {pattern}");
+                ApiError::invalid(field, "pattern", message).with("pattern", pattern.clone())
+            }
+            ValidationErrorKind::Minimum { .. } | ValidationErrorKind::Maximum { .. } => {
+                let (min, max) = (n("minimum"), n("maximum"));
+                let message = format!("{field} must be between {min} and {max}");
+                ApiError::invalid(field, "range", message)
+                    .with("min", min)
+                    .with("max", max)
+            }
+            ValidationErrorKind::Enum { options } => {
+                let allowed: Vec<&str> = options
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let message = format!("{field} must be one of {}", allowed.join(", "));
+                ApiError::invalid(field, "enum", message).with("allowed", allowed)
+            }
+            // The input types use no other keyword.
+            other => {
+                let message = format!("{field} breaks its {} rule", other.keyword());
+                ApiError::invalid(field, other.keyword(), message)
             }
         }
-    };
-}
-pub(crate) use input;
-
-/// The Rust type of an [`input!`] field of kind `req`, `opt` or `def`.
-macro_rules! input_field_ty {
-    (req $t:ty) => { $t };
-    (opt $t:ty) => { Option<$t> };
-    (def $t:ty) => { $t };
-}
-pub(crate) use input_field_ty;
-
-input! {
-    /// The input of a method that takes only the acting tenant.
-    pub struct TenantOnly {}
+    }
 }
 
-/// The validated body as `I`, with the declared defaults applied. A failure
-/// here means the declaration's Rust type disagrees with its constraints: a
-/// bug, answered `INTERNAL` (the registry's tests parse every example).
-pub fn parse_input<I: Input>(body: &Value) -> Result<I, ApiError> {
-    let mut body = body.clone();
-    if let Some(obj) = body.as_object_mut() {
-        for f in I::fields() {
-            if let Some(d) = f.default
-                && obj.get(f.name).is_none_or(Value::is_null)
-            {
-                obj.insert(f.name.to_owned(), d);
+/// One step of an error's place in the checking order. At one place the
+/// checks of the value itself come first (by their stage: type, then
+/// length, then the rest), then unknown members (by name), then declared
+/// members (in declaration order), array items (by index) or map entries
+/// (by key, the key's checks before its value's).
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Step {
+    Check(u8),
+    Unknown(String),
+    Member(usize),
+    Item(usize),
+    Entry(String, u8),
+}
+
+static NULL: Value = Value::Null;
+
+/// Where an error's instance is: its rank so far, its name if it is a
+/// declared member, its schema and its parent's schema, and its place in the
+/// declaration-order schema.
+struct Place<'s> {
+    rank: Vec<Step>,
+    member: Option<String>,
+    rules: &'s Value,
+    parent: &'s Value,
+    order: &'s Value,
+}
+
+impl<'s> Place<'s> {
+    fn find(body: &Value, rules: &'s Value, order: &'s Value, at: &Location) -> Option<Self> {
+        let mut place = Place {
+            rank: Vec::new(),
+            member: None,
+            rules,
+            parent: &NULL,
+            order,
+        };
+        let mut value = body;
+        for name in segments(at) {
+            place.parent = place.rules;
+            place.member = None;
+            match value {
+                Value::Array(items) => {
+                    let i: usize = name.parse().ok()?;
+                    value = items.get(i)?;
+                    place.rank.push(Step::Item(i));
+                    place.rules = &place.rules["items"];
+                    place.order = &place.order["items"];
+                }
+                Value::Object(members) => {
+                    value = members.get(name.as_ref())?;
+                    if place.rules.get("properties").is_some() {
+                        place.rank.push(Step::Member(position(place.order, &name)));
+                        place.rules = &place.rules["properties"][name.as_ref()];
+                        place.order = &place.order["properties"][name.as_ref()];
+                        place.member = Some(name.into_owned());
+                    } else {
+                        place.rank.push(Step::Entry(name.into_owned(), 1));
+                        place.rules = &place.rules["additionalProperties"];
+                        place.order = &place.order["additionalProperties"];
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Some(place)
+    }
+}
+
+/// The field at `at` as the contract writes it: members joined with `.`,
+/// array items as `[i]` (`flavors[0].name`, `quotas.vcpus`).
+fn field(body: &Value, at: &Location) -> String {
+    let mut field = String::new();
+    let mut value = body;
+    for name in segments(at) {
+        match value {
+            Value::Array(items) => {
+                field = format!("{field}[{name}]");
+                value = name
+                    .parse()
+                    .ok()
+                    .and_then(|i: usize| items.get(i))
+                    .unwrap_or(&NULL);
+            }
+            _ => {
+                field = join(&field, &name);
+                value = &value[name.as_ref()];
             }
         }
     }
-    serde_json::from_value(body).map_err(ApiError::internal)
+    field
 }
 
-fn type_name(ty: &Ty) -> &'static str {
-    match ty {
-        Ty::Str { .. } | Ty::Enum(_) => "string",
-        Ty::Int { .. } => "integer",
-        Ty::Bool => "boolean",
-        Ty::Obj(_) | Ty::Map { .. } | Ty::AnyObject | Ty::Handled(_) => "object",
-        Ty::Arr { .. } => "array",
-    }
+/// The member names and indices of a JSON pointer.
+fn segments(at: &Location) -> impl Iterator<Item = Cow<'_, str>> {
+    at.as_str().split('/').skip(1).map(|s| {
+        if s.contains('~') {
+            Cow::Owned(s.replace("~1", "/").replace("~0", "~"))
+        } else {
+            Cow::Borrowed(s)
+        }
+    })
+}
+
+/// The position of member `name` in an object's declaration order.
+fn position(order: &Value, name: &str) -> usize {
+    order["required"]
+        .as_array()
+        .and_then(|r| r.iter().position(|n| n == name))
+        .unwrap_or(usize::MAX)
+}
+
+/// An object's members in declaration order.
+fn names(order: &Value) -> Vec<&str> {
+    order["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 fn join(prefix: &str, name: &str) -> String {
@@ -263,306 +516,117 @@ fn join(prefix: &str, name: &str) -> String {
     }
 }
 
-/// Validates an object against `fields`: unknown keys first, then every
-/// declared field in order. Returns the object unchanged when valid.
-pub fn validate_object(value: &Value, fields: &[Field], path: &str) -> Result<(), ApiError> {
-    let Some(obj) = value.as_object() else {
-        return Err(if path.is_empty() {
-            ApiError::new(
-                crate::error::Code::InvalidInput,
-                "the body must be a JSON object",
-            )
-            .with("reason", "type")
-        } else {
-            ApiError::invalid(path, "type", format!("{path} must be an object"))
-        });
-    };
-    for key in obj.keys() {
-        if !fields.iter().any(|f| f.name == key) {
-            let field = join(path, key);
-            return Err(ApiError::invalid(
-                &field,
-                "unknown",
-                format!("unknown field {field}"),
-            ));
-        }
-    }
-    for f in fields {
-        let field = join(path, f.name);
-        match obj.get(f.name) {
-            None | Some(Value::Null) if f.required => {
-                return Err(ApiError::invalid(
-                    &field,
-                    "missing",
-                    format!("{field} is required"),
-                ));
-            }
-            None | Some(Value::Null) => {}
-            Some(v) => validate_value(v, &f.ty, &field)?,
-        }
-    }
-    Ok(())
-}
-
-fn validate_value(v: &Value, ty: &Ty, field: &str) -> Result<(), ApiError> {
-    let type_err = || {
-        ApiError::invalid(
-            field,
-            "type",
-            format!("{field} must be of type {}", type_name(ty)),
-        )
-    };
-    match ty {
-        Ty::Str {
-            min_len,
-            max_len,
-            pattern,
-        } => {
-            let s = v.as_str().ok_or_else(type_err)?;
-            let n = s.chars().count();
-            if n < *min_len || n > *max_len {
-                return Err(ApiError::invalid(
-                    field,
-                    "length",
-                    format!("{field} must have {min_len} to {max_len} characters"),
-                )
-                .with("maxLength", *max_len));
-            }
-            if let Some(re) = pattern
-                && !re.is_match(s)
-            {
-                return Err(ApiError::invalid(
-                    field,
-                    "pattern",
-                    format!("{field} must match {}", re.as_str()),
-                )
-                .with("pattern", re.as_str()));
-            }
-        }
-        Ty::Int { min, max } => {
-            let n = match v {
-                Value::Number(n) if n.is_i64() || n.is_u64() => n.as_i64(),
-                _ => return Err(type_err()),
-            };
-            match n {
-                Some(n) if n >= *min && n <= *max => {}
-                _ => {
-                    return Err(ApiError::invalid(
-                        field,
-                        "range",
-                        format!("{field} must be between {min} and {max}"),
-                    )
-                    .with("min", *min)
-                    .with("max", *max));
-                }
-            }
-        }
-        Ty::Bool => {
-            v.as_bool().ok_or_else(type_err)?;
-        }
-        Ty::Enum(options) => {
-            let s = v.as_str().ok_or_else(type_err)?;
-            if !options.contains(&s) {
-                return Err(ApiError::invalid(
-                    field,
-                    "enum",
-                    format!("{field} must be one of {}", options.join(", ")),
-                )
-                .with("allowed", options.to_vec()));
-            }
-        }
-        Ty::Obj(fields) => validate_object(v, fields, field)?,
-        Ty::Arr {
-            item,
-            min_items,
-            max_items,
-            ..
-        } => {
-            let items = v.as_array().ok_or_else(type_err)?;
-            if items.len() < *min_items || items.len() > *max_items {
-                return Err(ApiError::invalid(
-                    field,
-                    "length",
-                    format!("{field} must have {min_items} to {max_items} items"),
-                ));
-            }
-            for (i, it) in items.iter().enumerate() {
-                validate_value(it, item, &format!("{field}[{i}]"))?;
-            }
-        }
-        Ty::Map {
-            key,
-            value,
-            max_entries,
-        } => {
-            let obj = v.as_object().ok_or_else(type_err)?;
-            if obj.len() > *max_entries {
-                return Err(ApiError::invalid(
-                    field,
-                    "length",
-                    format!("{field} must have at most {max_entries} entries"),
-                ));
-            }
-            for (k, val) in obj {
-                let sub = join(field, k);
-                validate_value(&Value::String(k.clone()), key, &sub)?;
-                validate_value(val, value, &sub)?;
-            }
-        }
-        Ty::AnyObject | Ty::Handled(_) => {
-            v.as_object().ok_or_else(type_err)?;
-        }
-    }
-    Ok(())
-}
-
-/// JSON Schema (OpenAPI 3.1 dialect) of a type.
-pub fn json_schema(ty: &Ty) -> Value {
-    match ty {
-        Ty::Str {
-            min_len,
-            max_len,
-            pattern,
-        } => {
-            let mut s = json!({ "type": "string", "minLength": min_len, "maxLength": max_len });
-            if let Some(re) = pattern {
-                s["pattern"] = json!(re.as_str());
-            }
-            s
-        }
-        Ty::Int { min, max } => json!({
-            "type": "integer",
-            "format": if *min >= i64::from(i32::MIN) && *max <= i64::from(i32::MAX) {
-                "int32"
-            } else {
-                "int64"
-            },
-            "minimum": min,
-            "maximum": max,
-        }),
-        Ty::Bool => json!({ "type": "boolean" }),
-        Ty::Enum(options) => json!({ "type": "string", "enum": options }),
-        Ty::Obj(fields) => object_schema(fields),
-        Ty::Arr {
-            item,
-            min_items,
-            max_items,
-            unique,
-        } => {
-            let mut s = json!({
-                "type": "array",
-                "items": json_schema(item),
-                "minItems": min_items,
-                "maxItems": max_items,
-            });
-            if *unique {
-                s["uniqueItems"] = json!(true);
-            }
-            s
-        }
-        Ty::Map {
-            key,
-            value,
-            max_entries,
-        } => json!({
-            "type": "object",
-            "propertyNames": json_schema(key),
-            "additionalProperties": json_schema(value),
-            "maxProperties": max_entries,
-        }),
-        Ty::AnyObject => json!({ "type": "object" }),
-        Ty::Handled(schema) => schema(),
-    }
-}
-
-/// JSON Schema of an object with `fields` (no additional properties).
-pub fn object_schema(fields: &[Field]) -> Value {
-    let mut props = Map::new();
-    for f in fields {
-        let mut s = json_schema(&f.ty);
-        if let Some(d) = &f.default {
-            s["default"] = d.clone();
-        }
-        props.insert(f.name.to_owned(), s);
-    }
-    let required: Vec<&str> = fields
-        .iter()
-        .filter(|f| f.required)
-        .map(|f| f.name)
+/// The validated body as `I`: `tenantId` and `null` members (as if absent)
+/// left out, serde's defaults applied. A failure here means the type
+/// disagrees with its own schema: a bug, answered `INTERNAL` (the registry's
+/// tests parse every example).
+pub fn parse<I: Input>(body: &Value) -> Result<I, ApiError> {
+    let members: Map<String, Value> = body
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| *k != TENANT_FIELD && !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    json!({
-        "type": "object",
-        "properties": props,
-        "required": required,
-        "additionalProperties": false,
-    })
+    serde_json::from_value(Value::Object(members)).map_err(ApiError::internal)
+}
+
+/// The inline schema of a request body of `I` under `contract`, without
+/// `null` in it (a `null` member is as if absent, whatever the type) and
+/// with the 32-bit format where an integer's bounds fit in it.
+fn schema_of<I: Input>(contract: Contract) -> Value {
+    let settings = SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+            s.contract = contract;
+        })
+        .with_transform(RecursiveTransform(not_null))
+        .with_transform(RecursiveTransform(int32_when_bounded));
+    let mut schema = settings.into_generator().into_root_schema_for::<Body<I>>();
+    schema.remove("title");
+    schema.remove("description");
+    schema.to_value()
+}
+
+/// Removes what `Option` adds: `null` among the types, a `null` default.
+fn not_null(schema: &mut Schema) {
+    if let Some(Value::Array(types)) = schema.get_mut("type") {
+        types.retain(|t| t != "null");
+        if let [only] = types.as_slice() {
+            let only = only.clone();
+            schema.insert("type".to_owned(), only);
+        }
+    }
+    if schema.get("default").is_some_and(Value::is_null) {
+        schema.remove("default");
+    }
+}
+
+/// `int32` for an integer whose bounds fit in 32 bits, `int64` otherwise.
+fn int32_when_bounded(schema: &mut Schema) {
+    if schema.get("type").and_then(Value::as_str) != Some("integer") {
+        return;
+    }
+    let fits = |key: &str| {
+        schema
+            .get(key)
+            .and_then(Value::as_i64)
+            .is_some_and(|n| i32::try_from(n).is_ok())
+    };
+    let format = if fits("minimum") && fits("maximum") {
+        "int32"
+    } else {
+        "int64"
+    };
+    schema.insert("format".to_owned(), format.into());
+}
+
+/// Calls `f` on every object in `value`, depth first.
+fn each_object(value: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
+    match value {
+        Value::Object(o) => {
+            f(o);
+            o.values_mut().for_each(|v| each_object(v, f));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|v| each_object(v, f)),
+        _ => {}
+    }
+}
+
+/// The `format` keyword: the integer formats (`int32`, `int64`) refuse a
+/// number written with a fraction or an exponent (contract 1.4: no `1.0`),
+/// which JSON Schema's `integer` accepts; other formats only annotate.
+fn integer_format<'a>(
+    _: &'a Map<String, Value>,
+    format: &'a Value,
+    _: Location,
+) -> Result<Box<dyn for<'i> Keyword<'i>>, ValidationError<'a>> {
+    let integer = format
+        .as_str()
+        .is_some_and(|f| f.starts_with("int") || f.starts_with("uint"));
+    Ok(Box::new(WrittenAsInteger(integer)))
+}
+
+/// Whether a number must be written as an integer.
+struct WrittenAsInteger(bool);
+
+impl<'i> Keyword<'i> for WrittenAsInteger {
+    fn validate(&self, instance: &'i Value) -> Result<(), ValidationError<'i>> {
+        if self.is_valid(instance) {
+            Ok(())
+        } else {
+            Err(ValidationError::custom("must be written as an integer"))
+        }
+    }
+
+    fn is_valid(&self, instance: &'i Value) -> bool {
+        match instance {
+            Value::Number(n) if self.0 => n.is_i64() || n.is_u64(),
+            _ => true,
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fields() -> Vec<Field> {
-        vec![
-            req("tenantId", tenant_id()),
-            req("slots", int(1, 100_000)),
-            opt("all", Ty::Bool),
-            opt("config", Ty::Obj(vec![req("project", pat(30, "^[a-z]+$"))])),
-        ]
-    }
-
-    fn reason(v: Value) -> (String, String) {
-        let e = validate_object(&v, &fields(), "").unwrap_err();
-        (
-            e.details["field"].as_str().unwrap_or("").to_owned(),
-            e.details["reason"].as_str().unwrap_or("").to_owned(),
-        )
-    }
-
-    #[test]
-    fn each_constraint_has_its_reason() {
-        let r = |f: &str, r: &str| (f.to_owned(), r.to_owned());
-        assert_eq!(reason(json!({ "slots": 1 })), r("tenantId", "missing"));
-        assert_eq!(
-            reason(json!({ "tenantId": 5, "slots": 1 })),
-            r("tenantId", "type")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a b", "slots": 1 })),
-            r("tenantId", "pattern")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a".repeat(129), "slots": 1 })),
-            r("tenantId", "length")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a", "slots": 0 })),
-            r("slots", "range")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a", "slots": 1.0 })),
-            r("slots", "type")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a", "slots": "1" })),
-            r("slots", "type")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a", "slots": 1, "x": 1 })),
-            r("x", "unknown")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a", "slots": 1, "all": "yes" })),
-            r("all", "type")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a", "slots": 1, "config": {} })),
-            r("config.project", "missing")
-        );
-        assert_eq!(
-            reason(json!({ "tenantId": "a", "slots": 1, "config": { "project": "a", "k": 1 } })),
-            r("config.k", "unknown")
-        );
-        assert!(validate_object(&json!({ "tenantId": "a", "slots": 1 }), &fields(), "").is_ok());
-    }
-}
+mod tests;

@@ -25,7 +25,6 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::app::App;
 use crate::registry::{Call, Method, Reply};
-use crate::schema::validate_object;
 
 /// Request bodies above this are refused with 413.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -479,7 +478,7 @@ async fn call(
         )
         .with("reason", "json")
     })?;
-    validate_object(&input, m.fields(), "")?;
+    m.input().check(&input)?;
     trail.input(&input);
     let tenant = input
         .get("tenantId")

@@ -2,6 +2,8 @@
 
 use control::scans;
 use iam_check::{Permission, TenantRule};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use storage::ops::accounts::{self, NewAccount};
 use storage::ops::reservations;
@@ -10,7 +12,9 @@ use super::VPS;
 use super::examples::{ACCOUNT, KEY, POOL, RESERVATION};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{TenantOnly, Ty, idem_key, input, name, reservation_id, typeid};
+use crate::schema::{
+    ACCOUNT_ID, IDEMPOTENCY_KEY, NAME, POOL_ID, RESERVATION_ID, TenantOnly, checked_by_handler,
+};
 use crate::wire::{self, AccountDeleted, AccountReply, Items, ReservationReply};
 
 fn method(
@@ -71,19 +75,23 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-input! {
-    /// `providerAccounts.create`.
-    struct Create {
-        req name: String = ("name", name()),
-        req provider: String = ("provider", Ty::Enum(&["gce"])),
-        req config: Map<String, Value> = ("config", Ty::Handled(gce_config_schema)),
-        req idempotency_key: String = ("idempotencyKey", idem_key()),
-    }
+/// `providerAccounts.create`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Create {
+    #[schemars(length(min = 1, max = 128), regex(pattern = NAME))]
+    name: String,
+    #[schemars(extend("enum" = ["gce"]))]
+    provider: String,
+    #[schemars(schema_with = "gce_config_schema")]
+    config: Map<String, Value>,
+    #[schemars(length(min = 1, max = 128), regex(pattern = IDEMPOTENCY_KEY))]
+    idempotency_key: String,
 }
 
 /// The documented shape of a `gce` account's config (`GceConfig` decides).
-fn gce_config_schema() -> Value {
-    json!({
+fn gce_config_schema(_: &mut SchemaGenerator) -> Schema {
+    checked_by_handler(json!({
         "type": "object",
         "required": ["project", "credentials"],
         "additionalProperties": false,
@@ -109,7 +117,7 @@ fn gce_config_schema() -> Value {
                     |file:/[^\\s]{1,4095})$",
             },
         },
-    })
+    }))
 }
 
 async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
@@ -138,11 +146,12 @@ async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
     Ok(call.created(created).into())
 }
 
-input! {
-    /// A method on one provider account.
-    struct AccountRef {
-        req account_id: String = ("accountId", typeid("pacct")),
-    }
+/// A method on one provider account.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AccountRef {
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: String,
 }
 
 async fn get(call: Call, input: AccountRef) -> Result<AccountReply, ApiError> {
@@ -271,13 +280,16 @@ async fn scan(call: Call, input: AccountRef) -> Result<Items<wire::Reservation>,
     Ok(Items::of(found))
 }
 
-input! {
-    /// `providerAccounts.bindReservation`.
-    struct Bind {
-        req account_id: String = ("accountId", typeid("pacct")),
-        req reservation_id: String = ("reservationId", reservation_id()),
-        req pool_id: String = ("poolId", typeid("pool")),
-    }
+/// `providerAccounts.bindReservation`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Bind {
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: String,
+    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
+    reservation_id: String,
+    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
+    pool_id: String,
 }
 
 async fn bind(call: Call, input: Bind) -> Result<ReservationReply, ApiError> {
@@ -294,12 +306,14 @@ async fn bind(call: Call, input: Bind) -> Result<ReservationReply, ApiError> {
     Ok(bound.into())
 }
 
-input! {
-    /// `providerAccounts.unbindReservation`.
-    struct Unbind {
-        req account_id: String = ("accountId", typeid("pacct")),
-        req reservation_id: String = ("reservationId", reservation_id()),
-    }
+/// `providerAccounts.unbindReservation`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Unbind {
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: String,
+    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
+    reservation_id: String,
 }
 
 async fn unbind(call: Call, input: Unbind) -> Result<ReservationReply, ApiError> {

@@ -2,6 +2,8 @@
 //! by the request pipeline ([`crate::audit`]), not by handlers.
 
 use iam_check::{Permission, RootOption};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::json;
 use storage::model::audit::{self, AUDIT_PREFIX, AuditFilter};
 
@@ -9,7 +11,7 @@ use super::IAM;
 use super::examples::{T0, T1};
 use crate::error::ApiError;
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{Ty, input, instant, int, keyset_after, keyset_cursor, pat};
+use crate::schema::{KEYSET_CURSOR, keyset_after};
 use crate::wire::{self, Page};
 
 /// The methods of this module.
@@ -35,21 +37,26 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-/// `module.method`.
-fn method_name() -> Ty {
-    pat(129, "^[a-z][A-Za-z]{0,63}\\.[a-z][A-Za-z]{0,63}$")
-}
+/// `module.method` (at most 129 characters).
+const METHOD_NAME: &str = "^[a-z][A-Za-z]{0,63}\\.[a-z][A-Za-z]{0,63}$";
 
-input! {
-    /// `audit.list`.
-    struct ListAudit {
-        opt from: i64 = ("from", instant()),
-        opt to: i64 = ("to", instant()),
-        opt method: String = ("method", method_name()),
-        def all: bool = ("all", Ty::Bool, json!(false)),
-        opt after: String = ("after", keyset_cursor()),
-        def limit: i64 = ("limit", int(1, 1000), json!(100)),
-    }
+/// `audit.list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ListAudit {
+    #[schemars(range(min = 0, max = i64::MAX))]
+    from: Option<i64>,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    to: Option<i64>,
+    #[schemars(length(min = 1, max = 129), regex(pattern = METHOD_NAME))]
+    method: Option<String>,
+    #[serde(default)]
+    all: bool,
+    #[schemars(length(min = 1, max = 40), regex(pattern = KEYSET_CURSOR))]
+    after: Option<String>,
+    #[serde(default = "crate::schema::page_limit")]
+    #[schemars(range(min = 1, max = 1000))]
+    limit: i64,
 }
 
 async fn list(call: Call, input: ListAudit) -> Result<Page<wire::AuditRecord>, ApiError> {

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 
 use iam_check::{Permission, TenantRule};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer};
 use serde_json::json;
 use storage::ops::pools::{self, Flavor, NewPool};
 
@@ -10,24 +12,60 @@ use super::CAPACITY;
 use super::examples::{ACCOUNT, KEY, POOL};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
-use crate::schema::{TenantOnly, Ty, idem_key, input, int, name, pat, resource, typeid};
+use crate::schema::{
+    ACCOUNT_ID, FLAVOR, IDEMPOTENCY_KEY, NAME, POOL_ID, RESOURCE, TENANT_ID, TenantOnly,
+};
 use crate::wire::{self, Items, PoolReply, QuotaReply};
 
-fn quota_map() -> Ty {
-    Ty::Map {
-        key: Box::new(resource()),
-        value: Box::new(int(0, i64::MAX)),
-        max_entries: 64,
-    }
+/// Quota maxima by resource: at most 64 entries.
+fn quota_map(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "propertyNames": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 64,
+            "pattern": RESOURCE,
+        },
+        "additionalProperties": {
+            "type": "integer",
+            "format": "int64",
+            "minimum": 0,
+            "maximum": i64::MAX,
+        },
+        "maxProperties": 64,
+    })
 }
 
-fn flavor() -> Ty {
-    Ty::Obj(vec![
-        crate::schema::req("name", pat(64, "^[a-z0-9][a-z0-9-]{0,63}$")),
-        crate::schema::req("vcpus", int(1, 4096)),
-        crate::schema::req("memoryGib", int(0, 1_048_576)),
-        crate::schema::req("gpus", int(0, 64)),
-    ])
+/// A machine shape as `pools.create` takes it.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FlavorInput {
+    #[schemars(length(min = 1, max = 64), regex(pattern = FLAVOR))]
+    name: String,
+    #[schemars(range(min = 1, max = 4096))]
+    vcpus: i64,
+    #[schemars(range(min = 0, max = 1_048_576))]
+    memory_gib: i64,
+    #[schemars(range(min = 0, max = 64))]
+    gpus: i64,
+}
+
+/// The flavors of `pools.create` as storage takes them.
+fn flavors<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Flavor>, D::Error> {
+    let flavors = Vec::<FlavorInput>::deserialize(d)?;
+    let flavor = |FlavorInput {
+                      name,
+                      vcpus,
+                      memory_gib,
+                      gpus,
+                  }| Flavor {
+        name,
+        vcpus,
+        memory_gib,
+        gpus,
+    };
+    Ok(flavors.into_iter().map(flavor).collect())
 }
 
 fn method(
@@ -133,23 +171,34 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-input! {
-    /// `pools.create`.
-    struct CreatePool {
-        req name: String = ("name", name()),
-        req region: String = ("region", pat(63, "^[a-z][a-z0-9-]{1,62}$")),
-        req provider: String = ("provider", Ty::Enum(&["gce"])),
-        req account_id: String = ("accountId", typeid("pacct")),
-        req flavors: Vec<Flavor> = ("flavors", Ty::Arr {
-            item: Box::new(flavor()),
-            min_items: 1,
-            max_items: 100,
-            unique: true,
-        }),
-        opt quotas: BTreeMap<String, i64> = ("quotas", quota_map()),
-        req idempotency_key: String = ("idempotencyKey", idem_key()),
-    }
+/// `pools.create`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CreatePool {
+    #[schemars(length(min = 1, max = 128), regex(pattern = NAME))]
+    name: String,
+    #[schemars(length(min = 1, max = 63), regex(pattern = REGION))]
+    region: String,
+    #[schemars(extend("enum" = ["gce"]))]
+    provider: String,
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: String,
+    #[serde(deserialize_with = "flavors")]
+    #[schemars(
+        with = "Vec<FlavorInput>",
+        length(min = 1, max = 100),
+        extend("uniqueItems" = true)
+    )]
+    flavors: Vec<Flavor>,
+    #[serde(default)]
+    #[schemars(schema_with = "quota_map")]
+    quotas: Option<BTreeMap<String, i64>>,
+    #[schemars(length(min = 1, max = 128), regex(pattern = IDEMPOTENCY_KEY))]
+    idempotency_key: String,
 }
+
+/// Provider regions.
+const REGION: &str = "^[a-z][a-z0-9-]{1,62}$";
 
 async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiError> {
     for (i, f) in input.flavors.iter().enumerate() {
@@ -177,13 +226,16 @@ async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiErro
     Ok(call.created(created).into())
 }
 
-input! {
-    /// `pools.offer`.
-    struct OfferPool {
-        req pool_id: String = ("poolId", typeid("pool")),
-        req offer_tenant_id: String = ("offerTenantId", crate::schema::tenant_id()),
-        req quotas: BTreeMap<String, i64> = ("quotas", quota_map()),
-    }
+/// `pools.offer`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct OfferPool {
+    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
+    pool_id: String,
+    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
+    offer_tenant_id: String,
+    #[schemars(schema_with = "quota_map")]
+    quotas: BTreeMap<String, i64>,
 }
 
 async fn offer_pool(call: Call, input: OfferPool) -> Result<PoolReply, ApiError> {
@@ -200,11 +252,12 @@ async fn offer_pool(call: Call, input: OfferPool) -> Result<PoolReply, ApiError>
     Ok(pool.into())
 }
 
-input! {
-    /// `pools.get`.
-    struct PoolRef {
-        req pool_id: String = ("poolId", typeid("pool")),
-    }
+/// `pools.get`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PoolRef {
+    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
+    pool_id: String,
 }
 
 async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
@@ -226,11 +279,12 @@ async fn list_pools(call: Call, _: TenantOnly) -> Result<Items<wire::Pool>, ApiE
     ))
 }
 
-input! {
-    /// `quotas.get`.
-    struct GetQuotas {
-        opt pool_id: String = ("poolId", typeid("pool")),
-    }
+/// `quotas.get`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct GetQuotas {
+    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
+    pool_id: Option<String>,
 }
 
 async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<wire::Quota>, ApiError> {
@@ -242,13 +296,16 @@ async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<wire::Quota>, 
     Ok(Items::of(rows))
 }
 
-input! {
-    /// `quotas.set`: `tenantId` names the target tenant.
-    struct SetQuota {
-        req pool_id: String = ("poolId", typeid("pool")),
-        req resource: String = ("resource", resource()),
-        req max: i64 = ("max", int(0, i64::MAX)),
-    }
+/// `quotas.set`: `tenantId` names the target tenant.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SetQuota {
+    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
+    pool_id: String,
+    #[schemars(length(min = 1, max = 64), regex(pattern = RESOURCE))]
+    resource: String,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    max: i64,
 }
 
 async fn set_quota(call: Call, input: SetQuota) -> Result<QuotaReply, ApiError> {

@@ -2,7 +2,9 @@
 
 use grants_core::GrantState;
 use iam_check::{Permission, RootOption, TenantRule};
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
 use storage::LIST_LIMIT;
 use storage::model::grant::GrantFilter;
 use storage::ops::grants::{self, GRANT_PREFIX, NewGrant};
@@ -12,8 +14,8 @@ use super::examples::{ACCOUNT, GRANT, KEY, PROJECT, RESERVATION, T0, T1};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{
-    Field, Input, Ty, idem_key, input, instant, int, keyset_after, keyset_cursor, req,
-    reservation_id, states, tenant_id, typeid,
+    ACCOUNT_ID, GRANT_ID, IDEMPOTENCY_KEY, KEYSET_CURSOR, PROJECT_ID, RESERVATION_ID, TENANT_ID,
+    keyset_after,
 };
 use crate::wire::{self, GrantReply, Page, PreviewReply};
 
@@ -107,18 +109,25 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-input! {
-    /// The terms of a grant: `reservationGrants.preview`, and `create`
-    /// without its idempotency key.
-    struct Terms {
-        req account_id: String = ("accountId", typeid("pacct")),
-        req reservation_id: String = ("reservationId", reservation_id()),
-        req grant_tenant_id: String = ("grantTenantId", tenant_id()),
-        opt project_id: String = ("projectId", typeid("prj")),
-        req slots: i32 = ("slots", int(1, 100_000)),
-        req starts_at: i64 = ("startsAt", instant()),
-        req ends_at: i64 = ("endsAt", instant()),
-    }
+/// The terms of a grant: `reservationGrants.preview`, and `create`
+/// without its idempotency key.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Terms {
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: String,
+    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
+    reservation_id: String,
+    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
+    grant_tenant_id: String,
+    #[schemars(length(min = 1, max = 56), regex(pattern = PROJECT_ID))]
+    project_id: Option<String>,
+    #[schemars(range(min = 1, max = 100_000))]
+    slots: i32,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    starts_at: i64,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    ends_at: i64,
 }
 
 impl Terms {
@@ -136,20 +145,13 @@ impl Terms {
 }
 
 /// `reservationGrants.create`: the terms and an idempotency key.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Create {
     #[serde(flatten)]
     terms: Terms,
-    #[serde(rename = "idempotencyKey")]
+    #[schemars(length(min = 1, max = 128), regex(pattern = IDEMPOTENCY_KEY))]
     idempotency_key: String,
-}
-
-impl Input for Create {
-    fn fields() -> Vec<Field> {
-        let mut fields = Terms::fields();
-        fields.push(req("idempotencyKey", idem_key()));
-        fields
-    }
 }
 
 async fn create(call: Call, input: Create) -> Result<GrantReply, ApiError> {
@@ -169,11 +171,12 @@ async fn preview(call: Call, input: Terms) -> Result<PreviewReply, ApiError> {
     )
 }
 
-input! {
-    /// `reservationGrants.get`.
-    struct GrantRef {
-        req grant_id: String = ("grantId", typeid("rgrant")),
-    }
+/// `reservationGrants.get`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct GrantRef {
+    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
+    grant_id: String,
 }
 
 async fn get(call: Call, input: GrantRef) -> Result<GrantReply, ApiError> {
@@ -188,17 +191,30 @@ async fn get(call: Call, input: GrantRef) -> Result<GrantReply, ApiError> {
 /// The grant states `reservationGrants.list` filters by.
 const GRANT_STATES: &[&str] = &["scheduled", "active", "ended", "cancelled"];
 
-input! {
-    /// `reservationGrants.list`.
-    struct List {
-        def all: bool = ("all", Ty::Bool, Value::Bool(false)),
-        opt reservation_id: String = ("reservationId", reservation_id()),
-        opt account_id: String = ("accountId", typeid("pacct")),
-        opt states: Vec<String> = ("states", states(GRANT_STATES)),
-        opt active_at: i64 = ("activeAt", instant()),
-        opt after: String = ("after", keyset_cursor()),
-        def limit: i64 = ("limit", int(1, LIST_LIMIT), json!(LIST_LIMIT)),
-    }
+/// `reservationGrants.list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct List {
+    #[serde(default)]
+    all: bool,
+    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
+    reservation_id: Option<String>,
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: Option<String>,
+    #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        length(min = 1, max = 4),
+        extend("items" = { "type": "string", "enum": GRANT_STATES }, "uniqueItems" = true)
+    )]
+    states: Option<Vec<String>>,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    active_at: Option<i64>,
+    #[schemars(length(min = 1, max = 40), regex(pattern = KEYSET_CURSOR))]
+    after: Option<String>,
+    #[serde(default = "crate::schema::list_limit")]
+    #[schemars(range(min = 1, max = LIST_LIMIT))]
+    limit: i64,
 }
 
 async fn list(call: Call, input: List) -> Result<Page<wire::Grant>, ApiError> {
@@ -227,12 +243,14 @@ async fn list(call: Call, input: List) -> Result<Page<wire::Grant>, ApiError> {
     Ok(Page::of(page, GRANT_PREFIX))
 }
 
-input! {
-    /// `reservationGrants.end`.
-    struct End {
-        req account_id: String = ("accountId", typeid("pacct")),
-        req grant_id: String = ("grantId", typeid("rgrant")),
-    }
+/// `reservationGrants.end`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct End {
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: String,
+    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
+    grant_id: String,
 }
 
 async fn end(call: Call, input: End) -> Result<GrantReply, ApiError> {

@@ -2,7 +2,9 @@
 
 use grants_core::Billing;
 use iam_check::{Permission, RootOption};
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
 use storage::LIST_LIMIT;
 use storage::model::instance::InstanceFilter;
 use storage::model::states::InstanceState;
@@ -13,8 +15,8 @@ use super::examples::{INSTANCE, KEY, POOL, PROJECT};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
 use crate::schema::{
-    Ty, idem_key, input, int, keyset_after, keyset_cursor, name, pat, reservation_id, states,
-    typeid,
+    FLAVOR, GRANT_ID, IDEMPOTENCY_KEY, INSTANCE_ID, KEYSET_CURSOR, NAME, POOL_ID, PROJECT_ID,
+    RESERVATION_ID, keyset_after,
 };
 use crate::wire::{self, InstanceReply, Page};
 
@@ -109,20 +111,27 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-input! {
-    /// `instances.create`.
-    struct Create {
-        req pool_id: String = ("poolId", typeid("pool")),
-        req flavor: String = ("flavor", pat(64, "^[a-z0-9][a-z0-9-]{0,63}$")),
-        opt project_id: String = ("projectId", typeid("prj")),
-        opt name: String = ("name", name()),
-        def billing: String = (
-            "billing",
-            Ty::Enum(&["standard", "none"]),
-            Value::from("standard")
-        ),
-        req idempotency_key: String = ("idempotencyKey", idem_key()),
-    }
+/// `instances.create`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Create {
+    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
+    pool_id: String,
+    #[schemars(length(min = 1, max = 64), regex(pattern = FLAVOR))]
+    flavor: String,
+    #[schemars(length(min = 1, max = 56), regex(pattern = PROJECT_ID))]
+    project_id: Option<String>,
+    #[schemars(length(min = 1, max = 128), regex(pattern = NAME))]
+    name: Option<String>,
+    #[serde(default = "standard")]
+    #[schemars(extend("enum" = ["standard", "none"]))]
+    billing: String,
+    #[schemars(length(min = 1, max = 128), regex(pattern = IDEMPOTENCY_KEY))]
+    idempotency_key: String,
+}
+
+fn standard() -> String {
+    "standard".to_owned()
 }
 
 async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
@@ -146,11 +155,12 @@ async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
     Ok(call.created(created).into())
 }
 
-input! {
-    /// A method on one instance.
-    struct InstanceRef {
-        req instance_id: String = ("instanceId", typeid("inst")),
-    }
+/// A method on one instance.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct InstanceRef {
+    #[schemars(length(min = 1, max = 57), regex(pattern = INSTANCE_ID))]
+    instance_id: String,
 }
 
 async fn stop(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> {
@@ -189,18 +199,35 @@ async fn get(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> 
     .into())
 }
 
-input! {
-    /// `instances.list`.
-    struct List {
-        opt project_id: String = ("projectId", typeid("prj")),
-        opt pool_id: String = ("poolId", typeid("pool")),
-        opt reservation_id: String = ("reservationId", reservation_id()),
-        opt grant_id: String = ("grantId", typeid("rgrant")),
-        opt states: Vec<String> = ("states", states(&["running", "stopped", "deleted"])),
-        def all: bool = ("all", Ty::Bool, Value::Bool(false)),
-        opt after: String = ("after", keyset_cursor()),
-        def limit: i64 = ("limit", int(1, LIST_LIMIT), json!(LIST_LIMIT)),
-    }
+/// `instances.list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct List {
+    #[schemars(length(min = 1, max = 56), regex(pattern = PROJECT_ID))]
+    project_id: Option<String>,
+    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
+    pool_id: Option<String>,
+    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
+    reservation_id: Option<String>,
+    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
+    grant_id: Option<String>,
+    #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        length(min = 1, max = 3),
+        extend(
+            "items" = { "type": "string", "enum": ["running", "stopped", "deleted"] },
+            "uniqueItems" = true
+        )
+    )]
+    states: Option<Vec<String>>,
+    #[serde(default)]
+    all: bool,
+    #[schemars(length(min = 1, max = 40), regex(pattern = KEYSET_CURSOR))]
+    after: Option<String>,
+    #[serde(default = "crate::schema::list_limit")]
+    #[schemars(range(min = 1, max = LIST_LIMIT))]
+    limit: i64,
 }
 
 async fn list(call: Call, input: List) -> Result<Page<wire::Instance>, ApiError> {

@@ -4,29 +4,22 @@
 
 use iam_check::Permission;
 use providers::auth::{SecretProblem, classify_secret};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::json;
 use storage::ops::secrets;
 
 use super::IAM;
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{TenantOnly, Ty, input, pat};
+use crate::schema::TenantOnly;
 use crate::wire::{Items, Secret, SecretDeleted, SecretReply};
 
 /// The largest value, in bytes.
 const MAX_VALUE_BYTES: usize = 16 * 1024;
 
-fn secret_value() -> Ty {
-    Ty::Str {
-        min_len: 1,
-        max_len: MAX_VALUE_BYTES,
-        pattern: None,
-    }
-}
-
-fn secret_name() -> Ty {
-    pat(63, "^[a-z][a-z0-9-]{0,62}$")
-}
+/// Secret names (at most 63 characters).
+const SECRET_NAME: &str = "^[a-z][a-z0-9-]{0,62}$";
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -66,12 +59,14 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-input! {
-    /// `secrets.put`.
-    struct Put {
-        req name: String = ("name", secret_name()),
-        req value: String = ("value", secret_value()),
-    }
+/// `secrets.put`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Put {
+    #[schemars(length(min = 1, max = 63), regex(pattern = SECRET_NAME))]
+    name: String,
+    #[schemars(length(min = 1, max = MAX_VALUE_BYTES))]
+    value: String,
 }
 
 async fn put(call: Call, input: Put) -> Result<SecretReply, ApiError> {
@@ -114,11 +109,12 @@ async fn list(call: Call, _input: TenantOnly) -> Result<Items<Secret>, ApiError>
     ))
 }
 
-input! {
-    /// `secrets.delete`.
-    struct Delete {
-        req name: String = ("name", secret_name()),
-    }
+/// `secrets.delete`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Delete {
+    #[schemars(length(min = 1, max = 63), regex(pattern = SECRET_NAME))]
+    name: String,
 }
 
 async fn delete(call: Call, input: Delete) -> Result<SecretDeleted, ApiError> {

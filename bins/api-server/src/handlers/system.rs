@@ -1,6 +1,8 @@
 //! events, usage and clock.
 
 use iam_check::{Permission, RootOption};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::json;
 use storage::cursor::Reader;
 use storage::model::events;
@@ -10,7 +12,7 @@ use super::examples::{GRANT, T0, T1};
 use super::{BILLING, EVENTS};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{TenantOnly, Ty, input, instant, int, pat, typeid};
+use crate::schema::{GRANT_ID, INSTANCE_ID, TenantOnly};
 use crate::wire::{self, ClockReading, Page};
 
 /// The methods of this module.
@@ -74,35 +76,33 @@ pub fn methods() -> Vec<Method> {
 /// The opaque cursor of `events.list`: `c` and a non-negative 64-bit
 /// position in the tenant's own log in lower-case base32hex (13 characters,
 /// the last one's padding bit zero), so every string the pattern allows
-/// decodes.
-fn cursor() -> Ty {
-    pat(14, "^c[0-7][0-9a-v]{11}[02468acegikmoqsu]$")
-}
+/// decodes. At most 14 characters.
+const CURSOR: &str = "^c[0-7][0-9a-v]{11}[02468acegikmoqsu]$";
 
 /// The opaque cursor of `usage.list`: `u` and a sealed 128-bit block in
 /// lower-case base32hex (26 characters, the last one's padding bits zero;
-/// `storage::cursor`).
-fn usage_cursor() -> Ty {
-    pat(27, "^u[0-9a-v]{25}[048cgkos]$")
-}
+/// `storage::cursor`). At most 27 characters.
+const USAGE_CURSOR: &str = "^u[0-9a-v]{25}[048cgkos]$";
 
-/// Meter and event type names.
-fn dotted_name() -> Ty {
-    pat(64, "^[a-z][a-z0-9.-]{0,63}$")
-}
+/// Meter and event type names (at most 64 characters).
+const DOTTED_NAME: &str = "^[a-z][a-z0-9.-]{0,63}$";
 
-input! {
-    /// `events.list`.
-    struct ListEvents {
-        opt after: String = ("after", cursor()),
-        def limit: i64 = ("limit", int(1, 1000), json!(100)),
-        opt types: Vec<String> = ("types", Ty::Arr {
-            item: Box::new(dotted_name()),
-            min_items: 1,
-            max_items: 20,
-            unique: false,
-        }),
-    }
+/// `events.list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ListEvents {
+    #[schemars(length(min = 1, max = 14), regex(pattern = CURSOR))]
+    after: Option<String>,
+    #[serde(default = "crate::schema::page_limit")]
+    #[schemars(range(min = 1, max = 1000))]
+    limit: i64,
+    #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        length(min = 1, max = 20),
+        inner(length(min = 1, max = 64), regex(pattern = DOTTED_NAME))
+    )]
+    types: Option<Vec<String>>,
 }
 
 async fn list_events(call: Call, input: ListEvents) -> Result<Page<wire::Event>, ApiError> {
@@ -135,18 +135,27 @@ async fn list_events(call: Call, input: ListEvents) -> Result<Page<wire::Event>,
     })
 }
 
-input! {
-    /// `usage.list`.
-    struct ListUsage {
-        opt from: i64 = ("from", instant()),
-        opt to: i64 = ("to", instant()),
-        opt meter: String = ("meter", dotted_name()),
-        opt grant_id: String = ("grantId", typeid("rgrant")),
-        opt instance_id: String = ("instanceId", typeid("inst")),
-        opt after: String = ("after", usage_cursor()),
-        def limit: i64 = ("limit", int(1, 1000), json!(100)),
-        def all: bool = ("all", Ty::Bool, json!(false)),
-    }
+/// `usage.list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ListUsage {
+    #[schemars(range(min = 0, max = i64::MAX))]
+    from: Option<i64>,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    to: Option<i64>,
+    #[schemars(length(min = 1, max = 64), regex(pattern = DOTTED_NAME))]
+    meter: Option<String>,
+    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
+    grant_id: Option<String>,
+    #[schemars(length(min = 1, max = 57), regex(pattern = INSTANCE_ID))]
+    instance_id: Option<String>,
+    #[schemars(length(min = 1, max = 27), regex(pattern = USAGE_CURSOR))]
+    after: Option<String>,
+    #[serde(default = "crate::schema::page_limit")]
+    #[schemars(range(min = 1, max = 1000))]
+    limit: i64,
+    #[serde(default)]
+    all: bool,
 }
 
 async fn list_usage(call: Call, input: ListUsage) -> Result<Page<wire::UsageRecord>, ApiError> {
@@ -231,11 +240,12 @@ async fn get_clock(call: Call, _: TenantOnly) -> Result<ClockReading, ApiError> 
     })
 }
 
-input! {
-    /// `clock.set`.
-    struct SetClock {
-        req now: i64 = ("now", instant()),
-    }
+/// `clock.set`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SetClock {
+    #[schemars(range(min = 0, max = i64::MAX))]
+    now: i64,
 }
 
 async fn set_clock(call: Call, input: SetClock) -> Result<ClockReading, ApiError> {

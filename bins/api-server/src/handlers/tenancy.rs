@@ -1,6 +1,8 @@
 //! tenants, projects and apiKeys.
 
 use iam_check::{Permission, Role};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::json;
 use storage::ops::tenancy;
 
@@ -8,7 +10,7 @@ use super::IAM;
 use super::examples::{ACCOUNT, API_KEY};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{TenantOnly, Ty, input, name, tenant_id, typeid};
+use crate::schema::{ACCOUNT_ID, KEY_ID, NAME, TENANT_ID, TenantOnly};
 use crate::wire::{self, ApiKeyReply, CreatedTenant, IssuedKey, Items, ProjectReply, TenantReply};
 
 const ROLES: &[&str] = &["admin", "provider-admin", "member", "viewer"];
@@ -99,12 +101,14 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-input! {
-    /// `tenants.create`.
-    struct CreateTenant {
-        req name: String = ("name", tenant_id()),
-        opt display_name: String = ("displayName", name()),
-    }
+/// `tenants.create`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CreateTenant {
+    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
+    name: String,
+    #[schemars(length(min = 1, max = 128), regex(pattern = NAME))]
+    display_name: Option<String>,
 }
 
 async fn create_tenant(call: Call, input: CreateTenant) -> Result<CreatedTenant, ApiError> {
@@ -118,11 +122,12 @@ async fn create_tenant(call: Call, input: CreateTenant) -> Result<CreatedTenant,
     })
 }
 
-input! {
-    /// `tenants.delete`.
-    struct DeleteTenant {
-        req target_tenant_id: String = ("targetTenantId", tenant_id()),
-    }
+/// `tenants.delete`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct DeleteTenant {
+    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
+    target_tenant_id: String,
 }
 
 async fn delete_tenant(call: Call, input: DeleteTenant) -> Result<TenantReply, ApiError> {
@@ -144,11 +149,12 @@ async fn list_tenants(call: Call, _: TenantOnly) -> Result<Items<wire::Tenant>, 
     ))
 }
 
-input! {
-    /// `projects.create`.
-    struct CreateProject {
-        req name: String = ("name", name()),
-    }
+/// `projects.create`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CreateProject {
+    #[schemars(length(min = 1, max = 128), regex(pattern = NAME))]
+    name: String,
 }
 
 async fn create_project(call: Call, input: CreateProject) -> Result<ProjectReply, ApiError> {
@@ -170,13 +176,16 @@ async fn list_projects(call: Call, _: TenantOnly) -> Result<Items<wire::Project>
     ))
 }
 
-input! {
-    /// `apiKeys.create`.
-    struct CreateKey {
-        req name: String = ("name", name()),
-        req role: String = ("role", Ty::Enum(ROLES)),
-        opt account_id: String = ("accountId", typeid("pacct")),
-    }
+/// `apiKeys.create`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CreateKey {
+    #[schemars(length(min = 1, max = 128), regex(pattern = NAME))]
+    name: String,
+    #[schemars(extend("enum" = ROLES))]
+    role: String,
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: Option<String>,
 }
 
 async fn create_key(call: Call, input: CreateKey) -> Result<IssuedKey, ApiError> {
@@ -205,11 +214,12 @@ async fn list_keys(call: Call, _: TenantOnly) -> Result<Items<wire::ApiKey>, Api
     ))
 }
 
-input! {
-    /// `apiKeys.revoke`.
-    struct RevokeKey {
-        req key_id: String = ("keyId", typeid("key")),
-    }
+/// `apiKeys.revoke`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RevokeKey {
+    #[schemars(length(min = 1, max = 56), regex(pattern = KEY_ID))]
+    key_id: String,
 }
 
 async fn revoke_key(call: Call, input: RevokeKey) -> Result<ApiKeyReply, ApiError> {

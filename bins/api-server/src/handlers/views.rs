@@ -5,6 +5,8 @@
 //! which reservation or grant (others get `NOT_FOUND`).
 
 use iam_check::Permission;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::json;
 use storage::ops::views;
 
@@ -12,7 +14,7 @@ use super::VPS;
 use super::examples::{ACCOUNT, GRANT, RESERVATION, T0, T1};
 use crate::error::ApiError;
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{input, instant, reservation_id, typeid};
+use crate::schema::{ACCOUNT_ID, GRANT_ID, RESERVATION_ID};
 use crate::wire::{GrantHour, Items, TimelineReply};
 
 /// The longest range one `reservations.timeline` covers: 400 days.
@@ -51,14 +53,18 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-input! {
-    /// `reservations.timeline`.
-    struct Timeline {
-        req account_id: String = ("accountId", typeid("pacct")),
-        req reservation_id: String = ("reservationId", reservation_id()),
-        req from: i64 = ("from", instant()),
-        req to: i64 = ("to", instant()),
-    }
+/// `reservations.timeline`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Timeline {
+    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
+    account_id: String,
+    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
+    reservation_id: String,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    from: i64,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    to: i64,
 }
 
 /// `INVALID_INPUT` on `to` (reason `range`) unless `from < to`.
@@ -96,13 +102,16 @@ async fn timeline(call: Call, input: Timeline) -> Result<TimelineReply, ApiError
     Ok(timeline.into())
 }
 
-input! {
-    /// `reservationGrants.usage`.
-    struct Usage {
-        req grant_id: String = ("grantId", typeid("rgrant")),
-        opt from: i64 = ("from", instant()),
-        opt to: i64 = ("to", instant()),
-    }
+/// `reservationGrants.usage`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Usage {
+    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
+    grant_id: String,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    from: Option<i64>,
+    #[schemars(range(min = 0, max = i64::MAX))]
+    to: Option<i64>,
 }
 
 async fn usage(call: Call, input: Usage) -> Result<Items<GrantHour>, ApiError> {
