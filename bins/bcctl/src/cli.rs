@@ -1,8 +1,13 @@
 //! The command line (clap derive). Every command's help ends with an
-//! example.
+//! example. The top level is here; each group's arguments are defined
+//! beside the code that runs them (`commands/<group>.rs`) and re-exported.
 
 use clap::{Args, Parser, Subcommand};
 
+pub use crate::commands::{
+    Accounts, Call, Clock, Events, Grants, Instances, Keys, Login, Pools, Projects, Quotas,
+    Secrets, SumBy, Tenants, Terms, Timeline, Usage,
+};
 use crate::output::Format;
 
 /// The command line of the reservation grants and quotas API.
@@ -152,11 +157,6 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
 }
-
-pub use crate::commands::{
-    Accounts, Call, Clock, Events, Grants, Instances, Keys, Login, Pools, Projects, Quotas,
-    Secrets, SumBy, Tenants, Terms, Timeline, Usage,
-};
 
 #[cfg(test)]
 mod tests {

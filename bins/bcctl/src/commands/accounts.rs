@@ -4,7 +4,6 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{Ctx, opt};
-use crate::cli;
 use crate::exit::Failure;
 use crate::output::{Col, text};
 
@@ -96,8 +95,8 @@ const RESERVATION_COLS: &[Col] = &[
     text("POOL", "poolId"),
 ];
 
-pub(super) async fn accounts(ctx: &Ctx, a: cli::Accounts) -> Result<(), Failure> {
-    use cli::Accounts as A;
+pub(super) async fn accounts(ctx: &Ctx, a: Accounts) -> Result<(), Failure> {
+    use Accounts as A;
     match a {
         A::List => {
             let ans = ctx.call("providerAccounts.list", json!({})).await?;

@@ -5,7 +5,6 @@ use clap::Args;
 use serde_json::Value;
 
 use super::Ctx;
-use crate::cli;
 use crate::exit::Failure;
 use crate::fields;
 
@@ -27,7 +26,7 @@ pub struct Call {
     pub idempotency_key: Option<String>,
 }
 
-pub(super) async fn run_call(ctx: &Ctx, call: cli::Call) -> Result<(), Failure> {
+pub(super) async fn run_call(ctx: &Ctx, call: Call) -> Result<(), Failure> {
     let openapi = ctx.client.get("/api/openapi.json").await?;
     let m = fields::find(&openapi, &call.method)?;
     if call.describe {

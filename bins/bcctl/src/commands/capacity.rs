@@ -4,7 +4,6 @@ use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
 use super::{Ctx, opt};
-use crate::cli;
 use crate::exit::{Failure, usage};
 use crate::output::{Col, text};
 
@@ -124,9 +123,9 @@ fn flavor(spec: &str) -> Result<Value, Failure> {
     }
 }
 
-pub(super) async fn pools(ctx: &Ctx, p: cli::Pools) -> Result<(), Failure> {
+pub(super) async fn pools(ctx: &Ctx, p: Pools) -> Result<(), Failure> {
     match p {
-        cli::Pools::List => {
+        Pools::List => {
             let a = ctx.call("pools.list", json!({})).await?;
             ctx.list(
                 &a,
@@ -139,11 +138,11 @@ pub(super) async fn pools(ctx: &Ctx, p: cli::Pools) -> Result<(), Failure> {
                 ],
             );
         }
-        cli::Pools::Get { pool_id } => {
+        Pools::Get { pool_id } => {
             let a = ctx.call("pools.get", json!({ "poolId": pool_id })).await?;
             ctx.one(&a, "pool");
         }
-        cli::Pools::Create {
+        Pools::Create {
             name,
             region,
             account,
@@ -165,7 +164,7 @@ pub(super) async fn pools(ctx: &Ctx, p: cli::Pools) -> Result<(), Failure> {
             let a = ctx.call("pools.create", body).await?;
             ctx.id(&a, "pool.poolId");
         }
-        cli::Pools::Offer {
+        Pools::Offer {
             pool_id,
             offer_to,
             quotas: q,
@@ -186,15 +185,15 @@ const QUOTA_COLS: &[Col] = &[
     text("USED", "used"),
 ];
 
-pub(super) async fn quota_cmd(ctx: &Ctx, q: cli::Quotas) -> Result<(), Failure> {
+pub(super) async fn quota_cmd(ctx: &Ctx, q: Quotas) -> Result<(), Failure> {
     match q {
-        cli::Quotas::Get { pool } => {
+        Quotas::Get { pool } => {
             let mut body = json!({});
             opt(&mut body, "poolId", pool);
             let a = ctx.call("quotas.get", body).await?;
             ctx.list(&a, QUOTA_COLS);
         }
-        cli::Quotas::Set {
+        Quotas::Set {
             pool,
             resource,
             max,

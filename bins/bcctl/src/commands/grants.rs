@@ -4,7 +4,6 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::{Ctx, opt};
-use crate::cli;
 use crate::exit::{Failure, usage};
 use crate::output::{Col, text, time};
 use crate::when;
@@ -139,7 +138,7 @@ const GRANT_COLS: &[Col] = &[
 ];
 
 /// The body of a grant's terms (create without its key, or preview).
-async fn terms(ctx: &Ctx, t: &cli::Terms) -> Result<Value, Failure> {
+async fn terms(ctx: &Ctx, t: &Terms) -> Result<Value, Failure> {
     let starts = ctx.instant(&t.starts_at).await?;
     let ends = match (&t.ends_at, &t.for_) {
         (Some(e), _) => ctx.instant(e).await?,
@@ -190,8 +189,8 @@ fn print_preview(ctx: &Ctx, answer: &Value) {
     });
 }
 
-pub(super) async fn grants(ctx: &Ctx, g: cli::Grants) -> Result<(), Failure> {
-    use cli::Grants as G;
+pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
+    use Grants as G;
     match g {
         G::Create {
             terms: t,

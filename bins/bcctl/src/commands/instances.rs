@@ -4,7 +4,6 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{Ctx, opt};
-use crate::cli;
 use crate::exit::Failure;
 use crate::output::{Col, text, time};
 
@@ -95,8 +94,8 @@ const INSTANCE_COLS: &[Col] = &[
     time("CREATED", "createdAt"),
 ];
 
-pub(super) async fn instances(ctx: &Ctx, i: cli::Instances) -> Result<(), Failure> {
-    use cli::Instances as I;
+pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
+    use Instances as I;
     let op = |m: &'static str, id: String| (m, json!({ "instanceId": id }));
     let (method, body) = match i {
         I::List {

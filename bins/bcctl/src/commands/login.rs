@@ -41,7 +41,7 @@ fn read_token() -> Result<String, Failure> {
     Ok(token)
 }
 
-pub(super) async fn run_login(g: &cli::Global, login: cli::Login) -> Result<(), Failure> {
+pub(super) async fn run_login(g: &cli::Global, login: Login) -> Result<(), Failure> {
     let endpoint = g
         .endpoint
         .clone()

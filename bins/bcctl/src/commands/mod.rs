@@ -2,6 +2,11 @@
 //! with `-o json|yaml`); creations print the new object's id, other
 //! mutations print nothing in table mode, so scripts read only what they
 //! need.
+//!
+//! One file per command group, grouped as the api-server's handlers are
+//! (`tenancy`, `accounts`, `secrets`, `capacity`, `grants`, `instances`,
+//! `system`, `views`), plus `login` and the generic `call`; each holds its
+//! group's arguments and what they call.
 
 use clap::CommandFactory;
 use serde_json::{Map, Value};

@@ -6,7 +6,6 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::Ctx;
-use crate::cli;
 use crate::exit::{Failure, usage};
 use crate::output::{text, time};
 
@@ -36,9 +35,9 @@ pub enum Secrets {
     },
 }
 
-pub(super) async fn secrets(ctx: &Ctx, s: cli::Secrets) -> Result<(), Failure> {
+pub(super) async fn secrets(ctx: &Ctx, s: Secrets) -> Result<(), Failure> {
     match s {
-        cli::Secrets::List => {
+        Secrets::List => {
             let a = ctx.call("secrets.list", json!({})).await?;
             ctx.list(
                 &a,
@@ -50,7 +49,7 @@ pub(super) async fn secrets(ctx: &Ctx, s: cli::Secrets) -> Result<(), Failure> {
                 ],
             );
         }
-        cli::Secrets::Put { name, from_file } => {
+        Secrets::Put { name, from_file } => {
             let value = match from_file {
                 Some(path) => std::fs::read_to_string(&path)
                     .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?,
@@ -74,7 +73,7 @@ pub(super) async fn secrets(ctx: &Ctx, s: cli::Secrets) -> Result<(), Failure> {
                 .await?;
             ctx.id(&a, "secret.fingerprint");
         }
-        cli::Secrets::Delete { name } => {
+        Secrets::Delete { name } => {
             let a = ctx.call("secrets.delete", json!({ "name": name })).await?;
             ctx.quiet(&a);
         }

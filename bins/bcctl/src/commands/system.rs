@@ -6,7 +6,6 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::{Ctx, opt};
-use crate::cli;
 use crate::exit::Failure;
 use crate::output::{Col, text, time};
 use crate::when;
@@ -105,7 +104,7 @@ fn micros(q: &str) -> i64 {
     sign * (int * 1_000_000 + frac[..6].parse::<i64>().unwrap_or(0))
 }
 
-pub(super) async fn usage_cmd(ctx: &Ctx, u: cli::Usage) -> Result<(), Failure> {
+pub(super) async fn usage_cmd(ctx: &Ctx, u: Usage) -> Result<(), Failure> {
     let mut body = Map::new();
     if let Some(f) = &u.from {
         body.insert("from".into(), json!(ctx.instant(f).await?));
@@ -137,9 +136,9 @@ pub(super) async fn usage_cmd(ctx: &Ctx, u: cli::Usage) -> Result<(), Failure> {
     for r in &records {
         let meter = r["meter"].as_str().unwrap_or("").to_owned();
         let key = match by {
-            cli::SumBy::Grant => r["grantId"].as_str().unwrap_or("-").to_owned(),
-            cli::SumBy::Meter => String::new(),
-            cli::SumBy::Day => {
+            SumBy::Grant => r["grantId"].as_str().unwrap_or("-").to_owned(),
+            SumBy::Meter => String::new(),
+            SumBy::Day => {
                 let t = when::format_instant(r["periodStart"].as_i64().unwrap_or(0), ctx.out.local);
                 t.get(..10).unwrap_or(&t).to_owned()
             }
@@ -149,9 +148,9 @@ pub(super) async fn usage_cmd(ctx: &Ctx, u: cli::Usage) -> Result<(), Failure> {
         e.0 += micros(r["quantity"].as_str().unwrap_or("0"));
     }
     let key_name = match by {
-        cli::SumBy::Grant => "grantId",
-        cli::SumBy::Meter => "",
-        cli::SumBy::Day => "day",
+        SumBy::Grant => "grantId",
+        SumBy::Meter => "",
+        SumBy::Day => "day",
     };
     let items: Vec<Value> = sums
         .into_iter()
@@ -170,9 +169,9 @@ pub(super) async fn usage_cmd(ctx: &Ctx, u: cli::Usage) -> Result<(), Failure> {
     let answer = json!({ "items": items, "records": records.len() });
     let mut cols = Vec::new();
     match by {
-        cli::SumBy::Grant => cols.push(text("GRANT", "grantId")),
-        cli::SumBy::Day => cols.push(text("DAY", "day")),
-        cli::SumBy::Meter => {}
+        SumBy::Grant => cols.push(text("GRANT", "grantId")),
+        SumBy::Day => cols.push(text("DAY", "day")),
+        SumBy::Meter => {}
     }
     cols.extend([
         text("METER", "meter"),
@@ -190,7 +189,7 @@ fn grants_format(m: i64) -> String {
     format!("{sign}{}.{:06}", a / 1_000_000, a % 1_000_000)
 }
 
-pub(super) async fn events(ctx: &Ctx, e: cli::Events) -> Result<(), Failure> {
+pub(super) async fn events(ctx: &Ctx, e: Events) -> Result<(), Failure> {
     let mut body = json!({ "limit": 1000 });
     if !e.types.is_empty() {
         body["types"] = json!(e.types);
@@ -239,10 +238,10 @@ pub(super) async fn events(ctx: &Ctx, e: cli::Events) -> Result<(), Failure> {
     }
 }
 
-pub(super) async fn clock(ctx: &Ctx, c: cli::Clock) -> Result<(), Failure> {
+pub(super) async fn clock(ctx: &Ctx, c: Clock) -> Result<(), Failure> {
     let a = match c {
-        cli::Clock::Get => ctx.call("clock.get", json!({})).await?,
-        cli::Clock::Set { now } => {
+        Clock::Get => ctx.call("clock.get", json!({})).await?,
+        Clock::Set { now } => {
             let now = ctx.instant(&now).await?;
             ctx.call("clock.set", json!({ "tenantId": "root", "now": now }))
                 .await?

@@ -4,7 +4,6 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{Ctx, opt};
-use crate::cli;
 use crate::exit::Failure;
 use crate::output::{text, time};
 
@@ -72,9 +71,9 @@ pub enum Projects {
     },
 }
 
-pub(super) async fn tenants(ctx: &Ctx, t: cli::Tenants) -> Result<(), Failure> {
+pub(super) async fn tenants(ctx: &Ctx, t: Tenants) -> Result<(), Failure> {
     match t {
-        cli::Tenants::List => {
+        Tenants::List => {
             let a = ctx.call("tenants.list", json!({})).await?;
             ctx.list(
                 &a,
@@ -86,14 +85,14 @@ pub(super) async fn tenants(ctx: &Ctx, t: cli::Tenants) -> Result<(), Failure> {
                 ],
             );
         }
-        cli::Tenants::Create { name, display_name } => {
+        Tenants::Create { name, display_name } => {
             let mut body = json!({ "name": name });
             opt(&mut body, "displayName", display_name);
             let a = ctx.call("tenants.create", body).await?;
             // The admin key's secret is shown once: it is the answer.
             ctx.id(&a, "adminKey.secret");
         }
-        cli::Tenants::Delete { tenant_id } => {
+        Tenants::Delete { tenant_id } => {
             let a = ctx
                 .call("tenants.delete", json!({ "targetTenantId": tenant_id }))
                 .await?;
@@ -103,9 +102,9 @@ pub(super) async fn tenants(ctx: &Ctx, t: cli::Tenants) -> Result<(), Failure> {
     Ok(())
 }
 
-pub(super) async fn keys(ctx: &Ctx, k: cli::Keys) -> Result<(), Failure> {
+pub(super) async fn keys(ctx: &Ctx, k: Keys) -> Result<(), Failure> {
     match k {
-        cli::Keys::List => {
+        Keys::List => {
             let a = ctx.call("apiKeys.list", json!({})).await?;
             ctx.list(
                 &a,
@@ -119,7 +118,7 @@ pub(super) async fn keys(ctx: &Ctx, k: cli::Keys) -> Result<(), Failure> {
                 ],
             );
         }
-        cli::Keys::Create {
+        Keys::Create {
             role,
             name,
             account,
@@ -129,7 +128,7 @@ pub(super) async fn keys(ctx: &Ctx, k: cli::Keys) -> Result<(), Failure> {
             let a = ctx.call("apiKeys.create", body).await?;
             ctx.id(&a, "secret");
         }
-        cli::Keys::Revoke { key_id } => {
+        Keys::Revoke { key_id } => {
             let a = ctx
                 .call("apiKeys.revoke", json!({ "keyId": key_id }))
                 .await?;
@@ -139,9 +138,9 @@ pub(super) async fn keys(ctx: &Ctx, k: cli::Keys) -> Result<(), Failure> {
     Ok(())
 }
 
-pub(super) async fn projects(ctx: &Ctx, p: cli::Projects) -> Result<(), Failure> {
+pub(super) async fn projects(ctx: &Ctx, p: Projects) -> Result<(), Failure> {
     match p {
-        cli::Projects::List => {
+        Projects::List => {
             let a = ctx.call("projects.list", json!({})).await?;
             ctx.list(
                 &a,
@@ -152,7 +151,7 @@ pub(super) async fn projects(ctx: &Ctx, p: cli::Projects) -> Result<(), Failure>
                 ],
             );
         }
-        cli::Projects::Create { name } => {
+        Projects::Create { name } => {
             let a = ctx.call("projects.create", json!({ "name": name })).await?;
             ctx.id(&a, "project.projectId");
         }

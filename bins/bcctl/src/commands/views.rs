@@ -4,7 +4,6 @@ use clap::Args;
 use serde_json::json;
 
 use super::Ctx;
-use crate::cli;
 use crate::exit::Failure;
 
 /// `bcctl timeline`.
@@ -26,7 +25,7 @@ pub struct Timeline {
     pub width: Option<usize>,
 }
 
-pub(super) async fn timeline(ctx: &Ctx, t: cli::Timeline) -> Result<(), Failure> {
+pub(super) async fn timeline(ctx: &Ctx, t: Timeline) -> Result<(), Failure> {
     let from = ctx.instant(&t.from).await?;
     let to = ctx.instant(&t.to).await?;
     let body = json!({ "accountId": t.account, "reservationId": t.reservation_id,
