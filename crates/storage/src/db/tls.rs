@@ -5,6 +5,11 @@
 //! `sslrootcert`: both are taken out of the URL here, the rest goes to
 //! tokio-postgres as it is, and the TLS connector is built to verify what
 //! libpq's mode verifies.
+//!
+//! This file opens the connection; `conninfo` splits the connection string,
+//! `verifiers` holds the certificate checks of libpq's weaker modes, `hints`
+//! words a failure for an operator, and the session set-up behind a
+//! transaction pooler is `super::pooler`'s.
 
 use std::sync::Arc;
 
@@ -22,6 +27,7 @@ mod conninfo;
 mod hints;
 mod verifiers;
 
+pub use conninfo::with_database;
 use conninfo::{RootCert, SslMode, parse_rest, split, url_error};
 pub(super) use hints::with_causes;
 use hints::{hint, hosts};

@@ -1,6 +1,13 @@
 //! The connection string: libpq's URL or `key=value` form, split into
 //! what tokio-postgres reads and the TLS settings (`sslmode`,
 //! `sslrootcert`) read here.
+//!
+//! A URL is split as tokio-postgres reads it: the credentials run to the
+//! first `@`, the parameters from the next `?`, and what is not taken here
+//! is passed on exactly as written. The `url` crate cannot be the parser:
+//! it refuses strings libpq and tokio-postgres accept (a `?` in the
+//! password, several hosts as in `h1:5432,h2:5433`). Parameters are decoded
+//! with `percent-encoding`, after the check that every escape is whole.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -106,26 +113,27 @@ pub(super) fn url_error(message: impl Into<String>) -> ConnectionError {
     ConnectionError::InvalidConnectionUrl(format!("DATABASE_URL: {}", message.into()))
 }
 
-/// Percent-decodes `s` (URL components).
+/// Percent-decodes a URL parameter's name or value as libpq does: `%XX`
+/// escapes only (`+` is itself). A malformed escape or a result that is not
+/// UTF-8 is refused; `percent-encoding` alone would pass both through.
 fn percent_decode(s: &str) -> ConnectionResult<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| url_error("a parameter has an invalid percent-encoding"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    if !well_formed_escapes(s) {
+        return Err(url_error("a parameter has an invalid percent-encoding"));
     }
-    String::from_utf8(out).map_err(|_| url_error("a parameter is not UTF-8 once decoded"))
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| url_error("a parameter is not UTF-8 once decoded"))
+}
+
+/// Whether every `%` in `s` is followed by two hexadecimal digits.
+fn well_formed_escapes(s: &str) -> bool {
+    s.split('%').skip(1).all(|after| {
+        after
+            .as_bytes()
+            .get(..2)
+            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    })
 }
 
 /// The TLS settings seen so far while splitting.
@@ -295,6 +303,25 @@ pub(super) fn parse_rest(target: &Target) -> ConnectionResult<tokio_postgres::Co
         _ => tokio_postgres::config::SslMode::Require,
     });
     Ok(config)
+}
+
+/// `url` with its database name replaced by `name` (the test databases
+/// and the bench's own, on the server `url` names).
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{}", &base[..path_start], name);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -523,5 +550,27 @@ mod tests {
         }
         let t = target("postgres://h/d?sslmode=verify-ca&sslrootcert=/etc/ca.pem");
         assert_eq!(t.mode, SslMode::VerifyCa);
+    }
+
+    #[test]
+    fn only_percent_escapes_are_decoded_and_they_must_be_whole() {
+        // libpq's decoding: a `+` is itself, not a space as in a form.
+        let t = target("postgres://h/d?sslrootcert=/a+b.pem");
+        assert_eq!(t.root_cert, Some(RootCert::File("/a+b.pem".into())));
+        assert!(error("postgres://h/d?sslrootcert=/a%4").contains("percent-encoding"));
+        assert!(error("postgres://h/d?sslrootcert=/a%ff").contains("not UTF-8"));
+    }
+
+    #[test]
+    fn replaces_the_database_name() {
+        assert_eq!(
+            with_database("postgres://u@h:5/postgres", "x"),
+            "postgres://u@h:5/x"
+        );
+        assert_eq!(
+            with_database("postgres://u@h:5/db?sslmode=disable", "x"),
+            "postgres://u@h:5/x?sslmode=disable"
+        );
+        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
     }
 }
