@@ -27,6 +27,7 @@
 //! written by hand).
 
 mod direct;
+mod figures;
 mod history;
 mod http;
 mod load;
@@ -40,22 +41,18 @@ mod setup;
 #[cfg(test)]
 mod statements;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::Bytes;
 use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
-use serde_json::json;
 
-use crate::direct::{GrantCtx, GrantSql, GrantStorage, InstanceCtx, InstanceSql, InstanceStorage};
-use crate::http::{BodyFn, FixedServer, HttpOp};
-use crate::load::{Outcome, Stop};
+use crate::figures::{
+    figure_grants, figure_instances, figure_instances_history, figure_reads, fill_grants,
+};
 use crate::procs::{ApiServer, Database};
-use crate::reads::ReadSql;
-use crate::report::{Machine, Measured, ReadFigure, Report, Rss};
-use crate::setup::{Api, INST_HISTORY_RESERVATIONS, TENANT};
+use crate::report::{Machine, Report};
+use crate::setup::{Api, INST_HISTORY_RESERVATIONS};
 
 /// Concurrent clients (and direct connections) of every figure.
 const CLIENTS: usize = 16;
@@ -130,17 +127,6 @@ fn say(msg: &str) {
     eprintln!("bench: {msg}");
 }
 
-fn show(label: &str, o: &Outcome) {
-    say(&format!(
-        "  {label}: {} ops in {:.2} s = {:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
-        o.ops,
-        o.elapsed.as_secs_f64(),
-        o.throughput(),
-        o.p50().as_secs_f64() * 1e3,
-        o.p99().as_secs_f64() * 1e3
-    ));
-}
-
 async fn manual_now(db: &Database) -> anyhow::Result<i64> {
     #[derive(diesel::QueryableByName)]
     struct Now {
@@ -154,394 +140,10 @@ async fn manual_now(db: &Database) -> anyhow::Result<i64> {
         .now_ms)
 }
 
-/// The api-server's memory over one figure: the peak reset at its start.
-struct RssWatch {
-    fig: &'static str,
-    reset: bool,
-    before: Option<u64>,
-}
-
-impl RssWatch {
-    fn start(server: &ApiServer, fig: &'static str) -> RssWatch {
-        let reset = server.reset_peak_rss();
-        RssWatch {
-            fig,
-            reset,
-            before: server.rss().ok(),
-        }
-    }
-
-    fn done(self, server: &ApiServer) -> anyhow::Result<Rss> {
-        Ok(Rss {
-            fig: self.fig,
-            before: self.before,
-            reset: self.reset,
-            peak: Some(server.peak_rss()?),
-        })
-    }
-}
-
-/// The creates of `path` over HTTP for `dur` by 16 clients with `token`,
-/// operation `i` sending `body(i)`.
-async fn create_http(
-    server: &ApiServer,
-    path: &str,
-    token: &str,
-    body: BodyFn,
-    dur: Duration,
-) -> anyhow::Result<Outcome> {
-    let workers = HttpOp::many(CLIENTS, server.addr, path, token, body).await?;
-    load::run(workers, Stop::After(dur)).await
-}
-
-/// `reservationGrants.create` over HTTP for `dur` with `ctx`'s bodies.
-async fn grants_http(server: &ApiServer, ctx: GrantCtx, dur: Duration) -> anyhow::Result<Outcome> {
-    let ctx = Arc::new(ctx);
-    let body: BodyFn = Arc::new(move |i| ctx.body(i).to_string());
-    let path = "/api/compute/reservationGrants/create";
-    create_http(server, path, procs::ROOT_TOKEN, body, dur).await
-}
-
-/// The grants figure: HTTP for `dur` on an empty hot reservation, then
-/// (1h) HTTP for `dur` on one carrying earlier grants, then the storage call
-/// and the SQL for the same number of operations as the first, each on its
-/// own hot reservation, then pgbench's row lock and insert for `dur`.
-async fn figure_grants(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
-    dur: Duration,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let ctx = |tag: &'static str| GrantCtx::new(tag, p, &p.hot[tag]);
-    say(&format!(
-        "figure 1h: {} earlier grants on the history reservation (SQL)",
-        history::GRANTS
-    ));
-    history::seed_grants(db, p, &p.hot["history"]).await?;
-    say("figure 1: reservationGrants.create, one hot reservation, 16 clients");
-    let rss = RssWatch::start(server, "1");
-    let api = grants_http(server, ctx("http"), dur).await?;
-    show("HTTP API", &api);
-    report.rss.push(rss.done(server)?);
-    let n = api.ops;
-
-    let rss = RssWatch::start(server, "1h");
-    let hist = grants_http(server, ctx("history"), dur).await?;
-    show("1h: HTTP API, 10,000 earlier grants", &hist);
-    report.rss.push(rss.done(server)?);
-    report.grants_history = Some(hist);
-
-    let ctx_storage = Arc::new(ctx("storage"));
-    let storage = on_connections(db, n, |conn| GrantStorage {
-        conn,
-        ctx: ctx_storage.clone(),
-    })
-    .await?;
-    show("storage call", &storage);
-
-    let ctx_sql = Arc::new(ctx("sql"));
-    let sql = on_connections(db, n, |conn| GrantSql {
-        conn,
-        ctx: ctx_sql.clone(),
-    })
-    .await?;
-    show("direct SQL", &sql);
-    report.grants = Some(Measured { api, storage, sql });
-
-    let b = pgbench::run(db, &ctx("http"), &p.hot_pool, CLIENTS, dur).await?;
-    say(&format!(
-        "  pgbench row lock + insert: {} transactions, tps {:.0}, latency average {:.2} ms",
-        b.transactions,
-        b.tps,
-        b.latency_avg.as_secs_f64() * 1e3
-    ));
-    report.pgbench = Some(b);
-    Ok(())
-}
-
-/// `instances.create` over HTTP for `dur` with `ctx`'s bodies.
-async fn instances_http(
-    server: &ApiServer,
-    p: &setup::Platform,
-    ctx: InstanceCtx,
-    dur: Duration,
-) -> anyhow::Result<Outcome> {
-    let ctx = Arc::new(ctx);
-    let body: BodyFn = Arc::new(move |i| ctx.body(i).to_string());
-    let path = "/api/compute/instances/create";
-    create_http(server, path, &p.tenant_token, body, dur).await
-}
-
-/// Figure 2h: the deleted instances inserted, then the API for `dur` on
-/// the layout without them and for `dur` on the one with them.
-async fn figure_instances_history(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
-    dur: Duration,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    say(&format!(
-        "figure 2h: instances.create over {INST_HISTORY_RESERVATIONS} reservations, without and \
-         with {} deleted instances on each (SQL)",
-        history::INSTANCES
-    ));
-    history::seed_instances(db, p, &p.inst["hist-with"]).await?;
-    let rss = RssWatch::start(server, "2h");
-    let without = instances_http(server, p, InstanceCtx::new("hist-without", p), dur).await?;
-    show("HTTP API, no deleted instances", &without);
-    let with = instances_http(server, p, InstanceCtx::new("hist-with", p), dur).await?;
-    show("HTTP API, 10,000 deleted instances per reservation", &with);
-    report.rss.push(rss.done(server)?);
-    report.instances_history = Some((without, with));
-    Ok(())
-}
-
-/// The instances figure, like the grants figure over 100 pools per side.
-async fn figure_instances(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
-    dur: Duration,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let ctx = |tag: &'static str| InstanceCtx::new(tag, p);
-    say("figure 2: instances.create over 100 reservations with grants, 16 clients");
-    let rss = RssWatch::start(server, "2");
-    let api = instances_http(server, p, ctx("http"), dur).await?;
-    show("HTTP API", &api);
-    report.rss.push(rss.done(server)?);
-    let n = api.ops;
-
-    let ctx_storage = Arc::new(ctx("storage"));
-    let storage = on_connections(db, n, |conn| InstanceStorage {
-        conn,
-        ctx: ctx_storage.clone(),
-    })
-    .await?;
-    show("storage call", &storage);
-
-    let ctx_sql = Arc::new(ctx("sql"));
-    let sql = on_connections(db, n, |conn| InstanceSql {
-        conn,
-        ctx: ctx_sql.clone(),
-    })
-    .await?;
-    show("direct SQL", &sql);
-    report.instances = Some(Measured { api, storage, sql });
-    Ok(())
-}
-
-/// Runs `workers` for a 1 s warm-up (discarded), then for `dur`.
-async fn warm_run<W: load::Op, F, Fut>(make: F, dur: Duration) -> anyhow::Result<Outcome>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Vec<W>>>,
-{
-    load::run(make().await?, Stop::After(Duration::from_secs(1))).await?;
-    load::run(make().await?, Stop::After(dur)).await
-}
-
-/// One read: the API (and, for `get`, a second api-server with the system
-/// clock), the trivial handler answering the same bytes to the same client
-/// with the same requests, and the request's statements run directly.
-#[expect(clippy::too_many_arguments, reason = "one call site, named arguments")]
-async fn read_figure(
-    db: &Database,
-    server: &ApiServer,
-    system: Option<&ApiServer>,
-    path: &str,
-    token: &str,
-    body: BodyFn,
-    fixed: Bytes,
-    sql: (Arc<Vec<String>>, bool),
-    dur: Duration,
-) -> anyhow::Result<ReadFigure> {
-    let http = |addr| {
-        let body = body.clone();
-        move || HttpOp::many(CLIENTS, addr, path, token, body.clone())
-    };
-    let api = warm_run(http(server.addr), dur).await?;
-    show("HTTP API", &api);
-    let api_system_clock = match system {
-        Some(s) => {
-            let o = warm_run(http(s.addr), dur).await?;
-            show("HTTP API, BC_CLOCK=system", &o);
-            Some(o)
-        }
-        None => None,
-    };
-    let trivial = {
-        let fixed = FixedServer::start(fixed)?;
-        warm_run(http(fixed.addr), dur).await?
-    };
-    show("trivial hyper", &trivial);
-    let sql_run = |full: bool| {
-        let (ids, list) = sql.clone();
-        let secret: Arc<str> = token.into();
-        move || {
-            let ids = ids.clone();
-            let secret = secret.clone();
-            async move {
-                Ok(db
-                    .connections(CLIENTS)
-                    .await?
-                    .into_iter()
-                    .map(|conn| ReadSql {
-                        conn,
-                        secret: secret.clone(),
-                        ids: ids.clone(),
-                        list,
-                        full,
-                    })
-                    .collect::<Vec<_>>())
-            }
-        }
-    };
-    let sql_full = warm_run(sql_run(true), dur).await?;
-    show("direct SQL: authenticate, clock, query", &sql_full);
-    let sql_query = warm_run(sql_run(false), dur).await?;
-    show("direct SQL: the query alone", &sql_query);
-    Ok(ReadFigure {
-        api,
-        api_system_clock,
-        trivial,
-        sql_full,
-        sql_query,
-    })
-}
-
-async fn figure_reads(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
-    dur: Duration,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    say(
-        "figure 3: reservationGrants.get and list (1000 items), 16 clients, next to a trivial \
-         hyper handler",
-    );
-    let ids: Vec<String> = {
-        #[derive(diesel::QueryableByName)]
-        struct Id {
-            #[diesel(sql_type = Text)]
-            grant_id: String,
-        }
-        let mut conn = db.connect().await?;
-        diesel::sql_query(
-            "SELECT grant_id FROM grants WHERE tenant_id = 'acme' ORDER BY grant_id LIMIT 1000",
-        )
-        .load::<Id>(&mut conn)
-        .await?
-        .into_iter()
-        .map(|r| r.grant_id)
-        .collect()
-    };
-    anyhow::ensure!(!ids.is_empty(), "no grants to read");
-    let ids = Arc::new(ids);
-    let api = Api::new(&server.url());
-    let log = procs::workspace_root().join("target/bench/api-server-system-clock.log");
-    let system = ApiServer::start(db, "system", &report.log_filter, &log).await?;
-
-    let rss = RssWatch::start(server, "3");
-    let result = async {
-        say(" get:");
-        let get_body: BodyFn = {
-            let ids = ids.clone();
-            Arc::new(move |i| {
-                json!({ "tenantId": TENANT, "grantId": ids[(i as usize) % ids.len()] }).to_string()
-            })
-        };
-        let sample = api
-            .raw(
-                &p.tenant_token,
-                "reservationGrants/get",
-                &json!({ "tenantId": TENANT, "grantId": ids[0] }),
-            )
-            .await?;
-        report.get_bytes = sample.len();
-        report.get = Some(
-            read_figure(
-                db,
-                server,
-                Some(&system),
-                "/api/compute/reservationGrants/get",
-                &p.tenant_token,
-                get_body,
-                Bytes::from(sample),
-                (ids.clone(), false),
-                dur,
-            )
-            .await?,
-        );
-
-        say(" list:");
-        let list_req = json!({ "tenantId": TENANT });
-        let sample = api
-            .raw(&p.tenant_token, "reservationGrants/list", &list_req)
-            .await?;
-        report.list_items = serde_json::from_slice::<serde_json::Value>(&sample)?["items"]
-            .as_array()
-            .map_or(0, Vec::len);
-        report.list_bytes = sample.len();
-        let list_body: BodyFn = {
-            let s = list_req.to_string();
-            Arc::new(move |_| s.clone())
-        };
-        report.list = Some(
-            read_figure(
-                db,
-                server,
-                None,
-                "/api/compute/reservationGrants/list",
-                &p.tenant_token,
-                list_body,
-                Bytes::from(sample),
-                (ids.clone(), true),
-                dur,
-            )
-            .await?,
-        );
-        report.rss.push(rss.done(server)?);
-        let mut conn = db.connect().await?;
-        let cost = reads::list_cost(&mut conn, p.now).await?;
-        say(&format!(
-            "  one list answer: storage call {:.1} ms, JSON via Value {:.1} ms, \
-             JSON direct {:.1} ms",
-            cost.storage.as_secs_f64() * 1e3,
-            cost.via_value.as_secs_f64() * 1e3,
-            cost.direct.as_secs_f64() * 1e3
-        ));
-        report.list_cost = Some(cost);
-        anyhow::Ok(())
-    }
-    .await;
-    system.stop().await?;
-    result
-}
-
 /// Whether figure `name` runs (`BENCH_FIGURES`: a comma-separated subset of
 /// grants, instances, reads, metering; default all).
 fn wanted(name: &str) -> bool {
     std::env::var("BENCH_FIGURES").map_or(true, |v| v.split(',').any(|f| f.trim() == name))
-}
-
-/// 1,200 grants on the hot SQL reservation, for the reads when figure 1 is skipped.
-async fn fill_grants(db: &Database, p: &setup::Platform) -> anyhow::Result<()> {
-    let ctx = Arc::new(GrantCtx::new("fill", p, &p.hot["sql"]));
-    let workers = db
-        .connections(CLIENTS)
-        .await?
-        .into_iter()
-        .map(|conn| GrantSql {
-            conn,
-            ctx: ctx.clone(),
-        })
-        .collect();
-    load::run(workers, Stop::Count(1200)).await?;
-    Ok(())
 }
 
 async fn run(server_url: &str) -> anyhow::Result<Report> {
@@ -700,20 +302,4 @@ fn write_doc(generated: &str) -> anyhow::Result<()> {
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     say(&format!("wrote the generated part of {}", path.display()));
     Ok(())
-}
-
-/// Runs exactly `n` operations over `CLIENTS` direct connections to `db`,
-/// one worker per connection, each made by `make`.
-async fn on_connections<W: load::Op>(
-    db: &Database,
-    n: u64,
-    make: impl Fn(diesel_async::AsyncPgConnection) -> W,
-) -> anyhow::Result<load::Outcome> {
-    let workers = db
-        .connections(CLIENTS)
-        .await?
-        .into_iter()
-        .map(make)
-        .collect();
-    load::run(workers, Stop::Count(n)).await
 }

@@ -37,24 +37,6 @@ pub fn release_binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// `url` with its database name replaced by `name`.
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{}", &base[..path_start], name);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
-}
-
 /// A database of the benchmark's own on the server, dropped at the end.
 pub struct Database {
     /// Its name.
@@ -78,7 +60,7 @@ impl Database {
             .execute(&mut conn)
             .await?;
         Ok(Database {
-            url: with_database(server_url, &name),
+            url: storage::db::with_database(server_url, &name),
             name,
             server_url: server_url.to_owned(),
         })

@@ -223,23 +223,22 @@ pub fn parse_form(body: &[u8]) -> Result<BTreeMap<String, String>, FormError> {
     Ok(form)
 }
 
-/// Decodes `%XX` escapes; `None` on a bad escape or non-UTF-8 result.
+/// Decodes `%XX` escapes; `None` on a malformed escape or a result that is
+/// not UTF-8 (`percent-encoding` alone would pass both through).
 pub fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    let well_formed = s.split('%').skip(1).all(|after| {
+        after
+            .as_bytes()
+            .get(..2)
+            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !well_formed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(std::borrow::Cow::into_owned)
 }
 
 #[cfg(test)]
@@ -256,6 +255,14 @@ mod tests {
         assert!(parse_form(b"a=%zz").is_err());
         assert!(parse_form(b"a=%4").is_err());
         assert!(parse_form(&[0xff]).is_err());
+    }
+
+    #[test]
+    fn escapes_must_decode_to_utf8() {
+        assert!(parse_form(b"a=%ff").is_err());
+        assert_eq!(percent_decode("a%40b+c").as_deref(), Some("a@b+c"));
+        assert_eq!(percent_decode("%e2%82%ac").as_deref(), Some("\u{20ac}"));
+        assert!(percent_decode("%e2%82").is_none());
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub use pooler::{
     PreparedStatements, prepared_statements, read_only, set_prepared_statements, single_write,
     statements_outside_transactions,
 };
-pub use tls::{check, describe, establish};
+pub use tls::{check, describe, establish, with_database};
 
 /// The migrations of `migrations/`, embedded at build time.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");

@@ -16,7 +16,7 @@
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AnsiTransactionManager, RunQueryDsl, TransactionManager};
 
-use crate::db;
+use crate::db::{self, with_database};
 
 /// A private database for one test.
 pub struct TestDatabase {
@@ -43,24 +43,6 @@ pub fn pooler_url() -> Option<String> {
     std::env::var("BC_TEST_POOLER_URL")
         .ok()
         .filter(|v| !v.is_empty())
-}
-
-/// `url` with its database name replaced by `name`.
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{}", &base[..path_start], name);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
 }
 
 fn template_name() -> String {
@@ -200,23 +182,5 @@ impl Drop for TestDatabase {
             });
         });
         let _ = handle.join();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn replaces_the_database_name() {
-        assert_eq!(
-            with_database("postgres://u@h:5/postgres", "x"),
-            "postgres://u@h:5/x"
-        );
-        assert_eq!(
-            with_database("postgres://u@h:5/db?sslmode=disable", "x"),
-            "postgres://u@h:5/x?sslmode=disable"
-        );
-        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
     }
 }

@@ -18,9 +18,12 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use diesel::connection::{Instrumentation, InstrumentationEvent};
+use diesel::{ConnectionError, ConnectionResult};
 use diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncPgConnection, TransactionManager,
 };
+
+use super::tls::with_causes;
 
 /// `BC_DB_PREPARED_STATEMENTS`: whether statements may be cached on the
 /// connection and sent outside a transaction.
@@ -209,6 +212,43 @@ pub(crate) fn configure(conn: &mut AsyncPgConnection) {
     if pinned() {
         conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled);
     }
+}
+
+/// The diesel connection over an open session. With
+/// `BC_DB_PREPARED_STATEMENTS=off`, diesel-async's set-up (`SET TIME ZONE`,
+/// `SET CLIENT_ENCODING`, each a prepared statement) runs in a transaction,
+/// so that a transaction pooler keeps it on one server, and the connection
+/// caches no statement (`pooler`).
+pub(super) async fn connected<S>(
+    client: tokio_postgres::Client,
+    mut connection: tokio_postgres::Connection<tokio_postgres::Socket, S>,
+) -> ConnectionResult<AsyncPgConnection>
+where
+    S: tokio_postgres::tls::TlsStream + Unpin + Send + 'static,
+{
+    if !pinned() {
+        return AsyncPgConnection::try_from_client_and_connection(client, connection).await;
+    }
+    let setup_failed = |e: String| {
+        ConnectionError::BadConnection(format!("could not set up the database session: {e}"))
+    };
+    // The session is driven here until BEGIN is answered; diesel-async
+    // drives it from then on.
+    tokio::select! {
+        r = client.batch_execute("BEGIN") => r.map_err(|e| setup_failed(with_causes(&e)))?,
+        r = &mut connection => {
+            let e = r.err().map_or_else(|| "the server closed the session".into(), |e| {
+                with_causes(&e)
+            });
+            return Err(setup_failed(e));
+        }
+    }
+    let mut conn = AsyncPgConnection::try_from_client_and_connection(client, connection).await?;
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, "COMMIT")
+        .await
+        .map_err(ConnectionError::CouldntSetupConfiguration)?;
+    configure(&mut conn);
+    Ok(conn)
 }
 
 #[cfg(test)]

@@ -7,10 +7,15 @@
 //! depends on its arguments only (and, with `local`, on the machine's
 //! offset), never on the current time or the terminal.
 
-use chrono::{DateTime, Local, Offset, Utc};
 use serde_json::Value;
 
 use crate::when::{format_duration, format_instant};
+
+mod layout;
+mod text;
+
+use layout::{Grid, round_duration};
+use text::{fit, pad, short_id, shorten, wrap};
 
 /// A grant's term, or the part of it after an early end or a cancellation.
 const FILLED: char = '█';
@@ -244,34 +249,6 @@ impl Chart {
         out.extend(wrap(&items, " · ", width));
     }
 
-    /// The label column's width and the number of bar columns.
-    fn layout(&self, width: usize) -> (usize, usize) {
-        let longest = self
-            .grants
-            .iter()
-            .map(|g| g.label.full().chars().count())
-            .chain([
-                9,
-                if self.grants.is_empty() {
-                    NO_GRANTS.len()
-                } else {
-                    0
-                },
-            ])
-            .max()
-            .unwrap_or(0);
-        // At most two fifths of the width (but room for `committed`), and
-        // room for a few bar columns.
-        let label = longest
-            .min((width * 2 / 5).max(9))
-            .min(width.saturating_sub(3 + MIN_COLUMNS.min(width)));
-        (label, width.saturating_sub(label + 3))
-    }
-
-    fn columns(&self, width: usize) -> usize {
-        self.layout(width).1
-    }
-
     fn body(&self, width: usize, local: bool, out: &mut Vec<String>) {
         let (label_w, n) = self.layout(width);
         let span = i128::from(self.to) - i128::from(self.from);
@@ -333,39 +310,6 @@ impl Chart {
         }
         self.peaks(width, out);
         self.legend(width, out);
-    }
-
-    /// The tick labels and the ruler under them, `grid.n + 1` and `grid.n`
-    /// characters: ticks at round times (in UTC or local) spaced so that no
-    /// two labels touch.
-    fn axis(&self, grid: &Grid, local: bool) -> (String, String) {
-        let mut labels = vec![' '; grid.n + 1];
-        let mut ruler = vec!['─'; grid.n];
-        let offset = if local { local_offset_ms(self.from) } else { 0 };
-        let Some((interval, format)) = tick_interval(grid) else {
-            return (labels.into_iter().collect(), ruler.into_iter().collect());
-        };
-        let first = div_ceil(grid.from + offset, interval) * interval - offset;
-        let mut free_from = 0;
-        let mut t = first;
-        while t < grid.from + grid.span {
-            let Some(c) = grid.column_of(t) else { break };
-            ruler[c] = '┬';
-            let text = i64::try_from(t)
-                .ok()
-                .and_then(|t| tick_label(t, format, local));
-            if let Some(text) = text {
-                let len = text.chars().count();
-                if c >= free_from && c + len <= labels.len() {
-                    for (i, ch) in text.chars().enumerate() {
-                        labels[c + i] = ch;
-                    }
-                    free_from = c + len + 1;
-                }
-            }
-            t += interval;
-        }
-        (labels.into_iter().collect(), ruler.into_iter().collect())
     }
 
     /// The peaks of the committed and in-use rows, against the total.
@@ -477,32 +421,6 @@ impl Bar {
     }
 }
 
-/// The bar columns over `[from, from + span)`, `span > 0`, `n > 0`.
-struct Grid {
-    from: i128,
-    span: i128,
-    n: usize,
-}
-
-impl Grid {
-    /// Column `c`'s part of the range, `[c0, c1)`, at least 1ms long.
-    fn bounds(&self, c: usize) -> (i128, i128) {
-        let n = self.n as i128;
-        let c0 = self.from + self.span * c as i128 / n;
-        let c1 = self.from + self.span * (c as i128 + 1) / n;
-        (c0, c1.max(c0 + 1))
-    }
-
-    /// The column holding instant `t`, if it is in the range.
-    fn column_of(&self, t: i128) -> Option<usize> {
-        if t < self.from || t >= self.from + self.span {
-            return None;
-        }
-        usize::try_from((t - self.from) * self.n as i128 / self.span).ok()
-    }
-}
-
-/// A slots row: per column the most slots of the steps meeting it, as a
 /// share of `total` (or of the row's peak when the total is unknown).
 fn slots_cells(grid: &Grid, steps: &[Step], total: Option<i64>) -> String {
     let peak = steps.iter().map(|s| s.slots).max().unwrap_or(0);
@@ -528,167 +446,10 @@ fn slots_cells(grid: &Grid, steps: &[Step], total: Option<i64>) -> String {
         .collect()
 }
 
-/// Tick spacings and their label formats, shortest first.
-const TICKS: [(i64, &str); 20] = [
-    (1_000, "%H:%M:%S"),
-    (5_000, "%H:%M:%S"),
-    (15_000, "%H:%M:%S"),
-    (30_000, "%H:%M:%S"),
-    (60_000, "%m-%d %H:%M"),
-    (300_000, "%m-%d %H:%M"),
-    (900_000, "%m-%d %H:%M"),
-    (1_800_000, "%m-%d %H:%M"),
-    (3_600_000, "%m-%d %H:%M"),
-    (7_200_000, "%m-%d %H:%M"),
-    (10_800_000, "%m-%d %H:%M"),
-    (21_600_000, "%m-%d %H:%M"),
-    (43_200_000, "%m-%d %H:%M"),
-    (86_400_000, "%m-%d"),
-    (172_800_000, "%m-%d"),
-    (604_800_000, "%m-%d"),
-    (1_209_600_000, "%m-%d"),
-    (2_592_000_000, "%Y-%m-%d"),
-    (7_776_000_000, "%Y-%m-%d"),
-    (31_536_000_000, "%Y-%m-%d"),
-];
-
-/// The shortest tick spacing whose labels (and a space) fit between ticks;
-/// past a year, whole numbers of years.
-fn tick_interval(grid: &Grid) -> Option<(i128, &'static str)> {
-    let n = grid.n as i128;
-    let fits = |interval: i128, format: &str| {
-        // Each field is two characters as written, but a year is four.
-        let len = format.len() + 2 * format.matches("%Y").count();
-        interval * n >= (len as i128 + 1) * grid.span
-    };
-    if let Some(&(i, f)) = TICKS.iter().find(|(i, f)| fits(i128::from(*i), f)) {
-        return Some((i128::from(i), f));
-    }
-    let mut interval = i128::from(TICKS[TICKS.len() - 1].0);
-    for _ in 0..80 {
-        interval *= 2;
-        if fits(interval, "%Y-%m-%d") {
-            return Some((interval, "%Y-%m-%d"));
-        }
-    }
-    None
-}
-
-fn tick_label(t: i64, format: &str, local: bool) -> Option<String> {
-    let utc = DateTime::<Utc>::from_timestamp_millis(t)?;
-    Some(if local {
-        utc.with_timezone(&Local).format(format).to_string()
-    } else {
-        utc.format(format).to_string()
-    })
-}
-
-/// The machine's offset from UTC at `t`, in ms (0 when `t` is out of range).
-fn local_offset_ms(t: i64) -> i128 {
-    DateTime::<Utc>::from_timestamp_millis(t).map_or(0, |at| {
-        i128::from(at.with_timezone(&Local).offset().fix().local_minus_utc()) * 1000
-    })
-}
-
-fn div_ceil(a: i128, b: i128) -> i128 {
-    let q = a.div_euclid(b);
-    if a.rem_euclid(b) == 0 { q } else { q + 1 }
-}
-
-/// A duration rounded to its second-largest unit (`37m53s684ms` → `37m54s`),
-/// for an approximate column span.
-fn round_duration(ms: i64) -> i64 {
-    const SIZES: [i64; 5] = [86_400_000, 3_600_000, 60_000, 1000, 1];
-    let Some(i) = SIZES.iter().position(|&s| ms >= s) else {
-        return ms;
-    };
-    let Some(&unit) = SIZES.get(i + 1) else {
-        return ms;
-    };
-    let rounded = (i128::from(ms) + i128::from(unit) / 2) / i128::from(unit) * i128::from(unit);
-    i64::try_from(rounded).unwrap_or(ms)
-}
-
-/// `rgrant_01J8ZK3ABCD` as `rgrant_…abcd`: the prefix and the last four.
-fn short_id(id: &str) -> String {
-    let chars: Vec<char> = id.chars().collect();
-    if chars.len() <= 14 {
-        return id.to_owned();
-    }
-    let prefix: String = match chars.iter().position(|&c| c == '_') {
-        Some(p) if p < 8 => chars[..=p].iter().collect(),
-        _ => chars[..4].iter().collect(),
-    };
-    let tail: String = chars[chars.len() - 4..].iter().collect();
-    format!("{prefix}…{tail}")
-}
-
-/// `s` in at most `max` characters, with `…` when cut.
-fn shorten(s: &str, max: usize) -> String {
-    fit(s, max)
-}
-
-fn fit(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
-        return s.to_owned();
-    }
-    if width == 0 {
-        return String::new();
-    }
-    let mut out: String = s.chars().take(width - 1).collect();
-    out.push('…');
-    out
-}
-
-/// `s` cut or padded with spaces to exactly `width` characters.
-fn pad(s: &str, width: usize) -> String {
-    let mut out = fit(s, width);
-    let len = out.chars().count();
-    out.extend(std::iter::repeat_n(' ', width - len));
-    out
-}
-
-/// `items` joined by `sep` into lines of at most `width` characters, an item
-/// that is longer alone on its line, cut.
-fn wrap(items: &[String], sep: &str, width: usize) -> Vec<String> {
-    let mut lines: Vec<String> = Vec::new();
-    let mut line = String::new();
-    for item in items {
-        let item = fit(item, width);
-        let joined = line.chars().count() + sep.chars().count() + item.chars().count();
-        if line.is_empty() {
-            line = item;
-        } else if joined <= width {
-            line.push_str(sep);
-            line.push_str(&item);
-        } else {
-            lines.push(std::mem::replace(&mut line, item));
-        }
-    }
-    if !line.is_empty() {
-        lines.push(line);
-    }
-    lines
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn short_ids_keep_the_prefix_and_the_tail() {
-        assert_eq!(short_id("rgrant_01J8ZK3QWABCD"), "rgrant_…ABCD");
-        assert_eq!(short_id("rgrant_01J8"), "rgrant_01J8");
-        assert_eq!(short_id("abcdefghijklmnopq"), "abcd…nopq");
-    }
-
-    #[test]
-    fn column_spans_are_rounded() {
-        assert_eq!(round_duration(2_273_684), 2_274_000);
-        assert_eq!(round_duration(90_061_000), 90_000_000);
-        assert_eq!(round_duration(999), 999);
-    }
 
     #[test]
     fn bars_fill_the_columns_their_terms_meet() {
