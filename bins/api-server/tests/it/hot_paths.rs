@@ -14,7 +14,7 @@ use storage::error::StorageError;
 use storage::model::idempotency::KeyedRequest;
 
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::db::{db, hold_reservation};
+use crate::support::db::{db, hold_reservation, root_id};
 use crate::support::fixtures::{create_instance_ok, grant_body, platform};
 use crate::support::gce::FLAVOR;
 use crate::support::server::Server;
@@ -120,7 +120,7 @@ async fn a_grant_create_reads_only_what_overlaps_its_term() {
         key: "hot-1",
         request_hash: &hash,
     };
-    storage::ops::grants::create(&mut conn, "root", new, key, T0)
+    storage::ops::grants::create(&mut conn, &root_id(), new, key, T0)
         .await
         .expect("create");
     let seen = reads(&mut conn, "grants")
@@ -217,7 +217,7 @@ async fn an_instance_create_reads_only_the_seated_instances() {
         key: "i-hot",
         request_hash: &hash,
     };
-    let created = storage::ops::instances::create(&mut conn, "root", new, key, T0)
+    let created = storage::ops::instances::create(&mut conn, &root_id(), new, key, T0)
         .await
         .expect("create");
     assert_eq!(

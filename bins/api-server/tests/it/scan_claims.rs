@@ -12,7 +12,7 @@ use storage::model::states::ReservationStatus;
 use storage::ops::scans::ListedReservation;
 
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::db::hold_reservation;
+use crate::support::db::{hold_reservation, root_id};
 use crate::support::fixtures::{
     create_pool, gce_account, get_grant, grant_on, reservations, root_account, scan,
 };
@@ -137,13 +137,13 @@ async fn a_scan_claimed_earlier_never_overwrites_one_claimed_later() {
         .expect("claimed");
     assert!(newer.ticket > older.ticket);
     // The later scan's answer lands first: 5 slots.
-    let o = storage::ops::scans::apply_scan(&mut conn, "root", &newer, &[seen("res-a", 5)], T0)
+    let o = storage::ops::scans::apply_scan(&mut conn, &root_id(), &newer, &[seen("res-a", 5)], T0)
         .await
         .expect("apply newer");
     assert_eq!((o.appeared, o.stale), (1, false));
     // The earlier one arrives late, with an older total and without a
     // reservation the later one saw: it changes nothing.
-    let o = storage::ops::scans::apply_scan(&mut conn, "root", &older, &[], T0 + 1)
+    let o = storage::ops::scans::apply_scan(&mut conn, &root_id(), &older, &[], T0 + 1)
         .await
         .expect("apply older");
     assert!(o.stale);
@@ -151,7 +151,7 @@ async fn a_scan_claimed_earlier_never_overwrites_one_claimed_later() {
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["total"], 5);
     assert_eq!(items[0]["status"], "ready");
-    let o = storage::ops::scans::apply_scan(&mut conn, "root", &older, &[seen("res-a", 3)], T0)
+    let o = storage::ops::scans::apply_scan(&mut conn, &root_id(), &older, &[seen("res-a", 3)], T0)
         .await
         .expect("apply older again");
     assert!(o.stale);

@@ -20,6 +20,7 @@ use storage::ops::scans::{self, ClaimRules};
 use crate::google_auth::{SECRETS_KEY, put_secret};
 use crate::metrics::{Sample, scrape_until, value};
 use crate::support::clock::{HOUR, MIN, T0};
+use crate::support::db::root_id;
 use crate::support::fixtures::{
     account_body, bind, create_account, gce_account, grant, instance, items, platform,
     reservations, scan,
@@ -440,7 +441,7 @@ async fn an_explicit_scan_beside_a_workers_live_lease_answers_fresh_and_leaves_t
     assert_eq!(fake.listings().await, 1);
     // The worker's answer arrives: older than the operator's, it is dropped
     // (the reservation is not made gone) and its lease is given back.
-    let late = scans::apply_scan(&mut conn, ROOT, &held, &[], T0 + MIN)
+    let late = scans::apply_scan(&mut conn, &root_id(), &held, &[], T0 + MIN)
         .await
         .expect("apply");
     assert!(late.stale);
