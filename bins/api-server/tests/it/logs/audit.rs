@@ -8,7 +8,7 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
-use crate::google_auth::SECRETS_KEY;
+use crate::accounts::google_auth::SECRETS_KEY;
 use crate::support::clock::{MIN, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{account_body, create_account, create_pool};

@@ -7,7 +7,7 @@ use diesel::sql_types::{Bytea, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::json;
 
-use crate::google_auth::{
+use crate::accounts::google_auth::{
     SECRETS_KEY, SECRETS_KEY_2, account_body_on, account_on, put_secret, scan_as, server_with_key,
     service_account,
 };

@@ -238,11 +238,11 @@ fn body_in(sql: &str, name: &str) -> String {
 async fn the_partition_key_is_spelled_once_and_its_migration_undoes_exactly() {
     use diesel_async::SimpleAsyncConnection;
     const PARTITIONS: &str =
-        include_str!("../../../../migrations/2026-12-06-000001_monthly_partitions/up.sql");
+        include_str!("../../../../../migrations/2026-12-06-000001_monthly_partitions/up.sql");
     const UP: &str =
-        include_str!("../../../../migrations/2026-12-07-000001_month_partition_key/up.sql");
+        include_str!("../../../../../migrations/2026-12-07-000001_month_partition_key/up.sql");
     const DOWN: &str =
-        include_str!("../../../../migrations/2026-12-07-000001_month_partition_key/down.sql");
+        include_str!("../../../../../migrations/2026-12-07-000001_month_partition_key/down.sql");
     let s = Server::start().await;
     let mut conn = db(&s).await;
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::google_auth::account_on;
+use crate::accounts::google_auth::account_on;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
 use crate::support::fixtures::{grant, grant_body, instance, platform, reservations};

@@ -16,8 +16,7 @@ use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 use storage::ops::reservations::{self, ClaimRules};
 
-use crate::google_auth::{SECRETS_KEY, put_secret};
-use crate::metrics::{Sample, scrape_until, value};
+use crate::accounts::google_auth::{SECRETS_KEY, put_secret};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     account_body, bind, create_account, gce_account, grant, instance, items, platform,
@@ -27,6 +26,7 @@ use crate::support::gce::{Gce, PROJECT};
 use crate::support::meter::usage;
 use crate::support::server::{Options, ROOT, ROOT_TOKEN, Server, rand_suffix};
 use crate::support::worker;
+use crate::system::metrics::{Sample, scrape_until, value};
 
 const SCAN: &str = "vps.reservations";
 
