@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     bind, create_grant, create_grant_ok, create_pool, end_grant, gce_account, get_grant_as,
@@ -398,10 +399,11 @@ async fn delete_is_refused_while_a_grant_is_scheduled_or_active() {
     let p = platform(&s, 10).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
     let on_b = |slots, starts, ends, key: &str| {
-        let mut b = grant_body(&p, slots, starts, ends, key);
-        b["accountId"] = json!(account_b);
-        b["reservationId"] = json!(res_b);
-        b
+        GrantBody::on(&p, slots)
+            .term(starts, ends)
+            .key(key)
+            .on_reservation(&account_b, &res_b)
+            .json()
     };
     let scheduled = grant_id(&create_grant_ok(&s, on_b(1, T0 + HOUR, T0 + 2 * HOUR, "a")).await);
     let delete = || s.root("providerAccounts/delete", json!({ "accountId": account_b }));
@@ -425,9 +427,11 @@ async fn delete_is_refused_while_an_ended_grant_is_not_fully_metered() {
     s.set_clock(T0).await;
     let p = platform(&s, 10).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
-    let mut b = grant_body(&p, 2, T0, T0 + 2 * HOUR, "a");
-    b["accountId"] = json!(account_b);
-    b["reservationId"] = json!(res_b);
+    let b = GrantBody::on(&p, 2)
+        .term(T0, T0 + 2 * HOUR)
+        .key("a")
+        .on_reservation(&account_b, &res_b)
+        .json();
     let ended = grant_id(&create_grant_ok(&s, b).await);
     s.set_clock(T0 + HOUR).await;
     end_grant(&s, &account_b, &ended).await.ok();
@@ -457,9 +461,11 @@ async fn delete_succeeds_once_the_reconciler_has_metered_the_ended_grants() {
     s.set_clock(T0).await;
     let p = platform(&s, 10).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
-    let mut b = grant_body(&p, 2, T0, T0 + 5 * HOUR, "a");
-    b["accountId"] = json!(account_b);
-    b["reservationId"] = json!(res_b);
+    let b = GrantBody::on(&p, 2)
+        .term(T0, T0 + 5 * HOUR)
+        .key("a")
+        .on_reservation(&account_b, &res_b)
+        .json();
     let ended = grant_id(&create_grant_ok(&s, b).await);
     s.set_clock(T0 + HOUR + 17 * MIN).await;
     end_grant(&s, &account_b, &ended).await.ok();
@@ -489,12 +495,11 @@ async fn deleting_an_account_forgets_it_its_grants_and_its_keys() {
     s.set_clock(T0).await;
     let p = platform(&s, 10).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
-    let body_b = {
-        let mut b = grant_body(&p, 2, T0 + HOUR, T0 + 2 * HOUR, "kb");
-        b["accountId"] = json!(account_b);
-        b["reservationId"] = json!(res_b);
-        b
-    };
+    let body_b = GrantBody::on(&p, 2)
+        .term(T0 + HOUR, T0 + 2 * HOUR)
+        .key("kb")
+        .on_reservation(&account_b, &res_b)
+        .json();
     let cancelled = grant_id(&create_grant_ok(&s, body_b.clone()).await);
     end_grant(&s, &account_b, &cancelled).await.ok();
     let scoped = s

@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use crate::support::bodies::InstanceBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{grant_body, platform};
 use crate::support::gce::FLAVOR;
@@ -77,12 +78,7 @@ async fn instances_in_the_grant_record_only_grant_usage_and_beyond_it_the_reserv
         s.call(
             t,
             "instances/create",
-            json!({
-                "tenantId": "acme",
-                "poolId": p.pool,
-                "flavor": FLAVOR,
-                "idempotencyKey": key,
-            }),
+            InstanceBody::new(&p.pool, key).tenant("acme").json(),
         )
         .await
         .ok();
@@ -110,12 +106,7 @@ async fn a_gone_reservation_bills_its_instances_on_demand_from_the_scan() {
     s.call(
         t,
         "instances/create",
-        json!({
-            "tenantId": "acme",
-            "poolId": p.pool,
-            "flavor": FLAVOR,
-            "idempotencyKey": "a",
-        }),
+        InstanceBody::new(&p.pool, "a").tenant("acme").json(),
     )
     .await
     .ok();

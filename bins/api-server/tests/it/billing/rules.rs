@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use crate::support::bodies::InstanceBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     end_grant, get_grant, grant, id, instance, instance_op_ok, platform, set_quota,
@@ -347,12 +348,7 @@ async fn billing_none_instances_write_nothing_and_are_never_taken_in() {
     let none = s
         .root(
             "instances/create",
-            json!({
-                "poolId": p.pool,
-                "flavor": FLAVOR,
-                "billing": "none",
-                "idempotencyKey": "n",
-            }),
+            InstanceBody::new(&p.pool, "n").billing("none").json(),
         )
         .await
         .ok();

@@ -2,6 +2,7 @@
 
 use serde_json::{Value, json};
 
+use crate::support::bodies::QuotaBody;
 use crate::support::fixtures::{
     account_in, create_pool, is_typeid, offer, pool_body, root_account,
 };
@@ -406,7 +407,7 @@ async fn quotas_get_orders_rows_by_pool_then_resource() {
     .await;
     s.root(
         "quotas/set",
-        json!({ "tenantId": "acme", "poolId": lo, "resource": "instances", "max": 7 }),
+        QuotaBody::new(&lo, "instances", 7).tenant("acme").json(),
     )
     .await
     .ok();
@@ -512,7 +513,7 @@ async fn quotas_set_sets_the_target_tenants_row_and_emits_there() {
     let v = s
         .root(
             "quotas/set",
-            json!({ "tenantId": "acme", "poolId": pool, "resource": "vcpus", "max": 64 }),
+            QuotaBody::new(&pool, "vcpus", 64).tenant("acme").json(),
         )
         .await
         .ok();
@@ -521,7 +522,7 @@ async fn quotas_set_sets_the_target_tenants_row_and_emits_there() {
     let v = s
         .root(
             "quotas/set",
-            json!({ "tenantId": "acme", "poolId": pool, "resource": "gpus", "max": 0 }),
+            QuotaBody::new(&pool, "gpus", 0).tenant("acme").json(),
         )
         .await
         .ok();
@@ -529,7 +530,7 @@ async fn quotas_set_sets_the_target_tenants_row_and_emits_there() {
     // Setting the same value again still reports the requested max.
     s.root(
         "quotas/set",
-        json!({ "tenantId": "acme", "poolId": pool, "resource": "vcpus", "max": 64 }),
+        QuotaBody::new(&pool, "vcpus", 64).tenant("acme").json(),
     )
     .await
     .ok();
@@ -565,7 +566,7 @@ async fn quotas_set_sets_the_target_tenants_row_and_emits_there() {
     let v = s
         .root(
             "quotas/set",
-            json!({ "tenantId": ROOT, "poolId": pool, "resource": "instances", "max": 3 }),
+            QuotaBody::new(&pool, "instances", 3).tenant(ROOT).json(),
         )
         .await
         .ok();
@@ -581,14 +582,7 @@ async fn quotas_set_errors() {
     let account = root_account(&s).await;
     let pool = create_pool(&s, &account).await;
     offer(&s, &pool, "acme", json!({ "vcpus": 10 })).await;
-    let set = |tenant: &str, pool: &str| {
-        json!({
-            "tenantId": tenant,
-            "poolId": pool,
-            "resource": "vcpus",
-            "max": 99,
-        })
-    };
+    let set = |tenant: &str, pool: &str| QuotaBody::new(pool, "vcpus", 99).tenant(tenant).json();
     // NOT_FOUND: the pool, or the target tenant.
     s.root("quotas/set", set("acme", MISSING_POOL))
         .await

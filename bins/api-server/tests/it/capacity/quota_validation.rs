@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::support::bodies::QuotaBody;
 use crate::support::fixtures::{create_pool, offer, root_account};
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 
@@ -120,7 +121,7 @@ async fn quotas_set_validates_every_field() {
     let account = root_account(&s).await;
     let pool = create_pool(&s, &account).await;
     offer(&s, &pool, "acme", json!({ "vcpus": 1 })).await;
-    let base = json!({ "tenantId": "acme", "poolId": pool, "resource": "vcpus", "max": 8 });
+    let base = QuotaBody::new(&pool, "vcpus", 8).tenant("acme").json();
     let mut cases = common_cases();
     cases.extend([
         (json!({ "-poolId": null }), "poolId", "missing"),

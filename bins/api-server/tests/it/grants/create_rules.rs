@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     bind, create_grant, create_grant_ok, end_grant, get_grant_as, grant_body, grant_body_for,
@@ -85,8 +86,11 @@ async fn an_unknown_or_foreign_account_is_not_found() {
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 10).await;
-    let mut b = grant_body(&p, 1, T0, T0 + HOUR, "k1");
-    b["accountId"] = json!(no_such("pacct"));
+    let b = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("k1")
+        .account(&no_such("pacct"))
+        .json();
     create_grant(&s, b).await.err(404, "NOT_FOUND");
 
     // acme's own provider account, named by root.
@@ -107,8 +111,11 @@ async fn an_unknown_or_foreign_account_is_not_found() {
         .as_str()
         .unwrap()
         .to_owned();
-    let mut b = grant_body(&p, 1, T0, T0 + HOUR, "k2");
-    b["accountId"] = json!(acme_account);
+    let b = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("k2")
+        .account(&acme_account)
+        .json();
     create_grant(&s, b).await.err(404, "NOT_FOUND");
     assert!(items(&list_grants(&s, ROOT_TOKEN, "root", Some(true)).await.ok()).is_empty());
 }
@@ -118,19 +125,27 @@ async fn a_reservation_not_on_the_account_is_not_found() {
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 10).await;
-    let mut b = grant_body(&p, 1, T0, T0 + HOUR, "k1");
-    b["reservationId"] = json!(Gce::reservation_id("no-such"));
+    let b = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("k1")
+        .reservation(&Gce::reservation_id("no-such"))
+        .json();
     create_grant(&s, b).await.err(404, "NOT_FOUND");
 
     // A reservation that exists, bound, on another account.
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
-    let mut b = grant_body(&p, 1, T0, T0 + HOUR, "k2");
-    b["reservationId"] = json!(res_b);
+    let b = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("k2")
+        .reservation(&res_b)
+        .json();
     create_grant(&s, b).await.err(404, "NOT_FOUND");
     // ...which is fine on its own account.
-    let mut b = grant_body(&p, 1, T0, T0 + HOUR, "k3");
-    b["accountId"] = json!(account_b);
-    b["reservationId"] = json!(res_b);
+    let b = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("k3")
+        .on_reservation(&account_b, &res_b)
+        .json();
     let g = create_grant_ok(&s, b).await;
     assert_eq!(g["reservationId"], res_b.as_str());
 }
@@ -235,8 +250,11 @@ async fn the_project_must_be_the_grantees() {
         .into_iter()
         .enumerate()
     {
-        let mut b = grant_body(&p, 1, T0, T0 + HOUR, &format!("k{i}"));
-        b["projectId"] = json!(prj);
+        let b = GrantBody::on(&p, 1)
+            .term(T0, T0 + HOUR)
+            .key(&format!("k{i}"))
+            .project(&prj)
+            .json();
         let r = create_grant(&s, b).await;
         let d = r.err(400, "INVALID_INPUT");
         assert_eq!(d["reason"], "project-not-grantee", "{prj}");
@@ -245,8 +263,11 @@ async fn the_project_must_be_the_grantees() {
     assert!(items(&list_grants(&s, ROOT_TOKEN, "root", Some(true)).await.ok()).is_empty());
 
     let acme_project = project(&s, &p.tenant_token, "acme", "batch").await;
-    let mut b = grant_body(&p, 1, T0, T0 + HOUR, "k0");
-    b["projectId"] = json!(acme_project);
+    let b = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("k0")
+        .project(&acme_project)
+        .json();
     let g = create_grant_ok(&s, b).await;
     assert_eq!(g["projectId"], acme_project.as_str());
     let got = get_grant_as(&s, &p.tenant_token, "acme", &grant_id(&g))
@@ -441,11 +462,11 @@ async fn another_request_under_the_key_is_conflict() {
         grant_body(&p, 1, T0, T0 + 2 * HOUR, "shared"),
         grant_body(&p, 2, T0, T0 + 3 * HOUR, "shared"),
         grant_body_for(&p, "root", 2, T0, T0 + 2 * HOUR, "shared"),
-        {
-            let mut b = grant_body(&p, 2, T0, T0 + 2 * HOUR, "shared");
-            b["projectId"] = json!(no_such("prj"));
-            b
-        },
+        GrantBody::on(&p, 2)
+            .term(T0, T0 + 2 * HOUR)
+            .key("shared")
+            .project(&no_such("prj"))
+            .json(),
     ] {
         let r = create_grant(&s, other).await;
         assert_eq!(r.err(409, "CONFLICT")["idempotencyKey"], "shared");
@@ -474,16 +495,22 @@ async fn a_failed_create_does_not_consume_its_key() {
     let p = platform(&s, 4).await;
     let viewer = s.key(ROOT_TOKEN, "root", "viewer", None).await;
     // Failures of every kind under the key "k".
-    let mut denied = grant_body(&p, 1, T0, T0 + HOUR, "k");
-    denied["tenantId"] = json!("root");
+    let denied = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("k")
+        .acting("root")
+        .json();
     s.call(&viewer, "reservationGrants/create", denied)
         .await
         .err(403, "ACCESS_DENIED");
     let mut bad = grant_body(&p, 1, T0, T0 + HOUR, "k");
     bad["slots"] = json!(0);
     create_grant(&s, bad).await.err(400, "INVALID_INPUT");
-    let mut missing = grant_body(&p, 1, T0, T0 + HOUR, "k");
-    missing["accountId"] = json!(no_such("pacct"));
+    let missing = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("k")
+        .account(&no_such("pacct"))
+        .json();
     create_grant(&s, missing).await.err(404, "NOT_FOUND");
     create_grant(&s, grant_body(&p, 1, T0 + HOUR, T0 + HOUR, "k"))
         .await
@@ -566,8 +593,11 @@ async fn create_validates_every_field() {
     let s = Server::start().await;
     s.set_clock(T0).await;
     let p = platform(&s, 4).await;
-    let mut base = grant_body(&p, 1, T0, T0 + HOUR, "valid");
-    base["tenantId"] = json!("root");
+    let base = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("valid")
+        .acting("root")
+        .json();
     let path = "reservationGrants/create";
     let long = |n: usize| "a".repeat(n);
     let b32 = |n: usize| "0".repeat(n);

@@ -7,6 +7,7 @@
 use futures::future::join_all;
 use serde_json::{Value, json};
 
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     Platform, create_grant, create_grant_ok, end_grant, get_grant_as, grant_body, grant_body_for,
@@ -85,8 +86,11 @@ async fn each_transition_is_published_once_with_its_data() {
     let p = platform(&s, 10).await;
     let prj = project(&s, &p.tenant_token, "acme", "web").await;
 
-    let mut b1 = grant_body(&p, 2, T0 + HOUR, T0 + 3 * HOUR, "g1");
-    b1["projectId"] = json!(prj);
+    let b1 = GrantBody::on(&p, 2)
+        .term(T0 + HOUR, T0 + 3 * HOUR)
+        .key("g1")
+        .project(&prj)
+        .json();
     let b2 = grant_body(&p, 1, T0 + 4 * HOUR, T0 + 5 * HOUR, "g2");
     let b3 = grant_body(&p, 3, T0, T0 + HOUR, "g3");
     let b4 = grant_body_for(&p, "root", 1, T0 + HOUR, T0 + 2 * HOUR, "g4");

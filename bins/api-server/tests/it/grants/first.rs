@@ -9,11 +9,12 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
+use crate::support::bodies::{GrantBody, InstanceBody};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
 use crate::support::fixtures::{
-    Platform, bind, create_grant_ok, get_instance, grant, grant_body, grant_id, grant_on, id,
-    instance, instance_op_ok, offer, platform, project, scan, set_quota,
+    Platform, bind, create_grant_ok, get_instance, grant, grant_id, grant_on, id, instance,
+    instance_op_ok, offer, platform, project, scan, set_quota,
 };
 use crate::support::gce::{FLAVOR, Gce};
 use crate::support::meter::{at, of_meter, q, round_micros, total, usage, usage_of_instance};
@@ -147,8 +148,11 @@ async fn a_project_grant_refills_only_from_its_project() {
     let p = platform(&s, 4).await;
     let t = p.tenant_token.clone();
     let prj = project(&s, &t, "acme", "web").await;
-    let mut body = grant_body(&p, 1, T0, T0 + 3 * HOUR, "gp");
-    body["projectId"] = json!(prj);
+    let body = GrantBody::on(&p, 1)
+        .term(T0, T0 + 3 * HOUR)
+        .key("gp")
+        .project(&prj)
+        .json();
     let g = grant_id(&create_grant_ok(&s, body).await);
     let in_project = |key: &str| {
         json!({ "tenantId": "acme", "poolId": p.pool, "flavor": FLAVOR,
@@ -186,8 +190,7 @@ async fn billing_none_never_refills_and_a_stop_keeps_the_slot_and_refills_nothin
     let unbilled = s
         .root(
             "instances/create",
-            json!({ "poolId": p.pool, "flavor": FLAVOR, "billing": "none",
-                    "idempotencyKey": "none-1" }),
+            InstanceBody::new(&p.pool, "none-1").billing("none").json(),
         )
         .await
         .ok()["instance"]
@@ -258,8 +261,9 @@ async fn concurrent_creates_over_two_reservations_never_deadlock_or_over_fill() 
             s.call(
                 &token,
                 "instances/create",
-                json!({ "tenantId": tenant, "poolId": pool, "flavor": FLAVOR,
-                        "idempotencyKey": format!("c-{i}") }),
+                InstanceBody::new(&pool, &format!("c-{i}"))
+                    .tenant(tenant)
+                    .json(),
             )
             .await
         }

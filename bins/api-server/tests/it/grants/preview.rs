@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, SEC, T0};
 use crate::support::db::contents;
 use crate::support::fixtures::{
@@ -126,16 +127,22 @@ async fn preview_refuses_what_create_refuses_with_the_same_code() {
             "end before start",
             grant_body(&p, 1, T0 + HOUR, T0 + HOUR, &key()),
         ),
-        ("unknown account", {
-            let mut b = grant_body(&p, 1, T0, T0 + HOUR, &key());
-            b["accountId"] = json!(no_such("pacct"));
-            b
-        }),
-        ("unknown reservation", {
-            let mut b = grant_body(&p, 1, T0, T0 + HOUR, &key());
-            b["reservationId"] = json!("gce:us-central1-a:nope");
-            b
-        }),
+        (
+            "unknown account",
+            GrantBody::on(&p, 1)
+                .term(T0, T0 + HOUR)
+                .key(&key())
+                .account(&no_such("pacct"))
+                .json(),
+        ),
+        (
+            "unknown reservation",
+            GrantBody::on(&p, 1)
+                .term(T0, T0 + HOUR)
+                .key(&key())
+                .reservation("gce:us-central1-a:nope")
+                .json(),
+        ),
         ("zero slots", grant_body(&p, 0, T0, T0 + HOUR, &key())),
     ];
     for (what, body) in &cases {
@@ -159,8 +166,11 @@ async fn preview_refuses_what_create_refuses_with_the_same_code() {
     preview(&s, &body).await.err(409, "INVALID_STATE");
     create_grant(&s, body).await.err(409, "INVALID_STATE");
     // A preview takes create's input without the key: a key is unknown.
-    let mut keyed = grant_body(&p, 1, T0, T0 + HOUR, &key());
-    keyed["tenantId"] = json!("root");
+    let keyed = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key(&key())
+        .acting("root")
+        .json();
     s.call(ROOT_TOKEN, "reservationGrants/preview", keyed)
         .await
         .err(400, "INVALID_INPUT");

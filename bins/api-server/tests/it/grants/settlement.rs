@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 
+use crate::support::bodies::{GrantBody, InstanceBody};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
@@ -12,7 +13,6 @@ use crate::support::fixtures::{
     grant_body, grant_id, id, in_grant, instance_op_ok, list_instances, placement, placement_of,
     plain, platform, poke, project, root_can_use, scan, tenant_with_pool,
 };
-use crate::support::gce::FLAVOR;
 use crate::support::server::Server;
 
 /// The events of `tenant` of the `reservation-grant.*` family for `grant`,
@@ -138,8 +138,11 @@ async fn a_project_grant_takes_in_only_its_projects_instances() {
     let n = create_instance_ok(&s, t, "acme", &p.pool, "n", json!({})).await;
     s.set_clock(T0 + 2 * MIN).await;
     let w = create_instance_ok(&s, t, "acme", &p.pool, "w", json!({ "projectId": web })).await;
-    let mut body = grant_body(&p, 2, T0 + HOUR, T0 + 2 * HOUR, "g");
-    body["projectId"] = json!(web);
+    let body = GrantBody::on(&p, 2)
+        .term(T0 + HOUR, T0 + 2 * HOUR)
+        .key("g")
+        .project(&web)
+        .json();
     let g = grant_id(&create_grant_ok(&s, body).await);
 
     s.set_clock(T0 + HOUR + 30 * MIN).await;
@@ -174,22 +177,14 @@ async fn unbilled_instances_are_never_taken_in() {
     let none = s
         .root(
             "instances/create",
-            json!({
-                "poolId": p.pool,
-                "flavor": FLAVOR,
-                "billing": "none",
-                "idempotencyKey": "n",
-            }),
+            InstanceBody::new(&p.pool, "n").billing("none").json(),
         )
         .await
         .ok()["instance"]
         .clone();
     s.set_clock(T0 + MIN).await;
     let std = s
-        .root(
-            "instances/create",
-            json!({ "poolId": p.pool, "flavor": FLAVOR, "idempotencyKey": "s" }),
-        )
+        .root("instances/create", InstanceBody::new(&p.pool, "s").json())
         .await
         .ok()["instance"]
         .clone();
@@ -502,11 +497,17 @@ async fn a_renewal_takes_over_only_the_instances_it_serves() {
     let w = id(&create_instance_ok(&s, t, "acme", &p.pool, "w", json!({ "projectId": web })).await);
     // Live at G1's end: a web-only grant of acme with room for both, and a
     // grant of another tenant (never a renewal of acme's).
-    let mut body = grant_body(&p, 2, T0 + 30 * MIN, T0 + 3 * HOUR, "gw");
-    body["projectId"] = json!(web);
+    let body = GrantBody::on(&p, 2)
+        .term(T0 + 30 * MIN, T0 + 3 * HOUR)
+        .key("gw")
+        .project(&web)
+        .json();
     let gw = grant_id(&create_grant_ok(&s, body).await);
-    let mut gx = grant_body(&p, 2, T0 + 30 * MIN, T0 + 3 * HOUR, "gx");
-    gx["grantTenantId"] = json!("globex");
+    let gx = GrantBody::on(&p, 2)
+        .term(T0 + 30 * MIN, T0 + 3 * HOUR)
+        .key("gx")
+        .grantee("globex")
+        .json();
     s.root("reservationGrants/create", gx).await.ok();
 
     s.set_clock(T0 + 2 * HOUR).await;

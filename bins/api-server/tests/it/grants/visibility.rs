@@ -3,6 +3,7 @@
 
 use serde_json::json;
 
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     create_grant_ok, end_grant, get_grant_as, grant_body, grant_body_for, grant_id, grant_ids,
@@ -83,8 +84,11 @@ async fn a_grant_shows_every_field_of_the_contract() {
     s.set_clock(T0).await;
     let p = platform(&s, 10).await;
     let prj = project(&s, &p.tenant_token, "acme", "web").await;
-    let mut b = grant_body(&p, 3, T0 + HOUR, T0 + 4 * HOUR, "a");
-    b["projectId"] = json!(prj);
+    let b = GrantBody::on(&p, 3)
+        .term(T0 + HOUR, T0 + 4 * HOUR)
+        .key("a")
+        .project(&prj)
+        .json();
     let g = create_grant_ok(&s, b).await;
     let id = grant_id(&g);
     assert!(
@@ -202,9 +206,11 @@ async fn end_of_a_grant_on_another_account_is_not_found() {
     let g = create_grant_ok(&s, grant_body(&p, 1, T0, T0 + 2 * HOUR, "a")).await;
     let id = grant_id(&g);
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
-    let mut b = grant_body(&p, 1, T0, T0 + 2 * HOUR, "b");
-    b["accountId"] = json!(account_b);
-    b["reservationId"] = json!(res_b);
+    let b = GrantBody::on(&p, 1)
+        .term(T0, T0 + 2 * HOUR)
+        .key("b")
+        .on_reservation(&account_b, &res_b)
+        .json();
     let on_b = grant_id(&create_grant_ok(&s, b).await);
     let acme_account = s
         .call(

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value, json};
 
+use crate::support::bodies::{GrantBody, KeyBody};
 use crate::support::fixtures::{create_account, create_pool, offer};
 use crate::support::server::{Answer, ROOT, ROOT_TOKEN, Server, rand_suffix};
 
@@ -219,11 +220,7 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
                 .call(
                     w.admin_of(acting),
                     "apiKeys/create",
-                    json!({
-                        "tenantId": acting,
-                        "name": format!("to revoke {n}"),
-                        "role": "viewer",
-                    }),
+                    KeyBody::new(acting, &format!("to revoke {n}"), "viewer").json(),
                 )
                 .await
                 .ok();
@@ -296,26 +293,16 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
             false,
         ),
         "reservationGrants.create" => (
-            json!({
-                "accountId": w.account_of(acting),
-                "reservationId": missing_reservation,
-                "grantTenantId": "acme",
-                "slots": 1,
-                "startsAt": w.clock + 3_600_000,
-                "endsAt": w.clock + 7_200_000,
-                "idempotencyKey": format!("matrix-grant-{n}"),
-            }),
+            GrantBody::new(w.account_of(acting), missing_reservation, "acme", 1)
+                .term(w.clock + 3_600_000, w.clock + 7_200_000)
+                .key(&format!("matrix-grant-{n}"))
+                .json(),
             false,
         ),
         "reservationGrants.preview" => (
-            json!({
-                "accountId": w.account_of(acting),
-                "reservationId": missing_reservation,
-                "grantTenantId": "acme",
-                "slots": 1,
-                "startsAt": w.clock + 3_600_000,
-                "endsAt": w.clock + 7_200_000,
-            }),
+            GrantBody::new(w.account_of(acting), missing_reservation, "acme", 1)
+                .term(w.clock + 3_600_000, w.clock + 7_200_000)
+                .json(),
             false,
         ),
         "reservationGrants.end" => (

@@ -10,6 +10,7 @@ use storage::test_db::TestDatabase;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::support::bodies::QuotaBody;
 use crate::support::server::{Options, ROOT, ROOT_TOKEN, Server};
 
 const MIB: usize = 1024 * 1024;
@@ -738,7 +739,7 @@ async fn checks_run_in_the_contract_order() {
         .call(
             &viewer,
             "quotas/set",
-            json!({ "tenantId": "acme", "poolId": "pool_x", "resource": "vcpus", "max": 1 }),
+            QuotaBody::new("pool_x", "vcpus", 1).tenant("acme").json(),
         )
         .await;
     assert_eq!(d.err(400, "INVALID_INPUT")["field"], "poolId");
@@ -759,7 +760,9 @@ async fn checks_run_in_the_contract_order() {
     s.call(
         &acme,
         "quotas/set",
-        json!({ "tenantId": "nobody", "poolId": missing_pool, "resource": "vcpus", "max": 1 }),
+        QuotaBody::new(missing_pool, "vcpus", 1)
+            .tenant("nobody")
+            .json(),
     )
     .await
     .err(403, "ACCESS_DENIED");

@@ -12,9 +12,10 @@ use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::support::bodies::InstanceBody;
 use crate::support::clock::T0;
 use crate::support::fixtures::{create_account, instance, platform};
-use crate::support::gce::{FLAVOR, Gce, PROJECT};
+use crate::support::gce::{Gce, PROJECT};
 use crate::support::server::{Answer, Options, ROOT_TOKEN, Server, rand_suffix};
 use crate::support::worker;
 
@@ -527,8 +528,7 @@ async fn a_tenant_cannot_bind_its_own_reservation_into_a_platform_pool() {
         .call(
             &t,
             "instances/create",
-            json!({ "tenantId": "acme", "poolId": p.pool, "flavor": FLAVOR,
-                    "idempotencyKey": "third" }),
+            InstanceBody::new(&p.pool, "third").tenant("acme").json(),
         )
         .await;
     let d = full.err(409, "CAPACITY_UNAVAILABLE");

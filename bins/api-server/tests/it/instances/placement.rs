@@ -5,14 +5,15 @@
 
 use serde_json::json;
 
+use crate::support::bodies::{GrantBody, InstanceBody};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
     create_grant_ok, create_instance, create_instance_ok, create_pool, gce_account, get_instance,
-    grant, grant_body, grant_id, id, in_grant, instance_op, instance_op_ok, list_instances,
-    placement, placement_of, plain, platform, project, root_can_use, scan, tenant_with_pool, used,
+    grant, grant_id, id, in_grant, instance_op, instance_op_ok, list_instances, placement,
+    placement_of, plain, platform, project, root_can_use, scan, tenant_with_pool, used,
 };
-use crate::support::gce::{FLAVOR, Gce};
+use crate::support::gce::Gce;
 use crate::support::server::Server;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -117,12 +118,9 @@ async fn the_grant_slot_is_not_shared_even_while_the_grantee_holds_none() {
         &json!({ "reservationId": p.reservation, "total": 2, "inUse": 0, "available": 0 })
     );
     root_can_use(&s, &p.pool).await;
-    s.root(
-        "instances/create",
-        json!({ "poolId": p.pool, "flavor": FLAVOR, "idempotencyKey": "r" }),
-    )
-    .await
-    .err(409, "CAPACITY_UNAVAILABLE");
+    s.root("instances/create", InstanceBody::new(&p.pool, "r").json())
+        .await
+        .err(409, "CAPACITY_UNAVAILABLE");
     // Once the term is over, the slots are ordinary again.
     s.set_clock(T0 + HOUR).await;
     let x = create_instance_ok(&s, &globex, "globex", &p.pool, "x", json!({})).await;
@@ -137,8 +135,11 @@ async fn a_grant_with_a_project_serves_only_that_projects_instances() {
     let t = &p.tenant_token;
     let web = project(&s, t, "acme", "web").await;
     let batch = project(&s, t, "acme", "batch").await;
-    let mut body = grant_body(&p, 1, T0, T0 + 10 * HOUR, "gw");
-    body["projectId"] = json!(web);
+    let body = GrantBody::on(&p, 1)
+        .term(T0, T0 + 10 * HOUR)
+        .key("gw")
+        .project(&web)
+        .json();
     let gw = grant_id(&create_grant_ok(&s, body).await);
 
     // Another project's instance, and one without a project: ordinary slots,
@@ -194,12 +195,7 @@ async fn a_physically_full_reservation_refuses_everyone_the_grantee_included() {
     let refused = s
         .root(
             "instances/create",
-            json!({
-                "poolId": p.pool,
-                "flavor": FLAVOR,
-                "billing": "none",
-                "idempotencyKey": "r",
-            }),
+            InstanceBody::new(&p.pool, "r").billing("none").json(),
         )
         .await;
     assert_eq!(refused.err(409, "CAPACITY_UNAVAILABLE"), &expected);
@@ -245,12 +241,7 @@ async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_sl
     let none = s
         .root(
             "instances/create",
-            json!({
-                "poolId": p.pool,
-                "flavor": FLAVOR,
-                "billing": "none",
-                "idempotencyKey": "n1",
-            }),
+            InstanceBody::new(&p.pool, "n1").billing("none").json(),
         )
         .await
         .ok()["instance"]
@@ -267,10 +258,7 @@ async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_sl
     );
     // Root's billed instance enters root's grant.
     let std = s
-        .root(
-            "instances/create",
-            json!({ "poolId": p.pool, "flavor": FLAVOR, "idempotencyKey": "s1" }),
-        )
+        .root("instances/create", InstanceBody::new(&p.pool, "s1").json())
         .await
         .ok()["instance"]
         .clone();
@@ -290,12 +278,7 @@ async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_sl
     // free slot, but an unbilled instance never enters a grant.
     s.root(
         "instances/create",
-        json!({
-            "poolId": p.pool,
-            "flavor": FLAVOR,
-            "billing": "none",
-            "idempotencyKey": "n2",
-        }),
+        InstanceBody::new(&p.pool, "n2").billing("none").json(),
     )
     .await
     .err(409, "CAPACITY_UNAVAILABLE");
@@ -508,8 +491,11 @@ async fn grants_come_first_across_candidates_then_ordinary_slots_in_id_order() {
     .await
     .ok();
     // acme has a grant on res-b only.
-    let mut body = grant_body(&p, 1, T0, T0 + HOUR, "gb");
-    body["reservationId"] = json!(res_b);
+    let body = GrantBody::on(&p, 1)
+        .term(T0, T0 + HOUR)
+        .key("gb")
+        .reservation(&res_b)
+        .json();
     let gb = s.root("reservationGrants/create", body).await.ok()["grant"]["grantId"]
         .as_str()
         .expect("grantId")

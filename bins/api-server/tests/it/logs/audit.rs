@@ -9,6 +9,7 @@ use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
 use crate::accounts::google_auth::SECRETS_KEY;
+use crate::support::bodies::{KeyBody, QuotaBody};
 use crate::support::clock::{MIN, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{account_body, create_account, create_pool};
@@ -92,7 +93,7 @@ async fn admin_key(s: &Server, token: &str, tenant: &str) -> (String, String) {
         .call(
             token,
             "apiKeys/create",
-            json!({ "tenantId": tenant, "name": "audited admin", "role": "admin" }),
+            KeyBody::new(tenant, "audited admin", "admin").json(),
         )
         .await
         .ok();
@@ -141,7 +142,7 @@ fn fixture_body(name: &str, account: &str, pool: &str, n: usize) -> Option<Value
         "pools.offer" => {
             json!({ "poolId": pool, "offerTenantId": "acme", "quotas": { "instances": 3 } })
         }
-        "quotas.set" => json!({ "poolId": pool, "resource": "gpus", "max": 7 }),
+        "quotas.set" => QuotaBody::new(pool, "gpus", 7).json(),
         "clock.set" => json!({ "now": T0 + 10 * MIN }),
         "providerAccounts.create" => {
             let mut b = account_body(ROOT, &format!("audited {n}"), &format!("audit-acct-{n}"));
@@ -274,7 +275,7 @@ async fn denied_replayed_failed_and_unauthenticated_calls() {
             .call(
                 &acme,
                 "apiKeys/create",
-                json!({ "tenantId": "acme", "name": "viewer", "role": "viewer" }),
+                KeyBody::new("acme", "viewer", "viewer").json(),
             )
             .await
             .ok();
@@ -448,7 +449,7 @@ async fn no_record_holds_a_secret_or_a_body() {
         .call(
             &acme,
             "apiKeys/create",
-            json!({ "tenantId": "acme", "name": "nameofthekey", "role": "member" }),
+            KeyBody::new("acme", "nameofthekey", "member").json(),
         )
         .await
         .ok();

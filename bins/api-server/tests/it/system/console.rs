@@ -24,6 +24,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN};
 use crate::support::db::contents;
 use crate::support::fixtures::{
@@ -1316,14 +1317,10 @@ async fn an_operator_previews_a_grant_that_fits_and_one_that_does_not() {
     let grants_before = all_grants(&s).await;
     let db_before = contents(&s).await;
     let body = |tenant: &str, slots: i64, from: i64, to: i64| {
-        json!({
-            "accountId": p.account,
-            "reservationId": p.reservation,
-            "grantTenantId": tenant,
-            "slots": slots,
-            "startsAt": from,
-            "endsAt": to,
-        })
+        GrantBody::on(&p, slots)
+            .grantee(tenant)
+            .term(from, to)
+            .json()
     };
     // Fits: 2 slots from now to hour 1, taking in acme's two instances.
     // Does not fit: 2 slots (for acme's project) over globex's 3.

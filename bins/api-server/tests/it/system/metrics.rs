@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::accounts::google_auth::account_on;
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
-use crate::support::fixtures::{grant, grant_body, instance, platform, reservations};
+use crate::support::fixtures::{grant, instance, platform, reservations};
 use crate::support::gce::Gce;
 use crate::support::server::{Options, ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -153,11 +154,15 @@ async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
     let url = format!("{}/metrics", s.url);
 
     // Denials by class: a root-only method from a tenant, a viewer writing.
-    s.call(&p.tenant_token, "reservationGrants/create", {
-        let mut b = grant_body(&p, 1, T0, T0 + HOUR, "deny-1");
-        b["tenantId"] = json!("acme");
-        b
-    })
+    s.call(
+        &p.tenant_token,
+        "reservationGrants/create",
+        GrantBody::on(&p, 1)
+            .term(T0, T0 + HOUR)
+            .key("deny-1")
+            .acting("acme")
+            .json(),
+    )
     .await
     .err(403, "ACCESS_DENIED");
     let viewer = s.key(&p.tenant_token, "acme", "viewer", None).await;
@@ -174,11 +179,14 @@ async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
     let mut lock = hold_reservation(&s, &p.account, &p.reservation).await;
     let creates: Vec<_> = (0..4)
         .map(|k| {
-            let (url, body) = (s.url.clone(), {
-                let mut b = grant_body(&p, 1, T0, T0 + HOUR, &format!("slow-{k}"));
-                b["tenantId"] = json!("root");
-                b
-            });
+            let (url, body) = (
+                s.url.clone(),
+                GrantBody::on(&p, 1)
+                    .term(T0, T0 + HOUR)
+                    .key(&format!("slow-{k}"))
+                    .acting("root")
+                    .json(),
+            );
             tokio::spawn(async move {
                 reqwest::Client::new()
                     .post(format!("{url}/api/compute/reservationGrants/create"))

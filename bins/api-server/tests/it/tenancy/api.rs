@@ -2,6 +2,7 @@
 
 use serde_json::{Value, json};
 
+use crate::support::bodies::{KeyBody, QuotaBody};
 use crate::support::fixtures::{account_in, create_pool, is_typeid, offer, root_account};
 use crate::support::server::{ROOT, Server};
 
@@ -183,7 +184,7 @@ async fn tenants_delete_revokes_keys_at_once_and_is_idempotent() {
     // A deleted tenant is gone for the methods that name it.
     s.root(
         "quotas/set",
-        json!({ "tenantId": "acme", "poolId": pool, "resource": "vcpus", "max": 1 }),
+        QuotaBody::new(&pool, "vcpus", 1).tenant("acme").json(),
     )
     .await
     .err(404, "NOT_FOUND");
@@ -314,7 +315,7 @@ async fn api_keys_list_never_returns_secrets_and_revoke_works_at_once() {
         .call(
             &admin,
             "apiKeys/create",
-            json!({ "tenantId": "acme", "name": "ci deployer", "role": "member" }),
+            KeyBody::new("acme", "ci deployer", "member").json(),
         )
         .await
         .ok();
@@ -420,7 +421,7 @@ async fn api_keys_list_never_returns_secrets_and_revoke_works_at_once() {
         .call(
             &admin,
             "apiKeys/create",
-            json!({ "tenantId": "acme", "name": "x", "role": "owner" }),
+            KeyBody::new("acme", "x", "owner").json(),
         )
         .await;
     assert_eq!(a.err(400, "INVALID_INPUT")["field"], "role");
@@ -440,7 +441,7 @@ async fn api_keys_list_never_returns_secrets_and_revoke_works_at_once() {
     s.call(
         &viewer,
         "apiKeys/create",
-        json!({ "tenantId": "acme", "name": "x", "role": "admin" }),
+        KeyBody::new("acme", "x", "admin").json(),
     )
     .await
     .err(403, "ACCESS_DENIED");
@@ -457,12 +458,9 @@ async fn account_scoped_keys_name_an_account_of_their_own_tenant() {
         .call(
             &acme,
             "apiKeys/create",
-            json!({
-                "tenantId": "acme",
-                "name": "ops",
-                "role": "provider-admin",
-                "accountId": acme_account,
-            }),
+            KeyBody::new("acme", "ops", "provider-admin")
+                .account(&acme_account)
+                .json(),
         )
         .await
         .ok();
@@ -494,7 +492,7 @@ async fn account_scoped_keys_name_an_account_of_their_own_tenant() {
         s.call(
             &acme,
             "apiKeys/create",
-            json!({ "tenantId": "acme", "name": "x", "role": "admin", "accountId": account }),
+            KeyBody::new("acme", "x", "admin").account(account).json(),
         )
         .await
         .err(404, "NOT_FOUND");
@@ -508,7 +506,7 @@ async fn account_scoped_keys_name_an_account_of_their_own_tenant() {
         .call(
             &acme,
             "apiKeys/create",
-            json!({ "tenantId": "acme", "name": "x", "role": "admin", "accountId": "acct-1" }),
+            KeyBody::new("acme", "x", "admin").account("acct-1").json(),
         )
         .await;
     assert_eq!(a.err(400, "INVALID_INPUT")["field"], "accountId");

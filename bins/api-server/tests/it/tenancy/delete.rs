@@ -5,14 +5,14 @@
 
 use serde_json::json;
 
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{
     events_in_db, instances_in_db, quotas_in_db, seg_grant, seg_off, seg_res, segments,
 };
 use crate::support::fixtures::{
     create_instance, create_instance_ok, create_pool, default_quotas, get_grant, get_instance,
-    grant, grant_body, grant_of, id, instance_op_ok, offer, placement, plain, platform,
-    tenant_with_pool,
+    grant, grant_of, id, instance_op_ok, offer, placement, plain, platform, tenant_with_pool,
 };
 use crate::support::server::Server;
 
@@ -217,8 +217,11 @@ async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their
     );
 
     // A deleted tenant is no grantee.
-    let mut body = grant_body(&p, 1, at + HOUR, at + 2 * HOUR, "after");
-    body["grantTenantId"] = json!("acme");
+    let body = GrantBody::on(&p, 1)
+        .term(at + HOUR, at + 2 * HOUR)
+        .key("after")
+        .grantee("acme")
+        .json();
     s.root("reservationGrants/create", body)
         .await
         .err(404, "NOT_FOUND");

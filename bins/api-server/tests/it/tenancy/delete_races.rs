@@ -10,11 +10,10 @@ use diesel::sql_types::{BigInt, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::json;
 
+use crate::support::bodies::{GrantBody, KeyBody, QuotaBody};
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{
-    Platform, create_instance, default_quotas, grant_body, offer, platform,
-};
+use crate::support::fixtures::{Platform, create_instance, default_quotas, offer, platform};
 use crate::support::server::{Answer, Server, rand_suffix};
 
 /// Rounds of the race; each round a fresh tenant.
@@ -41,13 +40,16 @@ async fn race_once(s: &Server, p: &Platform, round: usize) -> (String, Answers) 
     let name = format!("t{round}-{}", rand_suffix().to_lowercase());
     let token = s.tenant(&name).await;
     offer(s, &p.pool, &name, default_quotas()).await;
-    let mut grant = grant_body(p, 1, T0, T0 + 10 * HOUR, &format!("g-{name}"));
-    grant["grantTenantId"] = json!(name);
-    let future_grant = {
-        let mut g = grant_body(p, 1, T0 + 20 * HOUR, T0 + 30 * HOUR, &format!("f-{name}"));
-        g["grantTenantId"] = json!(name);
-        g
-    };
+    let grant = GrantBody::on(p, 1)
+        .term(T0, T0 + 10 * HOUR)
+        .key(&format!("g-{name}"))
+        .grantee(&name)
+        .json();
+    let future_grant = GrantBody::on(p, 1)
+        .term(T0 + 20 * HOUR, T0 + 30 * HOUR)
+        .key(&format!("f-{name}"))
+        .grantee(&name)
+        .json();
     let t = name.as_str();
     let tok = token.as_str();
     let (deleted, writes) = tokio::join!(
@@ -59,12 +61,12 @@ async fn race_once(s: &Server, p: &Platform, round: usize) -> (String, Answers) 
                 create_instance(s, tok, t, &p.pool, "i1", json!({})),
                 s.root(
                     "quotas/set",
-                    json!({ "tenantId": t, "poolId": p.pool, "resource": "gpus", "max": 3 }),
+                    QuotaBody::new(&p.pool, "gpus", 3).tenant(t).json(),
                 ),
                 s.call(
                     tok,
                     "apiKeys/create",
-                    json!({ "tenantId": t, "name": "late", "role": "member" }),
+                    KeyBody::new(t, "late", "member").json(),
                 ),
                 s.call(
                     tok,
