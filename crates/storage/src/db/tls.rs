@@ -31,7 +31,7 @@ pub use conninfo::with_database;
 use conninfo::{RootCert, SslMode, parse_rest, split, url_error};
 pub(super) use hints::with_causes;
 use hints::{hint, hosts};
-use verifiers::{AnyCertificate, ChainOnly};
+use verifiers::NameUnchecked;
 
 /// What a connection will do, as the logs say it: `sslmode=verify-full
 /// sslrootcert=/etc/ca.pem`. Never the password.
@@ -85,12 +85,11 @@ fn client_config(mode: SslMode, root_cert: Option<&RootCert>) -> ConnectionResul
         .map_err(|e| ConnectionError::BadConnection(format!("TLS setup: {e}")))?;
     let verifier: Arc<dyn ServerCertVerifier> = match (mode, root_cert) {
         (SslMode::Disable | SslMode::Prefer, _) | (SslMode::Require, None) => {
-            Arc::new(AnyCertificate(algorithms))
+            Arc::new(NameUnchecked::any(algorithms))
         }
-        (SslMode::Require | SslMode::VerifyCa, _) => Arc::new(ChainOnly {
-            roots: roots(root_cert)?,
-            algorithms,
-        }),
+        (SslMode::Require | SslMode::VerifyCa, _) => {
+            Arc::new(NameUnchecked::chain(roots(root_cert)?, algorithms))
+        }
         (SslMode::VerifyFull, _) => {
             WebPkiServerVerifier::builder_with_provider(Arc::new(roots(root_cert)?), provider)
                 .build()

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use diesel::dsl::Eq;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term};
@@ -38,6 +39,31 @@ pub struct ListedReservation {
     /// Whether it can be consumed now ([`ReservationStatus::Ready`] or
     /// [`ReservationStatus::NotReady`]).
     pub status: ReservationStatus,
+}
+
+/// The columns of a reservation row a scan sets from what the provider
+/// listed: all but its key and `gone_at`.
+type Listed<'a> = (
+    Eq<reservations::region, &'a String>,
+    Eq<reservations::zone, &'a String>,
+    Eq<reservations::flavor, &'a String>,
+    Eq<reservations::total, i64>,
+    Eq<reservations::provider_in_use, i64>,
+    Eq<reservations::status, &'static str>,
+    Eq<reservations::last_scanned_at, i64>,
+);
+
+/// [`Listed`] of `r`, scanned at `now` (negative counts read as 0).
+fn as_listed(r: &ListedReservation, now: i64) -> Listed<'_> {
+    (
+        reservations::region.eq(&r.region),
+        reservations::zone.eq(&r.zone),
+        reservations::flavor.eq(&r.flavor),
+        reservations::total.eq(r.total.max(0)),
+        reservations::provider_in_use.eq(r.in_use.max(0)),
+        reservations::status.eq(r.status.as_str()),
+        reservations::last_scanned_at.eq(now),
+    )
 }
 
 /// What one scan changed.
@@ -114,26 +140,11 @@ pub async fn apply_scan(
                 .values((
                     reservations::account_id.eq(account_id),
                     reservations::reservation_id.eq(&r.reservation_id),
-                    reservations::region.eq(&r.region),
-                    reservations::zone.eq(&r.zone),
-                    reservations::flavor.eq(&r.flavor),
-                    reservations::total.eq(r.total.max(0)),
-                    reservations::provider_in_use.eq(r.in_use.max(0)),
-                    reservations::status.eq(r.status.as_str()),
-                    reservations::last_scanned_at.eq(now),
+                    as_listed(r, now),
                 ))
                 .on_conflict((reservations::account_id, reservations::reservation_id))
                 .do_update()
-                .set((
-                    reservations::region.eq(&r.region),
-                    reservations::zone.eq(&r.zone),
-                    reservations::flavor.eq(&r.flavor),
-                    reservations::total.eq(r.total.max(0)),
-                    reservations::provider_in_use.eq(r.in_use.max(0)),
-                    reservations::status.eq(r.status.as_str()),
-                    reservations::last_scanned_at.eq(now),
-                    reservations::gone_at.eq(None::<i64>),
-                ))
+                .set((as_listed(r, now), reservations::gone_at.eq(None::<i64>)))
                 .returning(ReservationRow::as_returning())
                 .get_result(conn)
                 .await?;

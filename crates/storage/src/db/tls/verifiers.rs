@@ -1,4 +1,4 @@
-//! The certificate verifiers libpq's weaker modes need, which rustls does
+//! The certificate verifier libpq's weaker modes need, which rustls does
 //! not ship: any certificate (`prefer`, `require`) and the chain without
 //! the name (`verify-ca`). `verify-full` is rustls's own.
 
@@ -9,55 +9,38 @@ use rustls::server::ParsedCertificate;
 use rustls::{DigitallySignedStruct, RootCertStore};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-/// Accepts any certificate (`prefer`, and `require` without roots), still
-/// checking that the server holds its key.
+/// Never checks the server's name. With roots, verifies the chain against
+/// them (`verify-ca`, and `require` with `sslrootcert`); without, accepts
+/// any certificate (`prefer`, and `require` without roots). Either way it
+/// still checks that the server holds its key.
 #[derive(Debug)]
-pub(super) struct AnyCertificate(pub(super) WebPkiSupportedAlgorithms);
-
-/// Verifies the chain against the roots, not the name (`verify-ca`, and
-/// `require` with `sslrootcert`).
-#[derive(Debug)]
-pub(super) struct ChainOnly {
-    pub(super) roots: RootCertStore,
-    pub(super) algorithms: WebPkiSupportedAlgorithms,
+pub(super) struct NameUnchecked {
+    roots: Option<RootCertStore>,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+impl NameUnchecked {
+    /// Accepts any certificate.
+    pub(super) fn any(algorithms: WebPkiSupportedAlgorithms) -> NameUnchecked {
+        NameUnchecked {
+            roots: None,
+            algorithms,
+        }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_schemes()
+    /// Verifies the chain against `roots`.
+    pub(super) fn chain(
+        roots: RootCertStore,
+        algorithms: WebPkiSupportedAlgorithms,
+    ) -> NameUnchecked {
+        NameUnchecked {
+            roots: Some(roots),
+            algorithms,
+        }
     }
 }
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NameUnchecked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -66,14 +49,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.algorithms.all,
-        )?;
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
