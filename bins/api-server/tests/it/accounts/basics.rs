@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use crate::support::fixtures::{account_body, account_in, is_typeid};
+use crate::support::calls::{get_account, list_accounts};
+use crate::support::fixtures::{account_body, account_in, each, is_typeid};
 use crate::support::server::{Options, ROOT, ROOT_TOKEN, Server};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -81,55 +82,24 @@ async fn provider_accounts_get_and_list_are_per_tenant() {
     let s = Server::start().await;
     let acme = s.tenant("acme").await;
     let beta = s.tenant("beta").await;
-    let t0 = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let t0 = s.now().await;
     let first = account_in(&s, &acme, "acme").await;
     s.set_clock(t0 + 1_000).await;
     let second = account_in(&s, &acme, "acme").await;
     let theirs = account_in(&s, &beta, "beta").await;
 
     let viewer = s.key(&acme, "acme", "viewer", None).await;
-    let list = s
-        .call(
-            &viewer,
-            "providerAccounts/list",
-            json!({ "tenantId": "acme" }),
-        )
-        .await
-        .ok();
-    let ids: Vec<&Value> = list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|a| &a["accountId"])
-        .collect();
+    let list = list_accounts(&s, &viewer, "acme").await.ok();
+    let ids = each(&list, "accountId");
     assert_eq!(ids, [&json!(second), &json!(first)], "newest first");
-    let got = s
-        .call(
-            &viewer,
-            "providerAccounts/get",
-            json!({ "tenantId": "acme", "accountId": first }),
-        )
-        .await
-        .ok();
+    let got = get_account(&s, &viewer, "acme", &first).await.ok();
     assert_eq!(got["account"], list["items"][1]);
     // Another tenant's account is NOT_FOUND, exactly like a missing one.
-    let a = s
-        .call(
-            &viewer,
-            "providerAccounts/get",
-            json!({ "tenantId": "acme", "accountId": theirs }),
-        )
-        .await;
+    let a = get_account(&s, &viewer, "acme", &theirs).await;
     a.err(404, "NOT_FOUND");
-    s.call(
-        &viewer,
-        "providerAccounts/get",
-        json!({ "tenantId": "acme", "accountId": "pacct_00000000000000000000000000" }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    get_account(&s, &viewer, "acme", "pacct_00000000000000000000000000")
+        .await
+        .err(404, "NOT_FOUND");
     // Root sees its own accounts only, not the tenants'.
     let root_list = s.root("providerAccounts/list", json!({})).await.ok();
     assert_eq!(root_list["items"], json!([]));
@@ -137,32 +107,16 @@ async fn provider_accounts_get_and_list_are_per_tenant() {
         .await
         .err(404, "NOT_FOUND");
     // Validation of the id.
-    let a = s
-        .call(
-            &viewer,
-            "providerAccounts/get",
-            json!({ "tenantId": "acme", "accountId": "pool_00000000000000000000000000" }),
-        )
-        .await;
+    let a = get_account(&s, &viewer, "acme", "pool_00000000000000000000000000").await;
     assert_eq!(a.err(400, "INVALID_INPUT")["field"], "accountId");
     // An account-scoped key reads nothing at tenant scope, even its own account.
     let scoped = s.key(&acme, "acme", "provider-admin", Some(&first)).await;
-    s.call(
-        &scoped,
-        "providerAccounts/get",
-        json!({ "tenantId": "acme", "accountId": first }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED");
+    get_account(&s, &scoped, "acme", &first)
+        .await
+        .err(403, "ACCESS_DENIED");
     // A member may read; only compute:iam:manage creates.
     let member = s.key(&acme, "acme", "member", None).await;
-    s.call(
-        &member,
-        "providerAccounts/list",
-        json!({ "tenantId": "acme" }),
-    )
-    .await
-    .ok();
+    list_accounts(&s, &member, "acme").await.ok();
     s.call(
         &member,
         "providerAccounts/create",
@@ -311,14 +265,7 @@ async fn provider_account_configs_hold_references_never_secrets() {
         }
     }
     // Nothing was stored.
-    let list = s
-        .call(
-            &acme,
-            "providerAccounts/list",
-            json!({ "tenantId": "acme" }),
-        )
-        .await
-        .ok();
+    let list = list_accounts(&s, &acme, "acme").await.ok();
     assert_eq!(list["items"], json!([]));
     // The other fields.
     for (field, value, reason) in [
@@ -443,9 +390,7 @@ async fn the_system_clock_cannot_be_set() {
     let a = s.root("clock/set", json!({ "now": now + 3_600_000 })).await;
     a.err(409, "INVALID_STATE");
     // Still the OS clock.
-    let again = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let again = s.now().await;
     assert!(again < now + 3_600_000);
     // Objects carry the OS time.
     let start = os_now();

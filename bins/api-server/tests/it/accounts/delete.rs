@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    Platform, get_grant, grant_on, instance, instance_op_ok, platform, second_account, unbind,
+    Platform, get_grant, get_grant_as, grant_on, instance, instance_op, instance_op_ok,
+    platform_at_t0, second_account, unbind,
 };
 use crate::support::gce::Gce;
 use crate::support::meter::{
@@ -54,9 +55,7 @@ fn detail_grant_ids(details: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_instances_on_demand()
 {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let d = doomed_account(&s, &p).await;
     let g = grant_on(&s, &d.account, &d.reservation, "acme", 1, T0, T0 + 90 * MIN).await;
@@ -131,13 +130,7 @@ async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_in
         s.root("reservationGrants/get", json!({ "grantId": id }))
             .await
             .err(404, "NOT_FOUND");
-        s.call(
-            &t,
-            "reservationGrants/get",
-            json!({ "tenantId": "acme", "grantId": id }),
-        )
-        .await
-        .err(404, "NOT_FOUND");
+        get_grant_as(&s, &t, "acme", id).await.err(404, "NOT_FOUND");
     }
     let listed = s
         .root("reservationGrants/list", json!({ "all": true }))
@@ -225,9 +218,7 @@ async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_in
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_account_whose_grants_were_only_cancelled_is_deleted_at_once() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let d = doomed_account(&s, &p).await;
     let g = grant_on(
         &s,
@@ -256,9 +247,7 @@ async fn an_account_whose_grants_were_only_cancelled_is_deleted_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_outlives_its_account_once_the_accounts_grants_are_metered() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant_on(&s, &p.account, &p.reservation, "acme", 1, T0, T0 + HOUR).await;
     let x = instance(&s, &t, "acme", &p.pool).await;
@@ -300,14 +289,7 @@ async fn a_pool_outlives_its_account_once_the_accounts_grants_are_metered() {
     );
     // Its instances are on-demand from the delete on, new ones too, and the
     // pool can still be offered.
-    let got = s
-        .call(
-            &t,
-            "instances/get",
-            json!({ "tenantId": "acme", "instanceId": x }),
-        )
-        .await
-        .ok();
+    let got = instance_op(&s, &t, "acme", "get", &x).await.ok();
     assert_eq!(got["instance"]["placement"], json!({ "kind": "ondemand" }));
     let z = instance(&s, &t, "acme", &p.pool).await;
     assert_eq!(z["placement"]["kind"], "ondemand");
@@ -335,9 +317,7 @@ async fn meter_without_settling(s: &Server, now: i64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_applies_a_due_term_end_first_with_its_event_once_and_exact_meters() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant_on(&s, &p.account, &p.reservation, "acme", 1, T0, T0 + 90 * MIN).await;
     let x = instance(&s, &t, "acme", &p.pool).await;

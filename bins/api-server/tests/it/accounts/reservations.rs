@@ -7,10 +7,11 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use crate::support::bodies::GrantBody;
+use crate::support::calls::{end_grant_as, list_reservations_as, scan_as};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     bind, create_grant, create_grant_ok, create_pool, end_grant, gce_account, get_grant_as,
-    grant_body, grant_id, items, list_grants, no_such, platform, reservations, scan,
+    grant_body, grant_id, items, list_grants, no_such, platform_at_t0, reservations, scan,
     second_account, unbind,
 };
 use crate::support::gce::{FLAVOR, Gce};
@@ -123,23 +124,14 @@ async fn list_reservations_shows_every_field() {
     // A tenant's own account and a viewer key of root read them too; another
     // tenant's account is NOT_FOUND.
     let viewer = s.key(ROOT_TOKEN, "root", "viewer", None).await;
-    let v = s
-        .call(
-            &viewer,
-            "providerAccounts/listReservations",
-            json!({ "tenantId": "root", "accountId": account }),
-        )
+    let v = list_reservations_as(&s, &viewer, "root", &account)
         .await
         .ok();
     assert_eq!(items(&v), listed);
     let acme = s.tenant("acme").await;
-    s.call(
-        &acme,
-        "providerAccounts/listReservations",
-        json!({ "tenantId": "acme", "accountId": account }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    list_reservations_as(&s, &acme, "acme", &account)
+        .await
+        .err(404, "NOT_FOUND");
     s.root(
         "providerAccounts/listReservations",
         json!({ "accountId": no_such("pacct") }),
@@ -205,23 +197,13 @@ async fn scan_updates_what_it_sees_and_marks_the_missing_gone() {
     // The scan is a root mutation on the account: a viewer may not run it,
     // a key scoped to the account may.
     let viewer = s.key(ROOT_TOKEN, "root", "viewer", None).await;
-    s.call(
-        &viewer,
-        "providerAccounts/scan",
-        json!({ "tenantId": "root", "accountId": account }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED");
+    scan_as(&s, &viewer, "root", &account)
+        .await
+        .err(403, "ACCESS_DENIED");
     let scoped = s
         .key(ROOT_TOKEN, "root", "provider-admin", Some(&account))
         .await;
-    s.call(
-        &scoped,
-        "providerAccounts/scan",
-        json!({ "tenantId": "root", "accountId": account }),
-    )
-    .await
-    .ok();
+    scan_as(&s, &scoped, "root", &account).await.ok();
     s.root(
         "providerAccounts/scan",
         json!({ "accountId": no_such("pacct") }),
@@ -232,9 +214,7 @@ async fn scan_updates_what_it_sees_and_marks_the_missing_gone() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_scan_changes_nothing() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let g = grant_id(&create_grant_ok(&s, grant_body(&p, 4, T0, T0 + HOUR, "a")).await);
     let before = reservations(&s, &p.account).await;
     let events_before = s.events(ROOT_TOKEN, "root").await;
@@ -339,9 +319,7 @@ async fn bind_reservation_rules() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unbind_is_refused_while_a_grant_is_scheduled_or_active() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let scheduled =
         grant_id(&create_grant_ok(&s, grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "a")).await);
     let active = grant_id(&create_grant_ok(&s, grant_body(&p, 1, T0, T0 + 3 * HOUR, "b")).await);
@@ -394,9 +372,7 @@ async fn unbind_is_refused_while_a_grant_is_scheduled_or_active() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_is_refused_while_a_grant_is_scheduled_or_active() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
     let on_b = |slots, starts, ends, key: &str| {
         GrantBody::on(&p, slots)
@@ -423,9 +399,7 @@ async fn delete_is_refused_while_a_grant_is_scheduled_or_active() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_is_refused_while_an_ended_grant_is_not_fully_metered() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
     let b = GrantBody::on(&p, 2)
         .term(T0, T0 + 2 * HOUR)
@@ -457,9 +431,7 @@ async fn delete_is_refused_while_an_ended_grant_is_not_fully_metered() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_succeeds_once_the_reconciler_has_metered_the_ended_grants() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
     let b = GrantBody::on(&p, 2)
         .term(T0, T0 + 5 * HOUR)
@@ -491,9 +463,7 @@ async fn delete_succeeds_once_the_reconciler_has_metered_the_ended_grants() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_an_account_forgets_it_its_grants_and_its_keys() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
     let body_b = GrantBody::on(&p, 2)
         .term(T0 + HOUR, T0 + 2 * HOUR)
@@ -505,20 +475,10 @@ async fn deleting_an_account_forgets_it_its_grants_and_its_keys() {
     let scoped = s
         .key(ROOT_TOKEN, "root", "provider-admin", Some(&account_b))
         .await;
-    s.call(
-        &scoped,
-        "providerAccounts/listReservations",
-        json!({ "tenantId": "root", "accountId": account_b }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED"); // providers:read is tenant scope
-    s.call(
-        &scoped,
-        "providerAccounts/scan",
-        json!({ "tenantId": "root", "accountId": account_b }),
-    )
-    .await
-    .ok();
+    list_reservations_as(&s, &scoped, "root", &account_b)
+        .await
+        .err(403, "ACCESS_DENIED"); // providers:read is tenant scope
+    scan_as(&s, &scoped, "root", &account_b).await.ok();
 
     // A cancelled-only account without pools is deleted.
     let r = s
@@ -561,20 +521,12 @@ async fn deleting_an_account_forgets_it_its_grants_and_its_keys() {
     create_grant(&s, again).await.err(404, "NOT_FOUND");
 
     // Its account-scoped key no longer authenticates.
-    s.call(
-        &scoped,
-        "providerAccounts/scan",
-        json!({ "tenantId": "root", "accountId": account_b }),
-    )
-    .await
-    .err(401, "UNAUTHENTICATED");
-    s.call(
-        &scoped,
-        "reservationGrants/end",
-        json!({ "tenantId": "root", "accountId": account_b, "grantId": cancelled }),
-    )
-    .await
-    .err(401, "UNAUTHENTICATED");
+    scan_as(&s, &scoped, "root", &account_b)
+        .await
+        .err(401, "UNAUTHENTICATED");
+    end_grant_as(&s, &scoped, "root", &account_b, &cancelled)
+        .await
+        .err(401, "UNAUTHENTICATED");
 
     // Keys live as long as the object they created: the removed grant's key
     // is free again for another request.
@@ -716,9 +668,7 @@ async fn config_secret_values_are_invalid_input() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_short_is_published_once_per_change_of_total() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let a = grant_id(&create_grant_ok(&s, grant_body(&p, 4, T0, T0 + 5 * HOUR, "a")).await);
     let b = grant_id(&create_grant_ok(&s, grant_body(&p, 4, T0 + HOUR, T0 + 3 * HOUR, "b")).await);
     let c =

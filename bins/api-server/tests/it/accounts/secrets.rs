@@ -8,9 +8,9 @@ use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use crate::accounts::google_auth::{
-    SECRETS_KEY, SECRETS_KEY_2, account_body_on, account_on, put_secret, scan_as, server_with_key,
-    service_account,
+    SECRETS_KEY, SECRETS_KEY_2, account_body_on, account_on, server_with_key, service_account,
 };
+use crate::support::calls::{delete_secret, list_accounts, list_secrets, put_secret, scan_as};
 use crate::support::db::db;
 use crate::support::gce::Gce;
 use crate::support::server::{Options, Server};
@@ -68,7 +68,7 @@ fn put_body(tenant: &str, name: &str, value: &str) -> serde_json::Value {
 async fn put_list_replace_and_delete_never_show_the_value() {
     let s = server_with_key().await;
     let acme = s.tenant("acme").await;
-    let v = put_secret(&s, &acme, "acme", "gce-token", TOKEN).await;
+    let v = put_secret(&s, &acme, "acme", "gce-token", TOKEN).await.ok();
     let secret = &v["secret"];
     assert_eq!(secret["name"], "gce-token");
     assert_eq!(secret["tenantId"], "acme");
@@ -102,37 +102,23 @@ async fn put_list_replace_and_delete_never_show_the_value() {
 
     // Replacing keeps createdAt, moves updatedAt, changes the fingerprint.
     s.set_clock(crate::support::clock::T0 + 1000).await;
-    let v = put_secret(&s, &acme, "acme", "gce-token", "another-token").await;
+    let v = put_secret(&s, &acme, "acme", "gce-token", "another-token")
+        .await
+        .ok();
     assert_eq!(v["secret"]["createdAt"], secret["createdAt"]);
     assert_ne!(v["secret"]["updatedAt"], secret["updatedAt"]);
     assert_ne!(v["secret"]["fingerprint"], fp.as_str());
     assert_ne!(stored(&s, "acme", "gce-token").await.nonce, row.nonce);
 
-    let list = s
-        .call(&acme, "secrets/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let list = list_secrets(&s, &acme, "acme").await.ok();
     assert_eq!(list["items"].as_array().expect("items").len(), 1);
     assert!(!list.to_string().contains("another-token"));
     let events = s.events(&acme, "acme").await;
     assert!(!json!(events).to_string().contains("another-token"));
 
-    let del = s
-        .call(
-            &acme,
-            "secrets/delete",
-            json!({ "tenantId": "acme", "name": "gce-token" }),
-        )
-        .await
-        .ok();
+    let del = delete_secret(&s, &acme, "acme", "gce-token").await.ok();
     assert_eq!(del, json!({ "name": "gce-token", "deleted": true }));
-    let again = s
-        .call(
-            &acme,
-            "secrets/delete",
-            json!({ "tenantId": "acme", "name": "gce-token" }),
-        )
-        .await;
+    let again = delete_secret(&s, &acme, "acme", "gce-token").await;
     again.err(404, "NOT_FOUND");
 }
 
@@ -176,10 +162,7 @@ async fn bad_values_and_names_are_refused_without_echoing_them() {
             .await;
         assert_eq!(a.err(400, "INVALID_INPUT")["field"], "name", "{name}");
     }
-    let list = s
-        .call(&acme, "secrets/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let list = list_secrets(&s, &acme, "acme").await.ok();
     assert_eq!(list["items"], json!([]), "nothing was stored");
 }
 
@@ -199,16 +182,10 @@ async fn a_referenced_secret_cannot_be_deleted_and_other_tenants_cannot_use_it()
     let gce = Gce::start().await;
     let acme = s.tenant("acme").await;
     let evil = s.tenant("evil").await;
-    put_secret(&s, &acme, "acme", "gce-token", TOKEN).await;
+    put_secret(&s, &acme, "acme", "gce-token", TOKEN).await.ok();
     let account = account_on(&s, &acme, "acme", &gce, "secret:gce-token").await;
 
-    let a = s
-        .call(
-            &acme,
-            "secrets/delete",
-            json!({ "tenantId": "acme", "name": "gce-token" }),
-        )
-        .await;
+    let a = delete_secret(&s, &acme, "acme", "gce-token").await;
     assert_eq!(a.err(409, "INVALID_STATE")["accountIds"], json!([account]));
 
     // Another tenant naming it gets the same answer as for a name it does
@@ -219,22 +196,11 @@ async fn a_referenced_secret_cannot_be_deleted_and_other_tenants_cannot_use_it()
     assert_eq!(details["field"], "config.credentials");
     assert_eq!(details["reason"], "credential-not-allowed");
     // Nor can it list or delete it.
-    let list = s
-        .call(&evil, "secrets/list", json!({ "tenantId": "evil" }))
-        .await
-        .ok();
+    let list = list_secrets(&s, &evil, "evil").await.ok();
     assert_eq!(list["items"], json!([]));
-    let a = s
-        .call(
-            &evil,
-            "secrets/delete",
-            json!({ "tenantId": "evil", "name": "gce-token" }),
-        )
-        .await;
+    let a = delete_secret(&s, &evil, "evil", "gce-token").await;
     a.err(404, "NOT_FOUND");
-    let a = s
-        .call(&evil, "secrets/list", json!({ "tenantId": "acme" }))
-        .await;
+    let a = list_secrets(&s, &evil, "acme").await;
     a.err(403, "ACCESS_DENIED");
 }
 
@@ -250,10 +216,10 @@ async fn a_ciphertext_copied_to_another_tenants_row_does_not_decrypt() {
     let acme = s.tenant("acme").await;
     let evil = s.tenant("evil").await;
     let key = service_account(&gce, "reader@acme.iam.gserviceaccount.com").await;
-    put_secret(&s, &acme, "acme", "gce-key", &key).await;
+    put_secret(&s, &acme, "acme", "gce-key", &key).await.ok();
     // evil makes a secret of its own, then its row is overwritten with
     // acme's sealed key (as someone with database access might).
-    put_secret(&s, &evil, "evil", "gce-key", TOKEN).await;
+    put_secret(&s, &evil, "evil", "gce-key", TOKEN).await.ok();
     let account = account_on(&s, &evil, "evil", &gce, "secret:gce-key").await;
     let mut conn = db(&s).await;
     diesel::sql_query(
@@ -264,13 +230,7 @@ async fn a_ciphertext_copied_to_another_tenants_row_does_not_decrypt() {
     .execute(&mut conn)
     .await
     .expect("copy the row");
-    let a = s
-        .call(
-            &evil,
-            "providerAccounts/scan",
-            json!({ "tenantId": "evil", "accountId": account }),
-        )
-        .await;
+    let a = scan_as(&s, &evil, "evil", &account).await;
     assert_eq!(a.err(503, "UNAVAILABLE")["reason"], "provider-error");
     assert_eq!(gce.tokens().await, (0, 0), "acme's key was never used");
     assert_eq!(gce.listings().await, 0);
@@ -298,8 +258,8 @@ async fn rotation_reads_old_keys_and_writes_under_the_current_one() {
     gce.put("res-a", 2, 0, "READY").await;
     let s = server_on(&real, &[("BC_SECRETS_KEY", SECRETS_KEY)]).await;
     let acme = s.tenant("acme").await;
-    put_secret(&s, &acme, "acme", "gce-token", TOKEN).await;
-    put_secret(&s, &acme, "acme", "old-token", TOKEN).await;
+    put_secret(&s, &acme, "acme", "gce-token", TOKEN).await.ok();
+    put_secret(&s, &acme, "acme", "old-token", TOKEN).await.ok();
     let account = account_on(&s, &acme, "acme", &gce, "secret:gce-token").await;
     let old_id = stored_in(real.url(), "acme", "gce-token").await.key_id;
     s.stop().await;
@@ -314,10 +274,12 @@ async fn rotation_reads_old_keys_and_writes_under_the_current_one() {
     )
     .await;
     assert_eq!(
-        scan_as(&rotated, &acme, "acme", &account).await["items"][0]["total"],
+        scan_as(&rotated, &acme, "acme", &account).await.ok()["items"][0]["total"],
         2
     );
-    put_secret(&rotated, &acme, "acme", "gce-token", TOKEN).await;
+    put_secret(&rotated, &acme, "acme", "gce-token", TOKEN)
+        .await
+        .ok();
     let new_id = stored_in(real.url(), "acme", "gce-token").await.key_id;
     assert_ne!(new_id, old_id);
     assert_eq!(
@@ -331,17 +293,11 @@ async fn rotation_reads_old_keys_and_writes_under_the_current_one() {
     // names no value.
     let s = server_on(&real, &[("BC_SECRETS_KEY", SECRETS_KEY_2)]).await;
     assert_eq!(
-        scan_as(&s, &acme, "acme", &account).await["items"][0]["total"],
+        scan_as(&s, &acme, "acme", &account).await.ok()["items"][0]["total"],
         2
     );
     let stale = account_on(&s, &acme, "acme", &gce, "secret:old-token").await;
-    let a = s
-        .call(
-            &acme,
-            "providerAccounts/scan",
-            json!({ "tenantId": "acme", "accountId": stale }),
-        )
-        .await;
+    let a = scan_as(&s, &acme, "acme", &stale).await;
     assert_eq!(a.err(503, "UNAVAILABLE")["reason"], "provider-error");
     assert!(!a.body.to_string().contains(TOKEN));
 }
@@ -353,17 +309,14 @@ async fn a_delete_racing_an_account_create_never_leaves_a_dangling_reference() {
     let acme = s.tenant("acme").await;
     for round in 0..8 {
         let name = format!("race-{round}");
-        put_secret(&s, &acme, "acme", &name, TOKEN).await;
+        put_secret(&s, &acme, "acme", &name, TOKEN).await.ok();
         let body = account_body_on("acme", &gce, &format!("secret:{name}"));
         let delete = json!({ "tenantId": "acme", "name": name });
         let (created, deleted) = tokio::join!(
             s.call(&acme, "providerAccounts/create", body),
             s.call(&acme, "secrets/delete", delete),
         );
-        let list = s
-            .call(&acme, "secrets/list", json!({ "tenantId": "acme" }))
-            .await
-            .ok();
+        let list = list_secrets(&s, &acme, "acme").await.ok();
         let exists = list["items"]
             .as_array()
             .expect("items")
@@ -384,18 +337,8 @@ async fn a_delete_racing_an_account_create_never_leaves_a_dangling_reference() {
         }
     }
     // No account references a secret that is gone.
-    let accounts = s
-        .call(
-            &acme,
-            "providerAccounts/list",
-            json!({ "tenantId": "acme" }),
-        )
-        .await
-        .ok();
-    let names: Vec<String> = s
-        .call(&acme, "secrets/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok()["items"]
+    let accounts = list_accounts(&s, &acme, "acme").await.ok();
+    let names: Vec<String> = list_secrets(&s, &acme, "acme").await.ok()["items"]
         .as_array()
         .expect("items")
         .iter()
@@ -412,8 +355,8 @@ async fn a_deleted_tenants_secrets_are_deleted_with_it() {
     let s = server_with_key().await;
     let gce = Gce::start().await;
     let acme = s.tenant("acme").await;
-    put_secret(&s, &acme, "acme", "gce-token", TOKEN).await;
-    put_secret(&s, &acme, "acme", "spare", TOKEN).await;
+    put_secret(&s, &acme, "acme", "gce-token", TOKEN).await.ok();
+    put_secret(&s, &acme, "acme", "spare", TOKEN).await.ok();
     account_on(&s, &acme, "acme", &gce, "secret:gce-token").await;
     s.root("tenants/delete", json!({ "targetTenantId": "acme" }))
         .await
@@ -495,10 +438,7 @@ async fn concurrent_puts_of_one_name_leave_one_row_holding_one_of_the_values() {
             now += 60_000;
         }
     }
-    let listed = s
-        .call(&acme, "secrets/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let listed = list_secrets(&s, &acme, "acme").await.ok();
     assert_eq!(
         listed["items"].as_array().map(Vec::len),
         Some(NAMES.len()),

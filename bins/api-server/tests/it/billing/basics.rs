@@ -1,20 +1,15 @@
 //! Billing with the manual clock and the real `reconciler-worker --once`.
 
-use serde_json::json;
-
 use crate::support::bodies::InstanceBody;
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::fixtures::{grant_body, platform};
+use crate::support::fixtures::{get_grant_as, grant_body, platform_at_t0};
 use crate::support::gce::FLAVOR;
 use crate::support::meter::{q, usage};
-use crate::support::server::Server;
 use crate::support::worker;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn committed_slots_bill_every_ended_hour_used_or_not() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     // 3 slots from 00:30 to 02:15, nobody uses them.
     let g = s
         .root(
@@ -51,22 +46,13 @@ async fn committed_slots_bill_every_ended_hour_used_or_not() {
             (T0 + 2 * HOUR, "0.750000".to_owned())
         ]
     );
-    let got = s
-        .call(
-            &p.tenant_token,
-            "reservationGrants/get",
-            json!({ "tenantId": "acme", "grantId": gid }),
-        )
-        .await
-        .ok();
+    let got = get_grant_as(&s, &p.tenant_token, "acme", &gid).await.ok();
     assert_eq!(got["grant"]["meteredThrough"], T0 + 2 * HOUR + 15 * MIN);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn instances_in_the_grant_record_only_grant_usage_and_beyond_it_the_reserved_rate() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     s.root(
         "reservationGrants/create",
         grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"),
@@ -99,9 +85,7 @@ async fn instances_in_the_grant_record_only_grant_usage_and_beyond_it_the_reserv
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gone_reservation_bills_its_instances_on_demand_from_the_scan() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     s.call(
         t,

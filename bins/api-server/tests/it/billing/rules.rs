@@ -7,14 +7,14 @@ use serde_json::{Value, json};
 use crate::support::bodies::InstanceBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    end_grant, get_grant, grant, id, instance, instance_op_ok, platform, set_quota,
+    end_grant, get_grant, grant, id, instance, instance_op_ok, platform_at_t0, set_quota,
 };
 use crate::support::gce::FLAVOR;
 use crate::support::meter::{
     at, fmt_micros, of_meter, q, round_micros, total, usage, usage_all, usage_everyone,
     usage_of_instance, usage_page,
 };
-use crate::support::server::{ROOT, ROOT_TOKEN, Server};
+use crate::support::server::{ROOT, ROOT_TOKEN};
 use crate::support::worker;
 
 /// Records of `meter` among `records` that carry `grantId`.
@@ -38,9 +38,7 @@ fn meters(records: &[Value]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn committed_slots_bill_every_hour_of_the_term_used_or_not() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let used = grant(&s, &p, &p.tenant, 2, T0, T0 + 3 * HOUR).await;
     let idle = grant(
@@ -97,9 +95,7 @@ async fn committed_slots_bill_every_hour_of_the_term_used_or_not() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn instances_inside_their_grant_record_only_grant_usage() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant(&s, &p, &p.tenant, 2, T0, T0 + 10 * HOUR).await;
     s.set_clock(T0 + 10 * MIN).await;
@@ -134,9 +130,7 @@ async fn instances_inside_their_grant_record_only_grant_usage() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_beyond_its_grant_bills_at_the_reserved_rate() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
     let a = id(&instance(&s, &t, "acme", &p.pool).await);
@@ -165,9 +159,7 @@ async fn an_instance_beyond_its_grant_bills_at_the_reserved_rate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn when_a_grant_ends_its_running_instances_bill_at_the_reserved_rate() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant(&s, &p, &p.tenant, 2, T0, T0 + 90 * MIN).await;
     let a = id(&instance(&s, &t, "acme", &p.pool).await);
@@ -220,9 +212,7 @@ async fn when_a_grant_ends_its_running_instances_bill_at_the_reserved_rate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_takes_the_running_instances_of_an_ending_grant_up_to_its_free_slots() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let old = grant(&s, &p, &p.tenant, 2, T0, T0 + 90 * MIN).await;
     let renewal = grant(&s, &p, &p.tenant, 1, T0 + HOUR, T0 + 5 * HOUR).await;
@@ -275,9 +265,7 @@ async fn a_renewal_takes_the_running_instances_of_an_ending_grant_up_to_its_free
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_takes_in_running_instances_from_its_start_even_when_the_worker_runs_hours_later() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let a = instance(&s, &t, "acme", &p.pool).await;
     assert_eq!(a["placement"]["kind"], "reservation");
@@ -341,9 +329,7 @@ async fn a_grant_takes_in_running_instances_from_its_start_even_when_the_worker_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn billing_none_instances_write_nothing_and_are_never_taken_in() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     set_quota(&s, ROOT, &p.pool, "memoryGib", 1000).await;
     let none = s
         .root(
@@ -387,9 +373,7 @@ async fn billing_none_instances_write_nothing_and_are_never_taken_in() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stopped_instances_write_nothing() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
     let a = id(&instance(&s, &t, "acme", &p.pool).await); // in the grant
@@ -448,9 +432,7 @@ async fn stopped_instances_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_moving_between_two_grants_inside_one_hour_gets_one_record_per_grant() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let x = grant(&s, &p, &p.tenant, 1, T0, T0 + 5 * HOUR).await;
     let y = grant(&s, &p, &p.tenant, 1, T0, T0 + 5 * HOUR).await;
@@ -494,9 +476,7 @@ async fn an_instance_moving_between_two_grants_inside_one_hour_gets_one_record_p
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quantities_are_exact_and_rounded_cumulatively() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     set_quota(&s, ROOT, &p.pool, "memoryGib", 1000).await;
     // Root's grant: 2 h 20 min of one slot from 00:20 to 02:40.
@@ -531,9 +511,7 @@ async fn quantities_are_exact_and_rounded_cumulatively() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_record_is_written_before_its_hour_ends() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 5 * HOUR).await;
     id(&instance(&s, &t, "acme", &p.pool).await);
@@ -577,9 +555,7 @@ async fn no_record_is_written_before_its_hour_ends() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn usage_list_filters_pages_and_all_is_root_only() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let beta = s.tenant("beta").await;
     let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 3 * HOUR).await;

@@ -3,8 +3,10 @@
 use serde_json::{Value, json};
 
 use crate::support::bodies::QuotaBody;
+use crate::support::calls::{get_pool, get_quotas, list_pools};
 use crate::support::fixtures::{
-    account_in, create_pool, is_typeid, offer, pool_body, root_account,
+    account_in, acme_and_pool, create_pool, each, is_typeid, offer, offer_answer, pool_body,
+    root_account, set_quota_answer,
 };
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 
@@ -172,19 +174,13 @@ async fn pools_create_refuses_bad_input_and_accounts_it_cannot_see() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pools_offer_creates_and_updates_rows_with_events_in_that_tenant() {
-    let s = Server::start().await;
-    let acme = s.tenant("acme").await;
-    let account = root_account(&s).await;
-    let pool = create_pool(&s, &account).await;
+    let (s, acme, pool) = acme_and_pool().await;
     let root_events = s.events(ROOT_TOKEN, ROOT).await;
 
     let p = offer(&s, &pool, "acme", json!({ "instances": 5, "vcpus": 20 })).await;
     assert_eq!(p["poolId"], pool);
     assert_eq!(p["offeredTo"], json!(["acme"]));
-    let rows = s
-        .call(&acme, "quotas/get", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let rows = get_quotas(&s, &acme, "acme", None).await.ok();
     assert_eq!(
         rows["items"],
         json!([
@@ -220,14 +216,7 @@ async fn pools_offer_creates_and_updates_rows_with_events_in_that_tenant() {
             json!({ "poolId": pool, "resource": "vcpus", "max": 30 }),
         ]
     );
-    let rows = s
-        .call(
-            &acme,
-            "quotas/get",
-            json!({ "tenantId": "acme", "poolId": pool }),
-        )
-        .await
-        .ok();
+    let rows = get_quotas(&s, &acme, "acme", Some(&pool)).await.ok();
     assert_eq!(
         rows["items"],
         json!([
@@ -252,30 +241,21 @@ async fn pools_offer_creates_and_updates_rows_with_events_in_that_tenant() {
     assert!(s.events(&beta, "beta").await.is_empty());
 
     // Unknown pool, unknown or deleted tenant.
-    s.root(
-        "pools/offer",
-        json!({ "poolId": MISSING_POOL, "offerTenantId": "acme", "quotas": {} }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
-    s.root(
-        "pools/offer",
-        json!({ "poolId": pool, "offerTenantId": "nobody", "quotas": { "vcpus": 1 } }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    offer_answer(&s, MISSING_POOL, "acme", json!({}))
+        .await
+        .err(404, "NOT_FOUND");
+    offer_answer(&s, &pool, "nobody", json!({ "vcpus": 1 }))
+        .await
+        .err(404, "NOT_FOUND");
     s.root("tenants/create", json!({ "name": "gone" }))
         .await
         .ok();
     s.root("tenants/delete", json!({ "targetTenantId": "gone" }))
         .await
         .ok();
-    s.root(
-        "pools/offer",
-        json!({ "poolId": pool, "offerTenantId": "gone", "quotas": { "vcpus": 1 } }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    offer_answer(&s, &pool, "gone", json!({ "vcpus": 1 }))
+        .await
+        .err(404, "NOT_FOUND");
     let root_pool = s.root("pools/get", json!({ "poolId": pool })).await.ok();
     assert_eq!(root_pool["pool"]["offeredTo"], json!(["acme", "beta"]));
     // Validation.
@@ -306,9 +286,7 @@ async fn root_sees_every_pool_and_a_tenant_only_those_offered_to_it() {
     let beta = s.tenant("beta").await;
     let viewer = s.key(&acme, "acme", "viewer", None).await;
     let account = root_account(&s).await;
-    let t0 = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let t0 = s.now().await;
     let a = create_pool(&s, &account).await;
     s.set_clock(t0 + 1_000).await;
     let b = create_pool(&s, &account).await;
@@ -316,50 +294,23 @@ async fn root_sees_every_pool_and_a_tenant_only_those_offered_to_it() {
     offer(&s, &a, "beta", json!({ "instances": 1 })).await;
 
     let all = s.root("pools/list", json!({})).await.ok();
-    let ids: Vec<&Value> = all["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|p| &p["poolId"])
-        .collect();
+    let ids = each(&all, "poolId");
     assert_eq!(ids, [&json!(b), &json!(a)], "newest first");
     assert_eq!(all["items"][1]["offeredTo"], json!(["acme", "beta"]));
     assert_eq!(all["items"][0]["offeredTo"], json!([]));
 
     // acme sees pool a only, and not whom else it is offered to.
-    let mine = s
-        .call(&viewer, "pools/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let mine = list_pools(&s, &viewer, "acme").await.ok();
     let items = mine["items"].as_array().expect("items");
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["poolId"], a);
     assert_eq!(items[0]["offeredTo"], json!(["acme"]));
-    let got = s
-        .call(
-            &viewer,
-            "pools/get",
-            json!({ "tenantId": "acme", "poolId": a }),
-        )
-        .await
-        .ok();
+    let got = get_pool(&s, &viewer, "acme", &a).await.ok();
     assert_eq!(got["pool"], items[0]);
     // Another pool, whether it exists or not, is NOT_FOUND alike.
-    let hidden = s
-        .call(
-            &viewer,
-            "pools/get",
-            json!({ "tenantId": "acme", "poolId": b }),
-        )
-        .await;
+    let hidden = get_pool(&s, &viewer, "acme", &b).await;
     hidden.err(404, "NOT_FOUND");
-    let missing = s
-        .call(
-            &viewer,
-            "pools/get",
-            json!({ "tenantId": "acme", "poolId": MISSING_POOL }),
-        )
-        .await;
+    let missing = get_pool(&s, &viewer, "acme", MISSING_POOL).await;
     missing.err(404, "NOT_FOUND");
     assert_eq!(
         hidden.body["error"]["details"],
@@ -367,21 +318,14 @@ async fn root_sees_every_pool_and_a_tenant_only_those_offered_to_it() {
     );
     // A tenant with no offers sees nothing.
     let gamma = s.tenant("gamma").await;
-    let none = s
-        .call(&gamma, "pools/list", json!({ "tenantId": "gamma" }))
-        .await
-        .ok();
+    let none = list_pools(&s, &gamma, "gamma").await.ok();
     assert_eq!(none["items"], json!([]));
-    s.call(
-        &gamma,
-        "pools/get",
-        json!({ "tenantId": "gamma", "poolId": a }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    get_pool(&s, &gamma, "gamma", &a)
+        .await
+        .err(404, "NOT_FOUND");
     // Root gets any pool.
-    s.root("pools/get", json!({ "poolId": b })).await.ok();
-    s.root("pools/get", json!({ "poolId": MISSING_POOL }))
+    get_pool(&s, ROOT_TOKEN, ROOT, &b).await.ok();
+    get_pool(&s, ROOT_TOKEN, ROOT, MISSING_POOL)
         .await
         .err(404, "NOT_FOUND");
     let _ = beta;
@@ -405,16 +349,8 @@ async fn quotas_get_orders_rows_by_pool_then_resource() {
         json!({ "memoryGib": 64, "gpus": 0, "a.b": 2, "a_b": 4, "aB": 5 }),
     )
     .await;
-    s.root(
-        "quotas/set",
-        QuotaBody::new(&lo, "instances", 7).tenant("acme").json(),
-    )
-    .await
-    .ok();
-    let rows = s
-        .call(&member, "quotas/get", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    set_quota_answer(&s, "acme", &lo, "instances", 7).await.ok();
+    let rows = get_quotas(&s, &member, "acme", None).await.ok();
     assert_eq!(
         rows["items"],
         json!([
@@ -430,14 +366,7 @@ async fn quotas_get_orders_rows_by_pool_then_resource() {
         ])
     );
     // One pool only.
-    let one = s
-        .call(
-            &member,
-            "quotas/get",
-            json!({ "tenantId": "acme", "poolId": hi }),
-        )
-        .await
-        .ok();
+    let one = get_quotas(&s, &member, "acme", Some(&hi)).await.ok();
     assert_eq!(
         one["items"],
         json!([
@@ -466,78 +395,41 @@ async fn quotas_get_of_a_pool_the_tenant_cannot_see_is_not_found() {
     let hidden = create_pool(&s, &account).await;
     offer(&s, &offered, "acme", json!({})).await;
     // Offered without rows: an empty list, not an error.
-    let rows = s
-        .call(
-            &acme,
-            "quotas/get",
-            json!({ "tenantId": "acme", "poolId": offered }),
-        )
-        .await
-        .ok();
+    let rows = get_quotas(&s, &acme, "acme", Some(&offered)).await.ok();
     assert_eq!(rows["items"], json!([]));
     for pool in [hidden.as_str(), MISSING_POOL] {
-        s.call(
-            &acme,
-            "quotas/get",
-            json!({ "tenantId": "acme", "poolId": pool }),
-        )
-        .await
-        .err(404, "NOT_FOUND");
+        get_quotas(&s, &acme, "acme", Some(pool))
+            .await
+            .err(404, "NOT_FOUND");
     }
     // Root sees every pool, with or without rows of its own.
-    s.root("quotas/get", json!({ "poolId": hidden })).await.ok();
-    s.root("quotas/get", json!({ "poolId": MISSING_POOL }))
+    get_quotas(&s, ROOT_TOKEN, ROOT, Some(&hidden)).await.ok();
+    get_quotas(&s, ROOT_TOKEN, ROOT, Some(MISSING_POOL))
         .await
         .err(404, "NOT_FOUND");
     // A tenant without rows gets an empty list.
     let beta = s.tenant("beta").await;
-    let rows = s
-        .call(&beta, "quotas/get", json!({ "tenantId": "beta" }))
-        .await
-        .ok();
+    let rows = get_quotas(&s, &beta, "beta", None).await.ok();
     assert_eq!(rows["items"], json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quotas_set_sets_the_target_tenants_row_and_emits_there() {
-    let s = Server::start().await;
-    let acme = s.tenant("acme").await;
-    let account = root_account(&s).await;
-    let pool = create_pool(&s, &account).await;
+    let (s, acme, pool) = acme_and_pool().await;
     offer(&s, &pool, "acme", json!({ "vcpus": 10 })).await;
     let root_before = s.events(ROOT_TOKEN, ROOT).await;
     let acme_before = s.events(&acme, "acme").await;
     let now = s.root("clock/get", json!({})).await.ok()["now"].clone();
 
     // Changing a row.
-    let v = s
-        .root(
-            "quotas/set",
-            QuotaBody::new(&pool, "vcpus", 64).tenant("acme").json(),
-        )
-        .await
-        .ok();
+    let v = set_quota_answer(&s, "acme", &pool, "vcpus", 64).await.ok();
     assert_eq!(v, json!({ "quota": quota(&pool, "vcpus", 64, 0) }));
     // Creating a row; 0 is a valid maximum.
-    let v = s
-        .root(
-            "quotas/set",
-            QuotaBody::new(&pool, "gpus", 0).tenant("acme").json(),
-        )
-        .await
-        .ok();
+    let v = set_quota_answer(&s, "acme", &pool, "gpus", 0).await.ok();
     assert_eq!(v["quota"], quota(&pool, "gpus", 0, 0));
     // Setting the same value again still reports the requested max.
-    s.root(
-        "quotas/set",
-        QuotaBody::new(&pool, "vcpus", 64).tenant("acme").json(),
-    )
-    .await
-    .ok();
-    let rows = s
-        .call(&acme, "quotas/get", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    set_quota_answer(&s, "acme", &pool, "vcpus", 64).await.ok();
+    let rows = get_quotas(&s, &acme, "acme", None).await.ok();
     assert_eq!(
         rows["items"],
         json!([quota(&pool, "gpus", 0, 0), quota(&pool, "vcpus", 64, 0)])
@@ -563,13 +455,7 @@ async fn quotas_set_sets_the_target_tenants_row_and_emits_there() {
     assert_eq!(s.events(ROOT_TOKEN, ROOT).await, root_before);
 
     // Root may set its own rows.
-    let v = s
-        .root(
-            "quotas/set",
-            QuotaBody::new(&pool, "instances", 3).tenant(ROOT).json(),
-        )
-        .await
-        .ok();
+    let v = set_quota_answer(&s, ROOT, &pool, "instances", 3).await.ok();
     assert_eq!(v["quota"], quota(&pool, "instances", 3, 0));
     let root_after = s.events(ROOT_TOKEN, ROOT).await;
     assert_eq!(root_after.len(), root_before.len() + 1);
@@ -577,10 +463,7 @@ async fn quotas_set_sets_the_target_tenants_row_and_emits_there() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quotas_set_errors() {
-    let s = Server::start().await;
-    let acme = s.tenant("acme").await;
-    let account = root_account(&s).await;
-    let pool = create_pool(&s, &account).await;
+    let (s, acme, pool) = acme_and_pool().await;
     offer(&s, &pool, "acme", json!({ "vcpus": 10 })).await;
     let set = |tenant: &str, pool: &str| QuotaBody::new(pool, "vcpus", 99).tenant(tenant).json();
     // NOT_FOUND: the pool, or the target tenant.
@@ -604,10 +487,7 @@ async fn quotas_set_errors() {
         .await
         .err(403, "ACCESS_DENIED");
     // Nothing changed, nothing emitted.
-    let rows = s
-        .call(&acme, "quotas/get", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let rows = get_quotas(&s, &acme, "acme", None).await.ok();
     assert_eq!(rows["items"], json!([quota(&pool, "vcpus", 10, 0)]));
     assert_eq!(s.events_of(&acme, "acme", "quota.updated").await.len(), 1);
 }

@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use crate::support::bodies::QuotaBody;
-use crate::support::fixtures::{create_pool, offer, root_account};
+use crate::support::calls::get_quotas;
+use crate::support::fixtures::{acme_and_pool, create_pool, offer, root_account};
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 
 /// A 26..=52 character TypeID suffix of `n` characters.
@@ -116,10 +117,7 @@ async fn quotas_get_validates_every_field() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quotas_set_validates_every_field() {
-    let s = Server::start().await;
-    let acme = s.tenant("acme").await;
-    let account = root_account(&s).await;
-    let pool = create_pool(&s, &account).await;
+    let (s, acme, pool) = acme_and_pool().await;
     offer(&s, &pool, "acme", json!({ "vcpus": 1 })).await;
     let base = QuotaBody::new(&pool, "vcpus", 8).tenant("acme").json();
     let mut cases = common_cases();
@@ -169,10 +167,7 @@ async fn quotas_set_validates_every_field() {
     );
 
     // Nothing above changed the row or emitted an event.
-    let rows = s
-        .call(&acme, "quotas/get", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let rows = get_quotas(&s, &acme, "acme", None).await.ok();
     assert_eq!(rows["items"][0]["max"], 1);
     assert_eq!(s.events(&acme, "acme").await.len(), 1);
     let v = s.root("quotas/set", base.clone()).await.ok();

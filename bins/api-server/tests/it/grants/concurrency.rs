@@ -10,11 +10,11 @@ use serde_json::Value;
 
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    create_grant, create_grant_ok, grant_body, grant_id, grant_ids, items, list_grants, platform,
-    types_of,
+    create_grant, create_grant_ok, grant_body, grant_id, grant_ids, items, list_grants,
+    platform_at_t0, types_of,
 };
 use crate::support::rng::Rng;
-use crate::support::server::{ROOT_TOKEN, Server, of_type};
+use crate::support::server::{ROOT_TOKEN, of_type};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Term {
@@ -44,9 +44,7 @@ fn peak(grants: &[Term], starts: i64, ends: i64) -> i64 {
 }
 
 async fn run_batch(seed: u64, total: i64, requests: usize) {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, total).await;
+    let (s, p) = platform_at_t0(total).await;
     let mut rng = Rng::new(seed);
     let asks: Vec<Term> = (0..requests)
         .map(|_| {
@@ -164,9 +162,7 @@ async fn concurrent_creates_never_over_commit_a_small_reservation() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_identical_creates_make_one_grant() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let body = grant_body(&p, 3, T0, T0 + 2 * HOUR, "one-key");
     let answers = join_all((0..20).map(|_| create_grant(&s, body.clone()))).await;
     let grants: Vec<Value> = answers
@@ -200,9 +196,7 @@ async fn concurrent_identical_creates_make_one_grant() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_different_requests_under_one_key_create_one_grant() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 100).await;
+    let (s, p) = platform_at_t0(100).await;
     let answers = join_all(
         (1..=10).map(|slots| create_grant(&s, grant_body(&p, slots, T0, T0 + HOUR, "contested"))),
     )

@@ -8,17 +8,15 @@ use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     bind, create_grant, create_grant_ok, end_grant, get_grant_as, grant_body, grant_body_for,
-    grant_id, grant_ids, items, list_grants, no_such, offer, platform, project, root_account, scan,
-    second_account, types_of, unbind,
+    grant_id, grant_ids, items, list_grants, no_such, offer, platform_at_t0, project, root_account,
+    scan, second_account, types_of, unbind,
 };
 use crate::support::gce::Gce;
 use crate::support::server::{ROOT_TOKEN, Server, of_type};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn create_is_root_only() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let other_account = root_account(&s).await;
     let body = |key: &str| grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, key);
 
@@ -83,9 +81,7 @@ async fn create_is_root_only() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_or_foreign_account_is_not_found() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let b = GrantBody::on(&p, 1)
         .term(T0, T0 + HOUR)
         .key("k1")
@@ -122,9 +118,7 @@ async fn an_unknown_or_foreign_account_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reservation_not_on_the_account_is_not_found() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let b = GrantBody::on(&p, 1)
         .term(T0, T0 + HOUR)
         .key("k1")
@@ -152,9 +146,7 @@ async fn a_reservation_not_on_the_account_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reservation_that_is_not_ready_is_invalid_state() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     p.gce.put("res-a", 10, 0, "CREATING").await;
     let scanned = scan(&s, &p.account).await;
     assert_eq!(scanned["items"][0]["status"], "not-ready");
@@ -175,9 +167,7 @@ async fn a_reservation_that_is_not_ready_is_invalid_state() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gone_reservation_is_invalid_state() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     p.gce.delete("res-a").await;
     let scanned = scan(&s, &p.account).await;
     assert_eq!(scanned["items"][0]["status"], "gone");
@@ -189,9 +179,7 @@ async fn a_gone_reservation_is_invalid_state() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unbound_reservation_is_invalid_state() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let r = unbind(&s, &p.account, &p.reservation).await.ok();
     assert!(r["reservation"].get("poolId").is_none(), "{r}");
     create_grant(&s, grant_body(&p, 1, T0, T0 + HOUR, "k1"))
@@ -203,9 +191,7 @@ async fn an_unbound_reservation_is_invalid_state() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_not_offered_to_the_grantee_is_invalid_input() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     s.tenant("beta").await;
     let r = create_grant(&s, grant_body_for(&p, "beta", 1, T0, T0 + HOUR, "k1")).await;
     r.err(400, "INVALID_INPUT");
@@ -221,9 +207,7 @@ async fn a_pool_not_offered_to_the_grantee_is_invalid_input() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_or_deleted_grantee_is_not_found() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     create_grant(&s, grant_body_for(&p, "nobody", 1, T0, T0 + HOUR, "k1"))
         .await
         .err(404, "NOT_FOUND");
@@ -240,9 +224,7 @@ async fn an_unknown_or_deleted_grantee_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_project_must_be_the_grantees() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let beta_token = s.tenant("beta").await;
     let beta_project = project(&s, &beta_token, "beta", "web").await;
     let root_project = project(&s, ROOT_TOKEN, "root", "ops").await;
@@ -281,9 +263,7 @@ async fn the_project_must_be_the_grantees() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn starts_at_may_be_at_most_five_minutes_in_the_past() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let r = create_grant(&s, grant_body(&p, 1, T0 - 5 * MIN - 1, T0 + HOUR, "k1")).await;
     assert_eq!(r.err(400, "INVALID_INPUT")["field"], "startsAt");
     let g = create_grant_ok(&s, grant_body(&p, 1, T0 - 5 * MIN, T0 + HOUR, "k2")).await;
@@ -302,9 +282,7 @@ async fn starts_at_may_be_at_most_five_minutes_in_the_past() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ends_at_must_be_after_starts_at() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     for (i, ends) in [T0 + HOUR, T0 + HOUR - 1, T0].into_iter().enumerate() {
         let r = create_grant(&s, grant_body(&p, 1, T0 + HOUR, ends, &format!("k{i}"))).await;
         assert_eq!(r.err(400, "INVALID_INPUT")["field"], "endsAt");
@@ -316,9 +294,7 @@ async fn ends_at_must_be_after_starts_at() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_unavailable_carries_total_and_granted() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     // Alone over the total.
     let r = create_grant(&s, grant_body(&p, 5, T0, T0 + HOUR, "k0")).await;
     let d = r.err(409, "CAPACITY_UNAVAILABLE");
@@ -353,9 +329,7 @@ async fn capacity_unavailable_carries_total_and_granted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancelled_grants_free_capacity_and_ended_ones_keep_their_final_term() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     // A scheduled grant of every slot, then cancelled: its term is free again.
     let a = create_grant_ok(&s, grant_body(&p, 4, T0 + 10 * HOUR, T0 + 12 * HOUR, "a")).await;
     create_grant(&s, grant_body(&p, 1, T0 + 11 * HOUR, T0 + 13 * HOUR, "x1"))
@@ -397,9 +371,7 @@ async fn cancelled_grants_free_capacity_and_ended_ones_keep_their_final_term() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idempotent_retry_returns_the_grant_as_it_is_now() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let body = grant_body(&p, 2, T0, T0 + 2 * HOUR, "once");
     let first = create_grant_ok(&s, body.clone()).await;
     assert_eq!(first["state"], "active");
@@ -454,9 +426,7 @@ async fn an_idempotent_retry_returns_the_grant_as_it_is_now() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_request_under_the_key_is_conflict() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     create_grant_ok(&s, grant_body(&p, 2, T0, T0 + 2 * HOUR, "shared")).await;
     for other in [
         grant_body(&p, 1, T0, T0 + 2 * HOUR, "shared"),
@@ -490,9 +460,7 @@ async fn another_request_under_the_key_is_conflict() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_create_does_not_consume_its_key() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let viewer = s.key(ROOT_TOKEN, "root", "viewer", None).await;
     // Failures of every kind under the key "k".
     let denied = GrantBody::on(&p, 1)
@@ -538,9 +506,7 @@ async fn a_failed_create_does_not_consume_its_key() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_starting_at_or_before_now_is_active_at_once() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     for (key, starts) in [("now", T0), ("past", T0 - 2 * MIN)] {
         let g = create_grant_ok(&s, grant_body(&p, 1, starts, T0 + HOUR, key)).await;
         assert_eq!(g["state"], "active");
@@ -590,9 +556,7 @@ async fn expect_invalid(s: &Server, path: &str, body: Value, field: &str, reason
 
 #[tokio::test(flavor = "multi_thread")]
 async fn create_validates_every_field() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let base = GrantBody::on(&p, 1)
         .term(T0, T0 + HOUR)
         .key("valid")
@@ -788,9 +752,7 @@ async fn create_validates_every_field() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn get_list_and_end_validate_their_fields() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let g = create_grant_ok(&s, grant_body(&p, 1, T0, T0 + HOUR, "k")).await;
     let gid = grant_id(&g);
     let b32 = |n: usize| "0".repeat(n);

@@ -11,7 +11,7 @@ use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     Platform, create_grant, create_grant_ok, end_grant, get_grant_as, grant_body, grant_body_for,
-    grant_id, list_grants, platform, project, scan, types_of,
+    grant_id, list_grants, platform_at_t0, project, scan, types_of,
 };
 use crate::support::server::{ROOT_TOKEN, Server, of_type};
 
@@ -32,9 +32,7 @@ async fn churn(s: &Server, p: &Platform, bodies: &[Value], grants: &[String], fi
         create_grant(s, b.clone()).await.ok();
     }
     // A new grant on the reservation settles its timeline up to now.
-    let now = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let now = s.now().await;
     create_grant_ok(s, grant_body(p, 1, now, now + MIN, filler)).await;
     // Scans settle too (only when the total changes) and must not republish.
     scan(s, &p.account).await;
@@ -81,9 +79,7 @@ fn trail(evs: &[Value], id: &str) -> Vec<(String, Value)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_transition_is_published_once_with_its_data() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let prj = project(&s, &p.tenant_token, "acme", "web").await;
 
     let b1 = GrantBody::on(&p, 2)
@@ -215,9 +211,7 @@ async fn each_transition_is_published_once_with_its_data() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_settlement_and_ends_publish_each_transition_once() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 1000).await;
+    let (s, p) = platform_at_t0(1000).await;
     let later =
         grant_id(&create_grant_ok(&s, grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "later")).await);
     let now = grant_id(&create_grant_ok(&s, grant_body(&p, 1, T0, T0 + 3 * HOUR, "now")).await);
@@ -292,9 +286,7 @@ async fn concurrent_settlement_and_ends_publish_each_transition_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gone_reservation_publishes_its_ends_once_with_the_reason() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let active = grant_id(&create_grant_ok(&s, grant_body(&p, 2, T0, T0 + 5 * HOUR, "a")).await);
     let scheduled =
         grant_id(&create_grant_ok(&s, grant_body(&p, 1, T0 + 2 * HOUR, T0 + 5 * HOUR, "b")).await);

@@ -14,7 +14,7 @@ use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
 use crate::support::fixtures::{
     Platform, bind, create_grant_ok, get_instance, grant, grant_id, grant_on, id, instance,
-    instance_op_ok, offer, platform, project, scan, set_quota,
+    instance_op_ok, offer, platform_at_t0, project, scan, set_quota,
 };
 use crate::support::gce::{FLAVOR, Gce};
 use crate::support::meter::{at, of_meter, q, round_micros, total, usage, usage_of_instance};
@@ -36,9 +36,7 @@ fn records_of(records: &[Value], meter: &str) -> Vec<(i64, String)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_on_a_later_candidate_is_filled_before_an_ordinary_slot_of_an_earlier_one() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     let t = p.tenant_token.clone();
     let res_b = second_reservation(&s, &p, 2).await;
     // acme's grant is on res-b; res-a comes first in id order and has room.
@@ -69,9 +67,7 @@ async fn a_grant_on_a_later_candidate_is_filled_before_an_ordinary_slot_of_an_ea
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slot_freed_by_a_delete_is_refilled_at_that_instant_and_billed_split_there() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant(&s, &p, &p.tenant, 2, T0, T0 + 3 * HOUR).await;
     let a = id(&instance(&s, &t, "acme", &p.pool).await);
@@ -119,9 +115,7 @@ async fn a_slot_freed_by_a_delete_is_refilled_at_that_instant_and_billed_split_t
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_oldest_overflow_is_refilled_first_and_only_up_to_the_freed_slots() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 3 * HOUR).await;
     let a = id(&instance(&s, &t, "acme", &p.pool).await);
@@ -143,9 +137,7 @@ async fn the_oldest_overflow_is_refilled_first_and_only_up_to_the_freed_slots() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_project_grant_refills_only_from_its_project() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let prj = project(&s, &t, "acme", "web").await;
     let body = GrantBody::on(&p, 1)
@@ -180,9 +172,7 @@ async fn a_project_grant_refills_only_from_its_project() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn billing_none_never_refills_and_a_stop_keeps_the_slot_and_refills_nothing() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     // Root as grantee, with an unbilled instance waiting on an ordinary slot.
     set_quota(&s, "root", &p.pool, "memoryGib", 1000).await;
     let g = grant(&s, &p, "root", 1, T0, T0 + 3 * HOUR).await;
@@ -239,9 +229,7 @@ async fn billing_none_never_refills_and_a_stop_keeps_the_slot_and_refills_nothin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_creates_over_two_reservations_never_deadlock_or_over_fill() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let res_b = second_reservation(&s, &p, 10).await;
     let globex = s.tenant("globex").await;
     let quotas = json!({ "instances": 40, "vcpus": 400, "memoryGib": 1000 });
@@ -299,9 +287,7 @@ async fn concurrent_creates_over_two_reservations_never_deadlock_or_over_fill() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_placement_looks_past_the_first_ordinary_slot_only_for_the_tenants_grants() {
     use diesel_async::RunQueryDsl;
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     let t = p.tenant_token.clone();
     let res_b = second_reservation(&s, &p, 2).await;
     let globex = s.tenant("globex").await;

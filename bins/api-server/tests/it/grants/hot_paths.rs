@@ -15,7 +15,7 @@ use storage::model::idempotency::KeyedRequest;
 
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{db, hold_reservation, root_id};
-use crate::support::fixtures::{create_instance_ok, grant_body, platform};
+use crate::support::fixtures::{create_instance_ok, grant_body, platform_at_t0};
 use crate::support::gce::FLAVOR;
 use crate::support::server::Server;
 
@@ -71,9 +71,7 @@ async fn execute(conn: &mut AsyncPgConnection, sql: &str) {
 
 #[tokio::test]
 async fn a_grant_create_reads_only_what_overlaps_its_term() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let mut conn = db(&s).await;
     // Half ended a month ago, half scheduled a month ahead: none overlaps
     // the new term, two hours from now.
@@ -156,9 +154,7 @@ async fn a_grant_create_reads_only_what_overlaps_its_term() {
 
 #[tokio::test]
 async fn an_instance_create_reads_only_the_seated_instances() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     // A live grant of 5 slots, and one instance in it to copy the history
     // from.
     let granted = s
@@ -245,9 +241,7 @@ async fn an_instance_create_reads_only_the_seated_instances() {
 /// nothing is written.
 #[tokio::test]
 async fn a_reservation_that_changes_while_a_create_waits_is_checked_again() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let mut holder = hold_reservation(&s, &p.account, &p.reservation).await;
     diesel::sql_query(
         "UPDATE reservations SET status = 'not-ready' \

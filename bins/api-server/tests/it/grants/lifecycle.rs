@@ -3,14 +3,11 @@
 use serde_json::json;
 
 use crate::support::clock::{HOUR, T0};
-use crate::support::fixtures::{grant_body, platform, scan};
-use crate::support::server::Server;
+use crate::support::fixtures::{get_grant_as, grant_body, list_grants, platform_at_t0, scan};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_is_scheduled_then_active_then_ended_with_its_events() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let g = s
         .root(
             "reservationGrants/create",
@@ -28,24 +25,10 @@ async fn a_grant_is_scheduled_then_active_then_ended_with_its_events() {
 
     // The truth at now, whether or not anything settled it.
     s.set_clock(T0 + HOUR).await;
-    let got = s
-        .call(
-            &p.tenant_token,
-            "reservationGrants/get",
-            json!({ "tenantId": "acme", "grantId": id }),
-        )
-        .await
-        .ok();
+    let got = get_grant_as(&s, &p.tenant_token, "acme", &id).await.ok();
     assert_eq!(got["grant"]["state"], "active");
     s.set_clock(T0 + 3 * HOUR).await;
-    let got = s
-        .call(
-            &p.tenant_token,
-            "reservationGrants/get",
-            json!({ "tenantId": "acme", "grantId": id }),
-        )
-        .await
-        .ok();
+    let got = get_grant_as(&s, &p.tenant_token, "acme", &id).await.ok();
     assert_eq!(got["grant"]["state"], "ended");
     assert_eq!(got["grant"]["reason"], "term-over");
     assert_eq!(got["grant"]["endedAt"], T0 + 3 * HOUR);
@@ -76,9 +59,7 @@ async fn a_grant_is_scheduled_then_active_then_ended_with_its_events() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_is_the_peak_overlap_of_non_cancelled_grants() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     s.root(
         "reservationGrants/create",
         grant_body(&p, 3, T0, T0 + 2 * HOUR, "a"),
@@ -112,9 +93,7 @@ async fn capacity_is_the_peak_overlap_of_non_cancelled_grants() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ending_an_active_grant_sets_ends_at_to_now_and_a_scheduled_one_is_cancelled() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let a = s
         .root(
             "reservationGrants/create",
@@ -181,9 +160,7 @@ async fn ending_an_active_grant_sets_ends_at_to_now_and_a_scheduled_one_is_cance
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gone_reservation_ends_and_cancels_its_grants() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     s.root(
         "reservationGrants/create",
         grant_body(&p, 1, T0, T0 + 5 * HOUR, "a"),
@@ -201,14 +178,7 @@ async fn a_gone_reservation_ends_and_cancels_its_grants() {
     let scanned = scan(&s, &p.account).await;
     assert_eq!(scanned["items"][0]["status"], "gone");
     assert_eq!(scanned["items"][0]["goneAt"], T0 + 30 * 60_000);
-    let list = s
-        .call(
-            &p.tenant_token,
-            "reservationGrants/list",
-            json!({ "tenantId": "acme" }),
-        )
-        .await
-        .ok();
+    let list = list_grants(&s, &p.tenant_token, "acme", None).await.ok();
     let states: Vec<(&str, &str)> = list["items"]
         .as_array()
         .unwrap()
@@ -226,9 +196,7 @@ async fn a_gone_reservation_ends_and_cancels_its_grants() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_provider_call_changes_nothing() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let before = s
         .root(
             "providerAccounts/listReservations",

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
-use crate::support::fixtures::platform;
+use crate::support::fixtures::platform_at_t0;
 use crate::support::fixtures::{Platform, end_grant, grant, id, instance, instance_op_ok, offer};
 use crate::support::server::{ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -82,9 +82,7 @@ async fn beta(s: &Server, p: &Platform) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn expiry_notices_go_out_once_at_their_instant_with_three_replicas() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 8).await;
+    let (s, p) = platform_at_t0(8).await;
     let beta_token = beta(&s, &p).await;
     // A: acme's 2 slots for 10 days, one instance held all along; R renews it.
     let a = grant(&s, &p, "acme", 2, T0, T0 + 10 * DAY).await;
@@ -224,9 +222,7 @@ async fn judged_to(s: &Server, grant: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_underused_grant_is_reported_at_most_once_a_day_with_three_replicas() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 8).await;
+    let (s, p) = platform_at_t0(8).await;
     let beta_token = beta(&s, &p).await;
     // G: acme's 2 slots for 4 days; one instance held for the first 12 hours.
     let g = grant(&s, &p, "acme", 2, T0, T0 + 4 * DAY).await;
@@ -316,9 +312,7 @@ async fn an_underused_grant_is_reported_at_most_once_a_day_with_three_replicas()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn notices_follow_the_configured_durations_and_ratio() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let g = grant(&s, &p, "acme", 1, T0, T0 + 3 * DAY).await;
     let env = [("BC_EXPIRY_NOTICES", "36h"), ("BC_UNDERUSE_RATIO", "0")];
     // Underuse is off, and 36 h before the end is day 1.5.

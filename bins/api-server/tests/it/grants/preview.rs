@@ -10,7 +10,7 @@ use crate::support::clock::{HOUR, MIN, SEC, T0};
 use crate::support::db::contents;
 use crate::support::fixtures::{
     Platform, create_grant, get_instance, grant, grant_body, grant_body_for, grant_id, grant_of,
-    id, instance, no_such, platform, unbind,
+    id, instance, no_such, platform_at_t0, unbind,
 };
 use crate::support::meter::{micros, round_micros, total, usage};
 use crate::support::rng::Rng;
@@ -37,9 +37,7 @@ fn key() -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn preview_and_create_agree_on_fitting_and_refusing() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     grant(&s, &p, &p.tenant, 3, T0 + HOUR, T0 + 5 * HOUR).await;
 
     // Does not fit: 2 more slots over an hour where 3 of 4 are committed.
@@ -86,9 +84,7 @@ async fn preview_and_create_agree_on_fitting_and_refusing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn random_terms_never_make_preview_and_create_disagree() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let mut rng = Rng::from_env("preview_agrees");
     let (mut fits, mut refused) = (0, 0);
     for _ in 0..60 {
@@ -111,9 +107,7 @@ async fn random_terms_never_make_preview_and_create_disagree() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn preview_refuses_what_create_refuses_with_the_same_code() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let cases: Vec<(&str, Value)> = vec![
         (
             "unknown grantee",
@@ -178,9 +172,7 @@ async fn preview_refuses_what_create_refuses_with_the_same_code() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn preview_is_root_only() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let mut body = preview_of(&grant_body(&p, 1, T0, T0 + HOUR, "x"));
     for tenant in ["acme", "root"] {
         body["tenantId"] = json!(tenant);
@@ -192,9 +184,7 @@ async fn preview_is_root_only() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_odd_term_previews_the_slot_hours_the_meter_writes() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 8).await;
+    let (s, p) = platform_at_t0(8).await;
     // 3 slots from 00:17:23.250 to 05:05:07.5.
     let starts = T0 + 17 * MIN + 23 * SEC + 250;
     let ends = T0 + 5 * HOUR + 5 * MIN + 7 * SEC + 500;
@@ -247,9 +237,7 @@ async fn ordinary_instances(s: &Server, p: &Platform, n: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_preview_names_the_instances_a_create_takes_in_and_writes_nothing() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let running = ordinary_instances(&s, &p, 3).await;
     s.set_clock(T0 + 10 * MIN).await;
 
@@ -293,9 +281,7 @@ async fn a_preview_names_the_instances_a_create_takes_in_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_that_does_not_fit_previews_no_take_in() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     ordinary_instances(&s, &p, 1).await;
     let v = preview(&s, &grant_body(&p, 3, T0, T0 + HOUR, &key()))
         .await

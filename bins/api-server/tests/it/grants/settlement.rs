@@ -11,7 +11,7 @@ use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
     Platform, create_grant_ok, create_instance_ok, end_grant, get_grant, get_instance, grant,
     grant_body, grant_id, id, in_grant, instance_op_ok, list_instances, placement, placement_of,
-    plain, platform, poke, project, root_can_use, scan, tenant_with_pool,
+    plain, platform_at_t0, poke, project, root_can_use, scan, tenant_with_pool,
 };
 use crate::support::server::Server;
 
@@ -48,9 +48,7 @@ fn ids_sorted(instances: &[&Value]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn starting_grant_takes_in_running_ordinary_instances_oldest_first_up_to_its_slots_at_start()
 {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 8).await;
+    let (s, p) = platform_at_t0(8).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     // acme runs four instances on ordinary slots: a, b, then x and y created
@@ -126,9 +124,7 @@ async fn starting_grant_takes_in_running_ordinary_instances_oldest_first_up_to_i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_project_grant_takes_in_only_its_projects_instances() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let t = &p.tenant_token;
     let web = project(&s, t, "acme", "web").await;
     let batch = project(&s, t, "acme", "batch").await;
@@ -170,9 +166,7 @@ async fn a_project_grant_takes_in_only_its_projects_instances() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unbilled_instances_are_never_taken_in() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     root_can_use(&s, &p.pool).await;
     let none = s
         .root(
@@ -209,9 +203,7 @@ async fn unbilled_instances_are_never_taken_in() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stopped_instances_are_not_taken_in() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
     s.set_clock(T0 + MIN).await;
@@ -244,9 +236,7 @@ async fn stopped_instances_are_not_taken_in() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_created_at_or_after_its_start_takes_in_from_its_creation_instant() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
     s.set_clock(T0 + MIN).await;
@@ -308,9 +298,7 @@ struct Ending {
 }
 
 async fn ending(total: i64) -> Ending {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, total).await;
+    let (s, p) = platform_at_t0(total).await;
     let t = p.tenant_token.clone();
     let g1 = grant(&s, &p, "acme", 3, T0, T0 + 2 * HOUR).await;
     let s1 = id(&create_instance_ok(&s, &t, "acme", &p.pool, "s1", json!({})).await);
@@ -483,9 +471,7 @@ async fn a_renewal_with_room_for_all_keeps_the_stopped_instance_in_a_granted_slo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_takes_over_only_the_instances_it_serves() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let web = project(&s, t, "acme", "web").await;
@@ -526,9 +512,7 @@ async fn a_renewal_takes_over_only_the_instances_it_serves() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn root_end_hands_over_at_its_instant() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
     let g2 = grant(&s, &p, "acme", 1, T0 + MIN, T0 + 10 * HOUR).await;
@@ -577,9 +561,7 @@ async fn root_end_hands_over_at_its_instant() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gone_reservation_moves_its_instances_ondemand_at_the_scan_instant() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 5).await;
+    let (s, p) = platform_at_t0(5).await;
     let t = &p.tenant_token;
     let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
     let g3 = grant(&s, &p, "acme", 1, T0 + 20 * HOUR, T0 + 30 * HOUR).await;

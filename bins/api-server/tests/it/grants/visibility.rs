@@ -4,18 +4,17 @@
 use serde_json::json;
 
 use crate::support::bodies::GrantBody;
+use crate::support::calls::end_grant_as;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     create_grant_ok, end_grant, get_grant_as, grant_body, grant_body_for, grant_id, grant_ids,
-    items, list_grants, no_such, offer, platform, project, scan, second_account, types_of,
+    items, list_grants, no_such, offer, platform_at_t0, project, scan, second_account, types_of,
 };
-use crate::support::server::{ROOT_TOKEN, Server, of_type};
+use crate::support::server::{ROOT_TOKEN, of_type};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_of_another_tenant_is_not_found() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let beta = s.tenant("beta").await;
     offer(&s, &p.pool, "beta", json!({ "instances": 10 })).await;
     let acme_grant = grant_id(&create_grant_ok(&s, grant_body(&p, 2, T0, T0 + HOUR, "a")).await);
@@ -80,9 +79,7 @@ async fn a_grant_of_another_tenant_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_shows_every_field_of_the_contract() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let prj = project(&s, &p.tenant_token, "acme", "web").await;
     let b = GrantBody::on(&p, 3)
         .term(T0 + HOUR, T0 + 4 * HOUR)
@@ -127,9 +124,7 @@ async fn a_grant_shows_every_field_of_the_contract() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn list_returns_the_acting_tenants_grants_newest_first() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 100).await;
+    let (s, p) = platform_at_t0(100).await;
     let beta = s.tenant("beta").await;
     offer(&s, &p.pool, "beta", json!({ "instances": 10 })).await;
     let mut created: Vec<(String, String)> = Vec::new();
@@ -200,9 +195,7 @@ async fn list_returns_the_acting_tenants_grants_newest_first() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn end_of_a_grant_on_another_account_is_not_found() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let g = create_grant_ok(&s, grant_body(&p, 1, T0, T0 + 2 * HOUR, "a")).await;
     let id = grant_id(&g);
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 4).await;
@@ -250,22 +243,13 @@ async fn end_of_a_grant_on_another_account_is_not_found() {
     let scoped_b = s
         .key(ROOT_TOKEN, "root", "provider-admin", Some(&account_b))
         .await;
-    s.call(
-        &scoped_b,
-        "reservationGrants/end",
-        json!({ "tenantId": "root", "accountId": p.account, "grantId": id }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED");
+    end_grant_as(&s, &scoped_b, "root", &p.account, &id)
+        .await
+        .err(403, "ACCESS_DENIED");
     let scoped_a = s
         .key(ROOT_TOKEN, "root", "provider-admin", Some(&p.account))
         .await;
-    let ended = s
-        .call(
-            &scoped_a,
-            "reservationGrants/end",
-            json!({ "tenantId": "root", "accountId": p.account, "grantId": id }),
-        )
+    let ended = end_grant_as(&s, &scoped_a, "root", &p.account, &id)
         .await
         .ok();
     assert_eq!(ended["grant"]["state"], "ended");
@@ -277,9 +261,7 @@ async fn end_of_a_grant_on_another_account_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn end_by_anyone_but_root_is_access_denied() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let id = grant_id(&create_grant_ok(&s, grant_body(&p, 1, T0, T0 + 2 * HOUR, "a")).await);
     let body = |tenant: &str| json!({ "tenantId": tenant, "accountId": p.account, "grantId": id });
     // The grantee's admin, in its own tenant or claiming root.
@@ -304,9 +286,7 @@ async fn end_by_anyone_but_root_is_access_denied() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn end_never_makes_ends_at_later() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let over = grant_id(&create_grant_ok(&s, grant_body(&p, 1, T0, T0 + HOUR, "a")).await);
     let cancelled =
         grant_id(&create_grant_ok(&s, grant_body(&p, 1, T0 + 3 * HOUR, T0 + 4 * HOUR, "b")).await);
@@ -343,9 +323,7 @@ async fn end_never_makes_ends_at_later() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn end_moves_ends_at_only_earlier_within_the_term() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     // Started 3 minutes ago: ending it now keeps [startsAt, now).
     let id = grant_id(&create_grant_ok(&s, grant_body(&p, 2, T0 - 3 * MIN, T0 + HOUR, "a")).await);
     let r = end_grant(&s, &p.account, &id).await.ok();
@@ -365,9 +343,7 @@ async fn ending_a_grant_at_its_start_instant_ends_it_with_an_empty_term() {
     // At `startsAt` the grant is active (its term is [startsAt, endsAt)), so
     // ending it "now" at that instant ends it: endsAt = startsAt, an empty
     // term that commits and bills nothing.
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     // Created active at once (startsAt = now), ended at that same instant.
     let id = grant_id(&create_grant_ok(&s, grant_body(&p, 4, T0, T0 + HOUR, "a")).await);
     let g = end_grant(&s, &p.account, &id).await.ok()["grant"].clone();
@@ -416,9 +392,7 @@ async fn ending_a_grant_at_its_start_instant_ends_it_with_an_empty_term() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grants_created_at_one_instant_list_in_creation_order_newest_first() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 100).await;
+    let (s, p) = platform_at_t0(100).await;
     let mut created = Vec::new();
     for i in 0..12 {
         let g = create_grant_ok(&s, grant_body(&p, 1, T0, T0 + HOUR, &format!("k{i}"))).await;

@@ -432,9 +432,7 @@ async fn every_method_times_every_caller_is_allowed_or_denied_as_the_contract_sa
         json!({ "instances": 100, "vcpus": 1000, "memoryGib": 10_000 }),
     )
     .await;
-    let clock = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let clock = s.now().await;
     let revoked = {
         let v = s
             .root(

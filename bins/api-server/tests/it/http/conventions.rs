@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::bodies::QuotaBody;
+use crate::support::calls::get_account;
 use crate::support::server::{Options, ROOT, ROOT_TOKEN, Server};
 
 const MIB: usize = 1024 * 1024;
@@ -766,13 +767,9 @@ async fn checks_run_in_the_contract_order() {
     )
     .await
     .err(403, "ACCESS_DENIED");
-    s.call(
-        &acme,
-        "providerAccounts/get",
-        json!({ "tenantId": "root", "accountId": "pacct_00000000000000000000000000" }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED");
+    get_account(&s, &acme, "root", "pacct_00000000000000000000000000")
+        .await
+        .err(403, "ACCESS_DENIED");
     s.call(
         &acme,
         "tenants/delete",
@@ -787,13 +784,9 @@ async fn checks_run_in_the_contract_order() {
     )
     .await
     .err(404, "NOT_FOUND");
-    s.call(
-        &acme,
-        "providerAccounts/get",
-        json!({ "tenantId": "acme", "accountId": "pacct_00000000000000000000000000" }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    get_account(&s, &acme, "acme", "pacct_00000000000000000000000000")
+        .await
+        .err(404, "NOT_FOUND");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::support::clock::{HOUR, T0};
-use crate::support::fixtures::{grant, platform, tenant_with_pool};
+use crate::support::fixtures::{grant, platform_at_t0, tenant_with_pool};
 use crate::support::server::{ROOT_TOKEN, Server};
 use crate::support::worker;
 
@@ -50,9 +50,7 @@ async fn seq_of(s: &Server, usage_id: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenants_usage_cursor_does_not_move_with_other_tenants_records() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 8).await;
+    let (s, p) = platform_at_t0(8).await;
     let beta = tenant_with_pool(&s, "beta", &p.pool).await;
     // acme's grant ends at T0 + 2 h; beta's goes on, so only beta gets
     // records after that.
@@ -122,9 +120,7 @@ async fn a_tenants_usage_cursor_does_not_move_with_other_tenants_records() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenants_event_cursor_does_not_move_with_other_tenants_events() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 8).await;
+    let (s, p) = platform_at_t0(8).await;
     let beta = tenant_with_pool(&s, "beta", &p.pool).await;
     grant(&s, &p, "acme", 1, T0, T0 + 2 * HOUR).await;
     let first = page(

@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::bodies::InstanceBody;
+use crate::support::calls::{list_accounts, list_reservations_as, scan_as};
 use crate::support::clock::T0;
-use crate::support::fixtures::{create_account, instance, platform};
+use crate::support::fixtures::{create_account, instance, platform_at_t0};
 use crate::support::gce::{Gce, PROJECT};
-use crate::support::server::{Answer, Options, ROOT_TOKEN, Server, rand_suffix};
+use crate::support::server::{Options, ROOT_TOKEN, Server, rand_suffix};
 use crate::support::worker;
 
 /// A secret in the server's environment that no tenant may ever see.
@@ -87,16 +88,6 @@ async fn tenant_account(s: &Server, token: &str, name: &str, endpoint: &str, cre
     create_account(s, token, account_body(name, endpoint, cred)).await
 }
 
-/// `providerAccounts.scan` of an `acme` account with `token`.
-async fn scan_as(s: &Server, token: &str, account: &str) -> Answer {
-    s.call(
-        token,
-        "providerAccounts/scan",
-        json!({ "tenantId": "acme", "accountId": account }),
-    )
-    .await
-}
-
 /// Inserts an account as it may have been stored before the policy existed,
 /// bypassing today's create-time check.
 async fn legacy_account(s: &Server, id: &str, tenant: &str, config: Value) {
@@ -165,10 +156,7 @@ async fn no_credential_reference_sends_the_servers_environment_or_files_to_a_ten
         assert_eq!(d["reason"], "credential-not-allowed", "{cred}");
         assert!(!a.body.to_string().contains(PLANTED), "{cred}: {}", a.body);
     }
-    let listed = s
-        .call(&t, "providerAccounts/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let listed = list_accounts(&s, &t, "acme").await.ok();
     assert_eq!(listed["items"], json!([]));
 
     // Root may use what the operator listed, and nothing else.
@@ -213,7 +201,7 @@ async fn no_credential_reference_sends_the_servers_environment_or_files_to_a_ten
         legacy_account(&s, id, "acme", config.clone()).await;
     }
     for (id, _) in &by_api {
-        let a = scan_as(&s, &t, id).await;
+        let a = scan_as(&s, &t, "acme", id).await;
         assert_eq!(
             a.err(503, "UNAVAILABLE"),
             &json!({ "reason": "provider-error" }),
@@ -258,7 +246,7 @@ async fn no_credential_reference_sends_the_servers_environment_or_files_to_a_ten
     // A tenant account with `none` does reach the listed endpoint, with no
     // Authorization header at all.
     let id = tenant_account(&s, &t, "plain", &endpoint, "none").await;
-    scan_as(&s, &t, &id).await.ok();
+    scan_as(&s, &t, "acme", &id).await.ok();
     let (status, err) = worker::once_with(
         &s,
         &["vps.reservations"],
@@ -386,7 +374,7 @@ async fn a_tenant_endpoint_inside_the_platform_is_refused_at_create_or_at_connec
     // provider error that says nothing of the address.
     let endpoint = format!("http://{name}:{port}");
     let id = tenant_account(&s, &t, "dns", &endpoint, "none").await;
-    let scan = scan_as(&s, &t, &id).await;
+    let scan = scan_as(&s, &t, "acme", &id).await;
     assert_eq!(
         scan.err(503, "UNAVAILABLE"),
         &json!({ "reason": "provider-error" })
@@ -432,7 +420,7 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
     .await;
     let t = s.tenant("acme").await;
     let id = tenant_account(&s, &t, "listed", &endpoint, "none").await;
-    let scan = scan_as(&s, &t, &id).await;
+    let scan = scan_as(&s, &t, "acme", &id).await;
     // Listed by IP: the call is made (the operator allowed that address).
     assert!(!listener.requests().is_empty());
     assert_eq!(
@@ -464,7 +452,7 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
         "none",
     )
     .await;
-    let scan = scan_as(&s2, &t2, &id).await;
+    let scan = scan_as(&s2, &t2, "acme", &id).await;
     assert_eq!(
         scan.err(503, "UNAVAILABLE"),
         &json!({ "reason": "provider-error" })
@@ -478,9 +466,7 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenant_cannot_bind_its_own_reservation_into_a_platform_pool() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     let t = p.tenant_token.clone();
     // acme's own GCE project, with a reservation of the pool's flavor.
     let own = Gce::start().await;
@@ -492,7 +478,7 @@ async fn a_tenant_cannot_bind_its_own_reservation_into_a_platform_pool() {
         .as_str()
         .expect("accountId")
         .to_owned();
-    let found = scan_as(&s, &t, &acct).await.ok();
+    let found = scan_as(&s, &t, "acme", &acct).await.ok();
     let res = found["items"][0]["reservationId"]
         .as_str()
         .expect("reservation")
@@ -511,14 +497,7 @@ async fn a_tenant_cannot_bind_its_own_reservation_into_a_platform_pool() {
     .err(404, "NOT_FOUND");
     // Nothing changed: the reservation serves no pool, and once the
     // platform's own reservation is full, the pool has no slot to give.
-    let listed = s
-        .call(
-            &t,
-            "providerAccounts/listReservations",
-            json!({ "tenantId": "acme", "accountId": acct }),
-        )
-        .await
-        .ok();
+    let listed = list_reservations_as(&s, &t, "acme", &acct).await.ok();
     assert!(listed["items"][0].get("poolId").is_none(), "{listed}");
     for _ in 0..2 {
         let i = instance(&s, &t, "acme", &p.pool).await;

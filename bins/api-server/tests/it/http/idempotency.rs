@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::support::calls::list_accounts;
 use crate::support::fixtures::{account_body, offer, pool_body, root_account};
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 
@@ -16,13 +17,7 @@ async fn pool_count(s: &Server) -> usize {
 }
 
 async fn account_count(s: &Server, token: &str, tenant: &str) -> usize {
-    s.call(
-        token,
-        "providerAccounts/list",
-        json!({ "tenantId": tenant }),
-    )
-    .await
-    .ok()["items"]
+    list_accounts(s, token, tenant).await.ok()["items"]
         .as_array()
         .expect("items")
         .len()
@@ -38,9 +33,7 @@ async fn pools_create_replays_the_same_request_and_conflicts_on_another() {
     let rows = s.root("quotas/get", json!({})).await.ok();
 
     // Same key and body, later: the same pool, nothing created.
-    let t0 = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let t0 = s.now().await;
     s.set_clock(t0 + 60_000).await;
     let again = s.root("pools/create", body.clone()).await.ok();
     assert_eq!(again, first);

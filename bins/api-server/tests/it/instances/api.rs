@@ -8,17 +8,14 @@ use crate::support::clock::{MIN, T0};
 use crate::support::db::{seg_off, seg_res, segments};
 use crate::support::fixtures::{
     create_instance, create_instance_ok, default_quotas, get_instance, id, instance_op,
-    instance_op_ok, list_instances, no_such, offer, placement, plain, platform, project,
+    instance_op_ok, list_instances, no_such, offer, placement, plain, platform_at_t0, project,
     tenant_with_pool, used,
 };
 use crate::support::gce::FLAVOR;
-use crate::support::server::Server;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn create_returns_the_instance_with_every_field() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let web = project(&s, t, "acme", "web").await;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
@@ -60,9 +57,7 @@ async fn create_returns_the_instance_with_every_field() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_not_offered_to_the_tenant_is_not_found() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let globex = s.tenant("globex").await;
     let r = create_instance(&s, &globex, "globex", &p.pool, "x", json!({})).await;
     r.err(404, "NOT_FOUND");
@@ -95,9 +90,7 @@ async fn a_pool_not_offered_to_the_tenant_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_flavor_or_a_project_of_another_tenant_is_invalid_input() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let theirs = project(&s, &globex, "globex", "theirs").await;
@@ -132,9 +125,7 @@ async fn an_unknown_flavor_or_a_project_of_another_tenant_is_invalid_input() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn create_is_idempotent_per_tenant_and_a_different_body_under_the_key_conflicts() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "k", json!({ "name": "one" })).await;
@@ -188,9 +179,7 @@ async fn create_is_idempotent_per_tenant_and_a_different_body_under_the_key_conf
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_creates_with_one_key_create_one_instance() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let t = &p.tenant_token;
     let answers = futures::future::join_all(
         (0..12).map(|_| create_instance(&s, t, "acme", &p.pool, "same", json!({}))),
@@ -207,9 +196,7 @@ async fn concurrent_creates_with_one_key_create_one_instance() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_a_stopped_or_starting_a_running_instance_returns_it_unchanged() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
     s.set_clock(T0 + MIN).await;
@@ -232,9 +219,7 @@ async fn stopping_a_stopped_or_starting_a_running_instance_returns_it_unchanged(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deleted_instance_cannot_be_stopped_or_started_and_deleting_it_again_returns_it() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
     s.set_clock(T0 + MIN).await;
@@ -276,9 +261,7 @@ async fn a_deleted_instance_cannot_be_stopped_or_started_and_deleting_it_again_r
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_tenants_instance_is_not_found() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
@@ -301,9 +284,7 @@ async fn another_tenants_instance_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn list_is_newest_first_and_filters_by_project() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let t = &p.tenant_token;
     let web = project(&s, t, "acme", "web").await;
     let batch = project(&s, t, "acme", "batch").await;
@@ -358,9 +339,7 @@ async fn list_is_newest_first_and_filters_by_project() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_field_is_validated() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let base = || {
         json!({
@@ -501,9 +480,7 @@ async fn every_field_is_validated() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn instances_need_compute_instances_manage() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
     let member = s.key(t, "acme", "member", None).await;

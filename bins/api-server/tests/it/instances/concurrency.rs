@@ -11,7 +11,8 @@ use crate::support::clock::{HOUR, T0};
 use crate::support::db::{instances_in_db, quotas_in_db};
 use crate::support::fixtures::{
     Platform, create_instance, create_instance_ok, grant, grant_of, grant_on, id, instance_op,
-    instance_op_ok, kind, offer, platform, quotas, second_account, set_quota, tenant_with_pool,
+    instance_op_ok, kind, offer, platform_at_t0, quotas, second_account, set_quota,
+    tenant_with_pool,
 };
 use crate::support::server::{Answer, Server};
 
@@ -102,9 +103,7 @@ fn classify(answers: &[Answer]) -> (usize, usize, usize) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_creates_by_three_grantees_never_overfill_and_charge_exactly() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, TOTAL).await;
+    let (s, p) = platform_at_t0(TOTAL).await;
     let mut tokens: BTreeMap<&str, String> = BTreeMap::new();
     tokens.insert("acme", p.tenant_token.clone());
     for (tenant, _, _) in &TENANTS[1..] {
@@ -222,9 +221,7 @@ async fn concurrent_creates_by_three_grantees_never_overfill_and_charge_exactly(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tenant_deletion_racing_creates_and_starts_leaves_nothing_of_the_tenant_behind() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 40).await;
+    let (s, p) = platform_at_t0(40).await;
     for round in 0..6 {
         let tenant = format!("racer{round}");
         let token = s.tenant(&tenant).await;
@@ -294,9 +291,7 @@ async fn tenant_deletion_racing_creates_and_starts_leaves_nothing_of_the_tenant_
 /// would surface as a 500).
 #[tokio::test(flavor = "multi_thread")]
 async fn start_after_its_grant_ended_races_create_without_deadlock() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 8).await;
+    let (s, p) = platform_at_t0(8).await;
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 8).await;
     assert!(p.reservation < res_b, "res-a comes first in the lock order");
     let token = p.tenant_token.clone();

@@ -3,15 +3,15 @@
 
 use serde_json::json;
 
+use crate::support::calls::get_quotas;
 use crate::support::clock::{HOUR, T0};
-use crate::support::fixtures::{create_instance, grant_body, placement, platform};
-use crate::support::server::Server;
+use crate::support::fixtures::{
+    create_instance, grant_body, instance_op, placement, platform_at_t0,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_grantee_fills_its_grant_then_ordinary_slots_and_a_full_reservation_refuses_everyone() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 3).await;
+    let (s, p) = platform_at_t0(3).await;
     let g = s
         .root(
             "reservationGrants/create",
@@ -46,14 +46,7 @@ async fn the_grantee_fills_its_grant_then_ordinary_slots_and_a_full_reservation_
     assert_eq!(details["inUse"], 3);
     assert_eq!(details["available"], 0);
     // Quota: 3 instances charged, the refused one charged nothing.
-    let q = s
-        .call(
-            t,
-            "quotas/get",
-            json!({ "tenantId": "acme", "poolId": p.pool }),
-        )
-        .await
-        .ok();
+    let q = get_quotas(&s, t, "acme", Some(&p.pool)).await.ok();
     let instances = q["items"]
         .as_array()
         .unwrap()
@@ -66,9 +59,7 @@ async fn the_grantee_fills_its_grant_then_ordinary_slots_and_a_full_reservation_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn others_never_take_an_unused_granted_slot() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     s.root(
         "reservationGrants/create",
         grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"),
@@ -101,9 +92,7 @@ async fn others_never_take_an_unused_granted_slot() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_takes_in_running_instances_at_its_start_and_hands_them_over_at_its_end() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let a = create_instance(&s, t, "acme", &p.pool, "a", json!({}))
         .await
@@ -132,48 +121,25 @@ async fn a_grant_takes_in_running_instances_at_its_start_and_hands_them_over_at_
     create_instance(&s, t, "acme", &p.pool, "b", json!({}))
         .await
         .ok();
-    let got = s
-        .call(
-            t,
-            "instances/get",
-            json!({ "tenantId": "acme", "instanceId": a_id }),
-        )
-        .await
-        .ok();
+    let got = instance_op(&s, t, "acme", "get", &a_id).await.ok();
     assert_eq!(placement(&got["instance"]), ("grant".into(), Some(gid)));
     s.set_clock(T0 + 2 * HOUR + 5).await;
     create_instance(&s, t, "acme", &p.pool, "c", json!({}))
         .await
         .ok();
-    let got = s
-        .call(
-            t,
-            "instances/get",
-            json!({ "tenantId": "acme", "instanceId": a_id }),
-        )
-        .await
-        .ok();
+    let got = instance_op(&s, t, "acme", "get", &a_id).await.ok();
     assert_eq!(placement(&got["instance"]), ("grant".into(), Some(rid)));
     s.set_clock(T0 + 3 * HOUR + 5).await;
     create_instance(&s, t, "acme", &p.pool, "d", json!({}))
         .await
         .ok();
-    let got = s
-        .call(
-            t,
-            "instances/get",
-            json!({ "tenantId": "acme", "instanceId": a_id }),
-        )
-        .await
-        .ok();
+    let got = instance_op(&s, t, "acme", "get", &a_id).await.ok();
     assert_eq!(placement(&got["instance"]).0, "reservation");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_keeps_a_grant_slot_start_returns_to_it_and_delete_releases_quota() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     let t = &p.tenant_token;
     let g = s
         .root(
@@ -187,14 +153,7 @@ async fn stop_keeps_a_grant_slot_start_returns_to_it_and_delete_releases_quota()
         .await
         .ok();
     let a_id = a["instance"]["instanceId"].as_str().unwrap().to_owned();
-    let stopped = s
-        .call(
-            t,
-            "instances/stop",
-            json!({ "tenantId": "acme", "instanceId": a_id }),
-        )
-        .await
-        .ok();
+    let stopped = instance_op(&s, t, "acme", "stop", &a_id).await.ok();
     assert_eq!(stopped["instance"]["state"], "stopped");
     assert_eq!(
         placement(&stopped["instance"]),
@@ -205,35 +164,14 @@ async fn stop_keeps_a_grant_slot_start_returns_to_it_and_delete_releases_quota()
         .await
         .ok();
     assert_eq!(placement(&b["instance"]).0, "reservation");
-    let started = s
-        .call(
-            t,
-            "instances/start",
-            json!({ "tenantId": "acme", "instanceId": a_id }),
-        )
-        .await
-        .ok();
+    let started = instance_op(&s, t, "acme", "start", &a_id).await.ok();
     assert_eq!(started["instance"]["state"], "running");
     assert_eq!(placement(&started["instance"]), ("grant".into(), Some(gid)));
     for id in [a_id.as_str(), b["instance"]["instanceId"].as_str().unwrap()] {
-        let d = s
-            .call(
-                t,
-                "instances/delete",
-                json!({ "tenantId": "acme", "instanceId": id }),
-            )
-            .await
-            .ok();
+        let d = instance_op(&s, t, "acme", "delete", id).await.ok();
         assert_eq!(d["instance"]["state"], "deleted");
     }
-    let q = s
-        .call(
-            t,
-            "quotas/get",
-            json!({ "tenantId": "acme", "poolId": p.pool }),
-        )
-        .await
-        .ok();
+    let q = get_quotas(&s, t, "acme", Some(&p.pool)).await.ok();
     assert!(
         q["items"]
             .as_array()

@@ -11,7 +11,7 @@ use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
     create_grant_ok, create_instance, create_instance_ok, create_pool, gce_account, get_instance,
     grant, grant_id, id, in_grant, instance_op, instance_op_ok, list_instances, placement,
-    placement_of, plain, platform, project, root_can_use, scan, tenant_with_pool, used,
+    placement_of, plain, platform_at_t0, project, root_can_use, scan, tenant_with_pool, used,
 };
 use crate::support::gce::Gce;
 use crate::support::server::Server;
@@ -19,9 +19,7 @@ use crate::support::server::Server;
 #[tokio::test(flavor = "multi_thread")]
 async fn the_grantee_enters_its_grant_while_its_instances_leave_a_slot_free_then_an_ordinary_slot()
 {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 5).await;
+    let (s, p) = platform_at_t0(5).await;
     let t = &p.tenant_token;
     let g = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
 
@@ -68,9 +66,7 @@ async fn the_grantee_enters_its_grant_while_its_instances_leave_a_slot_free_then
 
 #[tokio::test(flavor = "multi_thread")]
 async fn others_share_total_minus_in_use_minus_unused_granted_slots() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let g = grant(&s, &p, "acme", 3, T0, T0 + 10 * HOUR).await;
@@ -106,9 +102,7 @@ async fn others_share_total_minus_in_use_minus_unused_granted_slots() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_grant_slot_is_not_shared_even_while_the_grantee_holds_none() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     grant(&s, &p, "acme", 2, T0, T0 + HOUR).await;
     // Every slot is granted to acme and idle: nobody else gets one.
@@ -129,9 +123,7 @@ async fn the_grant_slot_is_not_shared_even_while_the_grantee_holds_none() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_with_a_project_serves_only_that_projects_instances() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let t = &p.tenant_token;
     let web = project(&s, t, "acme", "web").await;
     let batch = project(&s, t, "acme", "batch").await;
@@ -175,9 +167,7 @@ async fn a_grant_with_a_project_serves_only_that_projects_instances() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_physically_full_reservation_refuses_everyone_the_grantee_included() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 3).await;
+    let (s, p) = platform_at_t0(3).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let g = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
@@ -221,9 +211,7 @@ async fn a_physically_full_reservation_refuses_everyone_the_grantee_included() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_slot() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     root_can_use(&s, &p.pool).await;
     // Root is a grantee like any tenant.
@@ -379,9 +367,7 @@ async fn without_a_bound_ready_reservation_an_instance_is_ondemand() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stopped_instance_keeps_its_grant_slot_from_everyone_and_start_returns_it_there() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let g = grant(&s, &p, "acme", 1, T0, T0 + 10 * HOUR).await;
@@ -424,9 +410,7 @@ async fn a_stopped_instance_keeps_its_grant_slot_from_everyone_and_start_returns
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_an_instance_on_an_ordinary_slot_releases_it_and_start_places_it_again() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 1).await;
+    let (s, p) = platform_at_t0(1).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
@@ -477,9 +461,7 @@ async fn stopping_an_instance_on_an_ordinary_slot_releases_it_and_start_places_i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grants_come_first_across_candidates_then_ordinary_slots_in_id_order() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 1).await;
+    let (s, p) = platform_at_t0(1).await;
     let t = &p.tenant_token;
     p.gce.put("res-b", 2, 0, "READY").await;
     scan(&s, &p.account).await;

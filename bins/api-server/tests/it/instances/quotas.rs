@@ -9,15 +9,14 @@ use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::instances_in_db;
 use crate::support::fixtures::{
     create_instance, create_instance_ok, create_pool, default_quotas, grant, id, in_grant,
-    instance_op_ok, list_instances, offer, placement, plain, platform, quotas, set_quota, used,
+    instance_op_ok, list_instances, offer, placement, plain, platform_at_t0, quotas, set_quota,
+    used,
 };
 use crate::support::server::Server;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn create_charges_instances_vcpus_and_memory_of_the_flavor_and_no_zero_amount() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let t = &p.tenant_token;
     // acme has no gpus row (a missing row grants 0): a zero amount is not
     // charged, so the create succeeds and no gpus row appears.
@@ -53,9 +52,7 @@ async fn create_charges_instances_vcpus_and_memory_of_the_flavor_and_no_zero_amo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gpu_flavor_charges_gpus_and_a_missing_gpus_row_is_quota_exceeded() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let pool = s
         .root(
@@ -114,9 +111,7 @@ async fn a_gpu_flavor_charges_gpus_and_a_missing_gpus_row_is_quota_exceeded() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quota_exceeded_charges_nothing_creates_nothing_and_keeps_the_key_free() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let t = &p.tenant_token;
     set_quota(&s, "acme", &p.pool, "vcpus", 8).await;
     create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
@@ -160,9 +155,7 @@ async fn instance_rows_of(s: &Server, tenant: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_unavailable_charges_nothing() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 1).await;
+    let (s, p) = platform_at_t0(1).await;
     let t = &p.tenant_token;
     create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
     let before = quotas(&s, t, "acme", &p.pool).await;
@@ -178,9 +171,7 @@ async fn capacity_unavailable_charges_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stopped_instances_stay_charged_and_delete_releases_once() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let g = grant(&s, &p, "acme", 1, T0, T0 + HOUR).await;
     let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await; // in the grant
@@ -228,9 +219,7 @@ async fn stopped_instances_stay_charged_and_delete_releases_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quotas_set_below_used_is_raised_to_used() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let t = &p.tenant_token;
     let mut ids = Vec::new();
     for key in ["a", "b", "c"] {

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::accounts::google_auth::SECRETS_KEY;
 use crate::support::bodies::{KeyBody, QuotaBody};
+use crate::support::calls::{create_project, put_secret, revoke_key};
 use crate::support::clock::{MIN, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{account_body, create_account, create_pool};
@@ -286,13 +287,7 @@ async fn denied_replayed_failed_and_unauthenticated_calls() {
     };
 
     // 403: recorded as denied, with its code, in the key's tenant.
-    let a = s
-        .call(
-            &viewer,
-            "projects/create",
-            json!({ "tenantId": "acme", "name": "web" }),
-        )
-        .await;
+    let a = create_project(&s, &viewer, "acme", "web").await;
     a.err(403, "ACCESS_DENIED");
     let all = rows(&s).await;
     let r = of_request(&all, &a)[0].clone();
@@ -315,13 +310,7 @@ async fn denied_replayed_failed_and_unauthenticated_calls() {
 
     // Another tenant's key acting as acme: recorded in its own tenant, the
     // tenant it named among the ids; acme's trail does not show it.
-    let a = s
-        .call(
-            &other,
-            "projects/create",
-            json!({ "tenantId": "acme", "name": "intruder" }),
-        )
-        .await;
+    let a = create_project(&s, &other, "acme", "intruder").await;
     a.err(403, "ACCESS_DENIED");
     let all = rows(&s).await;
     let r = of_request(&all, &a)[0].clone();
@@ -365,13 +354,7 @@ async fn denied_replayed_failed_and_unauthenticated_calls() {
     );
 
     // 404 and 400 after authentication: failed, with their codes.
-    let missing = s
-        .call(
-            &acme,
-            "apiKeys/revoke",
-            json!({ "tenantId": "acme", "keyId": "key_00000000000000000000000000" }),
-        )
-        .await;
+    let missing = revoke_key(&s, &acme, "acme", "key_00000000000000000000000000").await;
     missing.err(404, "NOT_FOUND");
     let invalid = s
         .call(
@@ -397,13 +380,7 @@ async fn denied_replayed_failed_and_unauthenticated_calls() {
 
     // 401 (no key, an unknown key, a revoked one) writes nothing.
     let (revoked, revoked_id) = admin_key(&s, &acme, "acme").await;
-    s.call(
-        &acme,
-        "apiKeys/revoke",
-        json!({ "tenantId": "acme", "keyId": revoked_id }),
-    )
-    .await
-    .ok();
+    revoke_key(&s, &acme, "acme", &revoked_id).await.ok();
     let before = rows(&s).await.len();
     let body = json!({ "tenantId": "acme", "name": "nobody" }).to_string();
     s.raw(
@@ -455,28 +432,14 @@ async fn no_record_holds_a_secret_or_a_body() {
         .ok();
     let member = key["secret"].as_str().expect("secret").to_owned();
     let value = "ya29.averysecrettokenvalue0123456789";
-    s.call(
-        &acme,
-        "secrets/put",
-        json!({ "tenantId": "acme", "name": "gce-token", "value": value }),
-    )
-    .await
-    .ok();
+    put_secret(&s, &acme, "acme", "gce-token", value).await.ok();
     // A refused put of another value, and a call by the member.
-    s.call(
-        &acme,
-        "secrets/put",
-        json!({ "tenantId": "acme", "name": "Bad Name", "value": "ya29.refusedsecretvalue42" }),
-    )
-    .await
-    .err(400, "INVALID_INPUT");
-    s.call(
-        &member,
-        "secrets/put",
-        json!({ "tenantId": "acme", "name": "other", "value": "ya29.deniedsecretvalue42" }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED");
+    put_secret(&s, &acme, "acme", "Bad Name", "ya29.refusedsecretvalue42")
+        .await
+        .err(400, "INVALID_INPUT");
+    put_secret(&s, &member, "acme", "other", "ya29.deniedsecretvalue42")
+        .await
+        .err(403, "ACCESS_DENIED");
     let texts = rows_as_text(&s).await;
     assert!(texts.len() >= 5, "{texts:?}");
     for forbidden in [
@@ -528,31 +491,17 @@ async fn audit_list_pages_filters_and_keeps_tenants_apart() {
     let mut acme_requests = Vec::new();
     for i in 0..7 {
         s.set_clock(T0 + (i + 1) * MIN).await;
-        let a = s
-            .call(
-                &acme,
-                "projects/create",
-                json!({ "tenantId": "acme", "name": format!("p{i}") }),
-            )
-            .await;
+        let a = create_project(&s, &acme, "acme", &format!("p{i}")).await;
         assert_eq!(a.status, 200, "{}", a.body);
         acme_requests.push(a.request_id.expect("x-request-id"));
-        s.call(
-            &globex,
-            "projects/create",
-            json!({ "tenantId": "globex", "name": format!("g{i}") }),
-        )
-        .await
-        .ok();
+        create_project(&s, &globex, "globex", &format!("g{i}"))
+            .await
+            .ok();
     }
     // A refused key creation by acme, at the end.
-    s.call(
-        &acme,
-        "apiKeys/revoke",
-        json!({ "tenantId": "acme", "keyId": "key_00000000000000000000000000" }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    revoke_key(&s, &acme, "acme", "key_00000000000000000000000000")
+        .await
+        .err(404, "NOT_FOUND");
 
     // Oldest first; pages of 2 give what one page of 1000 gives.
     let whole = pages(&s, &acme, "acme", json!({}), 1000).await;
@@ -609,13 +558,7 @@ async fn audit_list_pages_filters_and_keeps_tenants_apart() {
     let page = s.call(&acme, "audit/list", body.clone()).await.ok();
     body["after"] = page["nextCursor"].clone();
     s.set_clock(T0 + 30 * MIN).await;
-    s.call(
-        &acme,
-        "projects/create",
-        json!({ "tenantId": "acme", "name": "late" }),
-    )
-    .await
-    .ok();
+    create_project(&s, &acme, "acme", "late").await.ok();
     let next = s.call(&acme, "audit/list", body).await.ok();
     assert_eq!(next["items"].as_array().map(Vec::len), Some(1), "{next}");
     assert_eq!(next["hasMore"], json!(false));

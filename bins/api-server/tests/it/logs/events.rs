@@ -8,17 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::fixtures::{create_pool, is_typeid, offer, root_account};
+use crate::support::fixtures::{acme_and_pool, is_typeid, offer};
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
-
-/// A server with tenant acme, a pool offered to it, and acme's admin key.
-async fn setup() -> (Server, String, String) {
-    let s = Server::start().await;
-    let acme = s.tenant("acme").await;
-    let account = root_account(&s).await;
-    let pool = create_pool(&s, &account).await;
-    (s, acme, pool)
-}
 
 async fn page(s: &Server, token: &str, body: Value) -> Value {
     s.call(token, "events/list", body).await.ok()
@@ -26,7 +17,7 @@ async fn page(s: &Server, token: &str, body: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn events_page_with_next_cursor_and_has_more() {
-    let (s, acme, pool) = setup().await;
+    let (s, acme, pool) = acme_and_pool().await;
     let viewer = s.key(&acme, "acme", "viewer", None).await;
     // A log with nothing in it still gives a cursor to poll from.
     let empty = page(&s, &viewer, json!({ "tenantId": "acme" })).await;
@@ -99,7 +90,7 @@ async fn events_page_with_next_cursor_and_has_more() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn events_filter_by_type() {
-    let (s, acme, pool) = setup().await;
+    let (s, acme, pool) = acme_and_pool().await;
     offer(&s, &pool, "acme", json!({ "a": 1, "b": 2 })).await;
     let all = s.events(&acme, "acme").await;
     assert_eq!(all.len(), 2);
@@ -152,7 +143,7 @@ async fn events_filter_by_type() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn events_list_validates_limit_cursor_and_types() {
-    let (s, acme, pool) = setup().await;
+    let (s, acme, pool) = acme_and_pool().await;
     offer(&s, &pool, "acme", json!({ "a": 1 })).await;
     let cases: Vec<(Value, &str, &str)> = vec![
         (json!({ "limit": 0 }), "limit", "range"),
@@ -190,7 +181,7 @@ async fn events_list_validates_limit_cursor_and_types() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn events_stay_in_their_tenant() {
-    let (s, acme, pool) = setup().await;
+    let (s, acme, pool) = acme_and_pool().await;
     let beta = s.tenant("beta").await;
     offer(&s, &pool, "acme", json!({ "a": 1 })).await;
     offer(&s, &pool, "beta", json!({ "b": 2 })).await;
@@ -256,7 +247,7 @@ async fn read_all(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reader_paging_during_concurrent_writes_sees_every_event_once_in_order() {
-    let (s, acme, pool) = setup().await;
+    let (s, acme, pool) = acme_and_pool().await;
     let s = Arc::new(s);
     let done = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = [1, 7]
@@ -347,7 +338,7 @@ async fn a_reader_paging_during_concurrent_writes_sees_every_event_once_in_order
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_default_page_is_100_events() {
-    let (s, acme, pool) = setup().await;
+    let (s, acme, pool) = acme_and_pool().await;
     for batch in 0..2 {
         let quotas: serde_json::Map<String, Value> = (0..60)
             .map(|i| (format!("r{batch}x{i:02}"), json!(i)))

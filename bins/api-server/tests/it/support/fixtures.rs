@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use super::bodies::{GrantBody, InstanceBody, QuotaBody};
-use super::clock::HOUR;
+use super::calls::get_quotas;
+use super::clock::{HOUR, T0};
 use super::gce::{FLAVOR, Gce, PROJECT};
 use super::server::{Answer, ROOT, ROOT_TOKEN, Server, rand_suffix};
 
@@ -176,20 +177,34 @@ pub async fn create_pool(s: &Server, account: &str) -> String {
     v["pool"]["poolId"].as_str().expect("poolId").to_owned()
 }
 
+/// A fresh server with tenant `acme` and a root pool (on an account
+/// pointing nowhere) not yet offered to it: the server, acme's admin secret
+/// and the pool.
+pub async fn acme_and_pool() -> (Server, String, String) {
+    let s = Server::start().await;
+    let acme = s.tenant("acme").await;
+    let account = root_account(&s).await;
+    let pool = create_pool(&s, &account).await;
+    (s, acme, pool)
+}
+
 /// The quotas a test tenant is offered a pool with by default.
 pub fn default_quotas() -> Value {
     json!({ "instances": 10, "vcpus": 40, "memoryGib": 1000 })
 }
 
-/// Offers `pool` to `tenant` with `quotas`; returns the pool.
-pub async fn offer(s: &Server, pool: &str, tenant: &str, quotas: Value) -> Value {
+/// `pools.offer` of `pool` to `tenant` with `quotas`, as root.
+pub async fn offer_answer(s: &Server, pool: &str, tenant: &str, quotas: Value) -> Answer {
     s.root(
         "pools/offer",
         json!({ "poolId": pool, "offerTenantId": tenant, "quotas": quotas }),
     )
     .await
-    .ok()["pool"]
-        .clone()
+}
+
+/// Offers `pool` to `tenant` with `quotas`; returns the pool.
+pub async fn offer(s: &Server, pool: &str, tenant: &str, quotas: Value) -> Value {
+    offer_answer(s, pool, tenant, quotas).await.ok()["pool"].clone()
 }
 
 /// Creates tenant `name`, offers it `pool` with the default quotas and
@@ -203,14 +218,7 @@ pub async fn tenant_with_pool(s: &Server, name: &str, pool: &str) -> String {
 /// The tenant's quota rows of `pool` as `(resource, max, used)`, in the
 /// order `quotas.get` returns them.
 pub async fn quotas(s: &Server, token: &str, tenant: &str, pool: &str) -> Vec<(String, i64, i64)> {
-    let v = s
-        .call(
-            token,
-            "quotas/get",
-            json!({ "tenantId": tenant, "poolId": pool }),
-        )
-        .await
-        .ok();
+    let v = get_quotas(s, token, tenant, Some(pool)).await.ok();
     v["items"]
         .as_array()
         .expect("items")
@@ -240,15 +248,21 @@ pub async fn used(
         .map(|(_, _, u)| u)
 }
 
+/// `quotas.set` by root of `tenant`'s `max` of `resource` on `pool`.
+pub async fn set_quota_answer(
+    s: &Server,
+    tenant: &str,
+    pool: &str,
+    resource: &str,
+    max: i64,
+) -> Answer {
+    let body = QuotaBody::new(pool, resource, max).tenant(tenant).json();
+    s.root("quotas/set", body).await
+}
+
 /// `quotas.set` by root for `tenant`; returns the quota row.
 pub async fn set_quota(s: &Server, tenant: &str, pool: &str, resource: &str, max: i64) -> Value {
-    s.root(
-        "quotas/set",
-        QuotaBody::new(pool, resource, max).tenant(tenant).json(),
-    )
-    .await
-    .ok()["quota"]
-        .clone()
+    set_quota_answer(s, tenant, pool, resource, max).await.ok()["quota"].clone()
 }
 
 /// Lets the root tenant create instances on `pool` (it has no `memoryGib`
@@ -313,6 +327,15 @@ pub async fn platform(s: &Server, total: i64) -> Platform {
         tenant: "acme".into(),
         tenant_token,
     }
+}
+
+/// A fresh server with its clock at [`T0`] and a [`platform`] of `total`
+/// slots.
+pub async fn platform_at_t0(total: i64) -> (Server, Platform) {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = platform(&s, total).await;
+    (s, p)
 }
 
 // Reservation grants.
@@ -575,6 +598,12 @@ pub async fn placement_of(
     id: &str,
 ) -> (String, Option<String>) {
     placement(&get_instance(s, token, tenant, id).await)
+}
+
+/// `field` of each of the `items` of a list answer's body, in order.
+pub fn each<'a>(body: &'a Value, field: &str) -> Vec<&'a Value> {
+    let items = body["items"].as_array().expect("items");
+    items.iter().map(|item| &item[field]).collect()
 }
 
 /// The `items` of a list answer's body.

@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::fixtures::{Platform, grant, id, instance, platform};
+use crate::support::fixtures::{Platform, grant, id, instance, platform, platform_at_t0};
 use crate::support::gce::Gce;
 use crate::support::meter::{micros, total, usage};
 use crate::support::server::{ROOT_TOKEN, Server};
@@ -363,9 +363,7 @@ async fn api_list(s: &Server, token: &str, path: &str, body: Value) -> Value {
 /// tables show the same rows.
 #[tokio::test(flavor = "multi_thread")]
 async fn json_output_is_the_apis_answer_and_tables_show_its_rows() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let g = grant(&s, &p, "acme", 2, T0, T0 + 5 * HOUR).await;
     let vm = id(&instance(&s, &p.tenant_token, "acme", &p.pool).await);
     let root = Ctl::new(&s, ROOT_TOKEN);
@@ -501,9 +499,7 @@ async fn json_output_is_the_apis_answer_and_tables_show_its_rows() {
 /// `bcctl call` reaches any method, typed by the server's OpenAPI document.
 #[tokio::test(flavor = "multi_thread")]
 async fn call_reaches_every_method_typed_by_the_servers_schema() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let root = Ctl::new(&s, ROOT_TOKEN);
     // Every method the server lists is known to call.
     let methods = root.run(&["-o", "json", "methods"]).await.json();
@@ -754,9 +750,7 @@ async fn a_profile_login_keeps_the_token_out_of_arguments_and_other_eyes() {
 /// `events --follow` prints an event written after it started.
 #[tokio::test(flavor = "multi_thread")]
 async fn events_follow_prints_an_event_written_after_it_started() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let acme = Ctl::new(&s, &p.tenant_token);
     let mut child = acme
         .command(&[
@@ -841,9 +835,7 @@ async fn secrets_are_put_from_stdin_or_a_file_and_never_shown() {
 /// completion script is printed for each shell.
 #[tokio::test(flavor = "multi_thread")]
 async fn usage_sums_are_exact_and_completions_print() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let g = grant(&s, &p, "acme", 3, T0 + 10 * MIN, T0 + 30 * HOUR).await;
     instance(&s, &p.tenant_token, "acme", &p.pool).await;
     s.set_clock(T0 + 28 * HOUR + 5 * MIN).await;
@@ -909,9 +901,7 @@ async fn usage_sums_are_exact_and_completions_print() {
 /// power, a preview, unbinding, deleting an account and a tenant.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_other_commands_do_what_they_say() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let root = Ctl::new(&s, ROOT_TOKEN);
     let acme = Ctl::new(&s, &p.tenant_token);
     let a = |args: &[&'static str]| {

@@ -28,8 +28,8 @@ use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN};
 use crate::support::db::contents;
 use crate::support::fixtures::{
-    Platform, end_grant, grant, grant_of, id, instance, platform, project, reservations,
-    tenant_with_pool,
+    Platform, end_grant, grant, grant_of, id, instance, list_grants, platform, project,
+    reservations, tenant_with_pool,
 };
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -635,14 +635,7 @@ async fn an_operator_signs_in_sees_reservations_and_grants_and_a_tenant_sees_its
 
     // A tenant's key sees its own grants only.
     chrome.sign_in("globex", &w.globex_token).await;
-    let own = s
-        .call(
-            &w.globex_token,
-            "reservationGrants/list",
-            json!({ "tenantId": "globex" }),
-        )
-        .await
-        .ok();
+    let own = list_grants(&s, &w.globex_token, "globex", None).await.ok();
     let own = pairs(own["items"].as_array().expect("items"));
     assert_eq!(own.len(), 2);
     chrome

@@ -12,9 +12,10 @@ use serde_json::{Value, json};
 
 use crate::accounts::google_auth::account_on;
 use crate::support::bodies::GrantBody;
+use crate::support::calls::create_project;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
-use crate::support::fixtures::{grant, instance, platform, reservations};
+use crate::support::fixtures::{grant, instance, platform, platform_at_t0, reservations};
 use crate::support::gce::Gce;
 use crate::support::server::{Options, ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -166,13 +167,9 @@ async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
     .await
     .err(403, "ACCESS_DENIED");
     let viewer = s.key(&p.tenant_token, "acme", "viewer", None).await;
-    s.call(
-        &viewer,
-        "projects/create",
-        json!({ "tenantId": "acme", "name": "nope" }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED");
+    create_project(&s, &viewer, "acme", "nope")
+        .await
+        .err(403, "ACCESS_DENIED");
 
     // Four creates stuck behind a row lock on the reservation, with two
     // connections in the pool: two hold them, two wait for one.
@@ -266,9 +263,7 @@ async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_workers_metrics_show_lag_scan_failures_and_reservation_fullness() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     grant(&s, &p, &p.tenant, 2, T0, T0 + 10 * HOUR).await;
     instance(&s, &p.tenant_token, "acme", &p.pool).await;
     s.set_clock(T0 + 5 * HOUR + 30 * MIN).await;

@@ -3,15 +3,16 @@
 use serde_json::{Value, json};
 
 use crate::support::bodies::{KeyBody, QuotaBody};
+use crate::support::calls::{
+    create_project, get_quotas, list_accounts, list_keys, list_projects, revoke_key,
+};
 use crate::support::fixtures::{account_in, create_pool, is_typeid, offer, root_account};
 use crate::support::server::{ROOT, Server};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tenants_create_returns_a_working_first_admin_key() {
     let s = Server::start().await;
-    let now = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let now = s.now().await;
     let v = s
         .root(
             "tenants/create",
@@ -42,26 +43,15 @@ async fn tenants_create_returns_a_working_first_admin_key() {
     );
 
     // The key works in its tenant, as an admin...
-    let keys = s
-        .call(secret, "apiKeys/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let keys = list_keys(&s, secret, "acme").await.ok();
     assert_eq!(keys["items"].as_array().expect("items").len(), 1);
     assert_eq!(keys["items"][0]["keyId"], key["keyId"]);
-    s.call(
-        secret,
-        "projects/create",
-        json!({ "tenantId": "acme", "name": "web" }),
-    )
-    .await
-    .ok();
+    create_project(&s, secret, "acme", "web").await.ok();
     // ...but not as root, and not in another tenant.
     s.call(secret, "tenants/list", json!({ "tenantId": "acme" }))
         .await
         .err(403, "ACCESS_DENIED");
-    s.call(secret, "apiKeys/list", json!({ "tenantId": ROOT }))
-        .await
-        .err(403, "ACCESS_DENIED");
+    list_keys(&s, secret, ROOT).await.err(403, "ACCESS_DENIED");
 
     // displayName defaults to the name.
     let v = s
@@ -121,9 +111,7 @@ async fn tenant_names_are_never_reused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tenants_list_shows_every_tenant_newest_first() {
     let s = Server::start().await;
-    let t0 = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let t0 = s.now().await;
     s.set_clock(t0 + 1_000).await;
     s.tenant("zeta").await;
     s.set_clock(t0 + 2_000).await;
@@ -154,13 +142,9 @@ async fn tenants_delete_revokes_keys_at_once_and_is_idempotent() {
     let root_account = root_account(&s).await;
     let pool = create_pool(&s, &root_account).await;
     offer(&s, &pool, "acme", json!({ "instances": 2 })).await;
-    s.call(&viewer, "quotas/get", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    get_quotas(&s, &viewer, "acme", None).await.ok();
 
-    let t0 = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let t0 = s.now().await;
     let v = s
         .root("tenants/delete", json!({ "targetTenantId": "acme" }))
         .await
@@ -170,7 +154,7 @@ async fn tenants_delete_revokes_keys_at_once_and_is_idempotent() {
     assert_eq!(v["tenant"]["deletedAt"], t0);
     // Every key of the tenant stops working now.
     for key in [&admin, &viewer] {
-        s.call(key, "quotas/get", json!({ "tenantId": "acme" }))
+        get_quotas(&s, key, "acme", None)
             .await
             .err(401, "UNAUTHENTICATED");
     }
@@ -234,15 +218,8 @@ async fn projects_are_created_and_listed_per_tenant() {
     let acme = s.tenant("acme").await;
     let beta = s.tenant("beta").await;
     let member = s.key(&acme, "acme", "member", None).await;
-    let t0 = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
-    let p1 = s
-        .call(
-            &member,
-            "projects/create",
-            json!({ "tenantId": "acme", "name": "web frontend" }),
-        )
+    let t0 = s.now().await;
+    let p1 = create_project(&s, &member, "acme", "web frontend")
         .await
         .ok()["project"]
         .clone();
@@ -251,25 +228,11 @@ async fn projects_are_created_and_listed_per_tenant() {
     assert_eq!(p1["name"], "web frontend");
     assert_eq!(p1["createdAt"], t0);
     s.set_clock(t0 + 10).await;
-    let p2 = s
-        .call(
-            &acme,
-            "projects/create",
-            json!({ "tenantId": "acme", "name": "batch" }),
-        )
-        .await
-        .ok()["project"]
-        .clone();
-    let list = s
-        .call(&member, "projects/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let p2 = create_project(&s, &acme, "acme", "batch").await.ok()["project"].clone();
+    let list = list_projects(&s, &member, "acme").await.ok();
     assert_eq!(list["items"], json!([p2, p1]));
     // Another tenant sees none of them.
-    let other = s
-        .call(&beta, "projects/list", json!({ "tenantId": "beta" }))
-        .await
-        .ok();
+    let other = list_projects(&s, &beta, "beta").await.ok();
     assert_eq!(other["items"], json!([]));
     // Validation of the name.
     for (name, reason) in [
@@ -278,13 +241,8 @@ async fn projects_are_created_and_listed_per_tenant() {
         (json!("x".repeat(129)), "length"),
         (json!(5), "type"),
     ] {
-        let a = s
-            .call(
-                &acme,
-                "projects/create",
-                json!({ "tenantId": "acme", "name": name }),
-            )
-            .await;
+        let body = json!({ "tenantId": "acme", "name": name });
+        let a = s.call(&acme, "projects/create", body).await;
         let d = a.err(400, "INVALID_INPUT");
         assert_eq!(
             (d["field"].as_str(), d["reason"].as_str()),
@@ -293,13 +251,9 @@ async fn projects_are_created_and_listed_per_tenant() {
     }
     // A viewer may not create projects.
     let viewer = s.key(&acme, "acme", "viewer", None).await;
-    s.call(
-        &viewer,
-        "projects/create",
-        json!({ "tenantId": "acme", "name": "x" }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED");
+    create_project(&s, &viewer, "acme", "x")
+        .await
+        .err(403, "ACCESS_DENIED");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -307,9 +261,7 @@ async fn api_keys_list_never_returns_secrets_and_revoke_works_at_once() {
     let s = Server::start().await;
     let admin = s.tenant("acme").await;
     // A later instant for the second key, so that "newest first" is decided.
-    let t0 = s.root("clock/get", json!({})).await.ok()["now"]
-        .as_i64()
-        .expect("now");
+    let t0 = s.now().await;
     s.set_clock(t0 + 1_000).await;
     let v = s
         .call(
@@ -330,18 +282,9 @@ async fn api_keys_list_never_returns_secrets_and_revoke_works_at_once() {
     assert!(key.get("secret").is_none());
 
     // The key works.
-    s.call(
-        &secret,
-        "projects/create",
-        json!({ "tenantId": "acme", "name": "p" }),
-    )
-    .await
-    .ok();
+    create_project(&s, &secret, "acme", "p").await.ok();
 
-    let list = s
-        .call(&admin, "apiKeys/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let list = list_keys(&s, &admin, "acme").await.ok();
     let items = list["items"].as_array().expect("items");
     assert_eq!(items.len(), 2);
     assert_eq!(items[0]["keyId"], key["keyId"], "newest first");
@@ -379,7 +322,7 @@ async fn api_keys_list_never_returns_secrets_and_revoke_works_at_once() {
         .ok();
     assert_eq!(r["apiKey"]["keyId"], key["keyId"]);
     assert_eq!(r["apiKey"]["revokedAt"], now);
-    s.call(&secret, "projects/list", json!({ "tenantId": "acme" }))
+    list_projects(&s, &secret, "acme")
         .await
         .err(401, "UNAUTHENTICATED");
     // Revoking again returns it unchanged.
@@ -392,29 +335,18 @@ async fn api_keys_list_never_returns_secrets_and_revoke_works_at_once() {
         .await
         .ok();
     assert_eq!(again, r);
-    let list = s
-        .call(&admin, "apiKeys/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let list = list_keys(&s, &admin, "acme").await.ok();
     assert_eq!(list["items"][0]["revokedAt"], now);
 
     // Unknown keys and keys of another tenant are NOT_FOUND.
-    s.call(
-        &admin,
-        "apiKeys/revoke",
-        json!({ "tenantId": "acme", "keyId": "key_00000000000000000000000000" }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    revoke_key(&s, &admin, "acme", "key_00000000000000000000000000")
+        .await
+        .err(404, "NOT_FOUND");
     let root_keys = s.root("apiKeys/list", json!({})).await.ok();
-    let root_key = root_keys["items"][0]["keyId"].clone();
-    s.call(
-        &admin,
-        "apiKeys/revoke",
-        json!({ "tenantId": "acme", "keyId": root_key }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    let root_key = root_keys["items"][0]["keyId"].as_str().expect("keyId");
+    revoke_key(&s, &admin, "acme", root_key)
+        .await
+        .err(404, "NOT_FOUND");
     s.root("tenants/list", json!({})).await.ok();
     // Roles are one of four.
     let a = s
@@ -425,17 +357,11 @@ async fn api_keys_list_never_returns_secrets_and_revoke_works_at_once() {
         )
         .await;
     assert_eq!(a.err(400, "INVALID_INPUT")["field"], "role");
-    let a = s
-        .call(
-            &admin,
-            "apiKeys/revoke",
-            json!({ "tenantId": "acme", "keyId": "prj_00000000000000000000000000" }),
-        )
-        .await;
+    let a = revoke_key(&s, &admin, "acme", "prj_00000000000000000000000000").await;
     assert_eq!(a.err(400, "INVALID_INPUT")["field"], "keyId");
     // A viewer can neither create nor list keys.
     let viewer = s.key(&admin, "acme", "viewer", None).await;
-    s.call(&viewer, "apiKeys/list", json!({ "tenantId": "acme" }))
+    list_keys(&s, &viewer, "acme")
         .await
         .err(403, "ACCESS_DENIED");
     s.call(
@@ -466,10 +392,7 @@ async fn account_scoped_keys_name_an_account_of_their_own_tenant() {
         .ok();
     assert_eq!(v["apiKey"]["accountId"], acme_account);
     assert_eq!(v["apiKey"]["role"], "provider-admin");
-    let list = s
-        .call(&acme, "apiKeys/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let list = list_keys(&s, &acme, "acme").await.ok();
     let listed = list["items"]
         .as_array()
         .expect("items")
@@ -479,13 +402,9 @@ async fn account_scoped_keys_name_an_account_of_their_own_tenant() {
     assert_eq!(listed["accountId"], acme_account);
     // The scoped key authenticates but grants nothing at tenant scope.
     let scoped = v["secret"].as_str().expect("secret");
-    s.call(
-        scoped,
-        "providerAccounts/list",
-        json!({ "tenantId": "acme" }),
-    )
-    .await
-    .err(403, "ACCESS_DENIED");
+    list_accounts(&s, scoped, "acme")
+        .await
+        .err(403, "ACCESS_DENIED");
 
     // Another tenant's account, or none at all, is NOT_FOUND; nothing is created.
     for account in [beta_account.as_str(), "pacct_00000000000000000000000000"] {
@@ -497,10 +416,7 @@ async fn account_scoped_keys_name_an_account_of_their_own_tenant() {
         .await
         .err(404, "NOT_FOUND");
     }
-    let after = s
-        .call(&acme, "apiKeys/list", json!({ "tenantId": "acme" }))
-        .await
-        .ok();
+    let after = list_keys(&s, &acme, "acme").await.ok();
     assert_eq!(after, list);
     let a = s
         .call(

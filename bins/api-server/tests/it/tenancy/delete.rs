@@ -12,15 +12,12 @@ use crate::support::db::{
 };
 use crate::support::fixtures::{
     create_instance, create_instance_ok, create_pool, default_quotas, get_grant, get_instance,
-    grant, grant_of, id, instance_op_ok, offer, placement, plain, platform, tenant_with_pool,
+    grant, grant_of, id, instance_op_ok, offer, placement, plain, platform_at_t0, tenant_with_pool,
 };
-use crate::support::server::Server;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their_slots() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 6).await;
+    let (s, p) = platform_at_t0(6).await;
     let t = p.tenant_token.clone();
     let member = s.key(&t, "acme", "member", None).await;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
@@ -237,9 +234,7 @@ async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_tenant_without_grants_releases_its_ordinary_and_ondemand_instances() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 1).await;
+    let (s, p) = platform_at_t0(1).await;
     let t = p.tenant_token.clone();
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let a = create_instance_ok(&s, &t, "acme", &p.pool, "a", json!({})).await;

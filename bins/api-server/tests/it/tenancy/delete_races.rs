@@ -11,9 +11,10 @@ use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use crate::support::bodies::{GrantBody, KeyBody, QuotaBody};
+use crate::support::calls::create_project;
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{Platform, create_instance, default_quotas, offer, platform};
+use crate::support::fixtures::{Platform, create_instance, default_quotas, offer, platform_at_t0};
 use crate::support::server::{Answer, Server, rand_suffix};
 
 /// Rounds of the race; each round a fresh tenant.
@@ -68,11 +69,7 @@ async fn race_once(s: &Server, p: &Platform, round: usize) -> (String, Answers) 
                     "apiKeys/create",
                     KeyBody::new(t, "late", "member").json(),
                 ),
-                s.call(
-                    tok,
-                    "projects/create",
-                    json!({ "tenantId": t, "name": "late" })
-                ),
+                create_project(s, tok, t, "late"),
                 s.call(
                     tok,
                     "providerAccounts/create",
@@ -105,9 +102,7 @@ async fn race_once(s: &Server, p: &Platform, round: usize) -> (String, Answers) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_racing_a_tenant_deletion_leave_nothing_live_for_it() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 100).await;
+    let (s, p) = platform_at_t0(100).await;
     let mut rounds = Vec::new();
     let mut outcomes: std::collections::BTreeMap<(&str, u16), usize> = Default::default();
     for round in 0..ROUNDS {

@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     create_instance_ok, end_grant, grant, grant_id, grant_ids, grant_on, id, instance_op_ok, items,
-    list_grants, list_instances, no_such, platform, project, second_account, tenant_with_pool,
+    list_grants, list_instances, no_such, platform_at_t0, project, second_account,
+    tenant_with_pool,
 };
 use crate::support::server::{Answer, ROOT, ROOT_TOKEN, Server};
 
@@ -79,9 +80,7 @@ fn strs(ids: &[&String]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grants_list_filters_by_reservation_account_state_and_instant_newest_first() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let (_fake_b, account_b, res_b) = second_account(&s, &p.pool, 10).await;
     let t = &p.tenant_token;
@@ -247,9 +246,7 @@ async fn grants_list_filters_by_reservation_account_state_and_instant_newest_fir
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grants_list_pages_with_opaque_cursors_and_bounded_limits() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 10).await;
+    let (s, p) = platform_at_t0(10).await;
     let t = &p.tenant_token;
     let mut made = Vec::new();
     // Five grants; two of them at the same instant (ordered by id).
@@ -417,9 +414,7 @@ async fn grants_list_pages_with_opaque_cursors_and_bounded_limits() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn instances_list_filters_pages_and_lists_everyone_for_root_only() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 3).await;
+    let (s, p) = platform_at_t0(3).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let web = project(&s, t, "acme", "web").await;

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     Platform, bind, create_instance_ok, get_grant, grant, id, instance_op_ok, placement_of, plain,
-    platform, reservations, scan, tenant_with_pool, unbind,
+    platform, platform_at_t0, reservations, scan, tenant_with_pool, unbind,
 };
 use crate::support::gce::Gce;
 use crate::support::server::Server;
@@ -119,9 +119,7 @@ async fn slot_accounts_follow_the_grants_terms_and_the_instances_at_now() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ordinary_free_is_floored_at_zero_when_the_provider_shrinks_the_reservation() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     grant(&s, &p, "acme", 2, T0, T0 + 5 * HOUR).await;
     for key in ["a", "b", "c", "d"] {

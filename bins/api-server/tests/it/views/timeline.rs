@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     Platform, account_in, create_instance_ok, end_grant, grant, grant_on, id, in_grant,
-    instance_op_ok, items, no_such, placement_of, plain, platform, reservations, scan,
+    instance_op_ok, items, no_such, placement_of, plain, platform_at_t0, reservations, scan,
     second_account, tenant_with_pool,
 };
 use crate::support::meter::{micros, usage_all};
@@ -204,9 +204,7 @@ async fn slot_accounts(s: &Server, p: &Platform) -> [i64; 5] {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn timeline_and_usage_follow_take_in_hand_over_refill_and_stop() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     // acme runs a1 from T0 and a2 from T0+30m on ordinary slots; then
@@ -463,9 +461,7 @@ async fn timeline_and_usage_follow_take_in_hand_over_refill_and_stop() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn who_may_read_a_timeline_and_a_grants_usage() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let initech = tenant_with_pool(&s, "initech", &p.pool).await;
@@ -593,9 +589,7 @@ async fn who_may_read_a_timeline_and_a_grants_usage() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn usage_answers_at_most_9000_hours_and_future_hours_hold_nothing() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let (s, p) = platform_at_t0(2).await;
     let t = &p.tenant_token;
     let start = T0 + 10 * HOUR;
     let long = grant(&s, &p, "acme", 2, start, start + 9001 * HOUR + 30 * MIN).await;
@@ -650,9 +644,7 @@ async fn usage_answers_at_most_9000_hours_and_future_hours_hold_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_changes_and_the_loss_of_the_reservation_are_on_the_timeline() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let g = grant(&s, &p, "acme", 3, T0, T0 + 5 * HOUR).await;
     // 1h: the provider shrinks it below the grant; 2h: it is gone.
     s.set_clock(T0 + HOUR).await;
@@ -731,9 +723,7 @@ async fn a_hundred_thousand_stop_start_cycles_keep_views_and_notices_bounded() {
     use grants_core::Term;
     use storage::model::segment;
 
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let g = grant(&s, &p, "acme", 2, T0, T0 + 30 * DAY).await;
     let x = create_instance_ok(&s, &p.tenant_token, "acme", &p.pool, "x", json!({})).await;
     assert_eq!(crate::support::fixtures::placement(&x), in_grant(&g));

@@ -14,10 +14,9 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::support::clock::{MIN, SEC, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{grant, id, instance, offer, platform};
+use crate::support::fixtures::{grant, id, instance, offer, platform_at_t0};
 use crate::support::meter::{Sim, audit, usage_everyone};
 use crate::support::rng::Rng;
-use crate::support::server::Server;
 use crate::support::worker;
 
 /// Kill rounds (each kills one or two workers).
@@ -26,9 +25,7 @@ const ROUNDS: usize = 40;
 #[tokio::test(flavor = "multi_thread")]
 async fn workers_killed_mid_pass_lose_and_duplicate_nothing() {
     let started = Instant::now();
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 400).await;
+    let (s, p) = platform_at_t0(400).await;
     offer(
         &s,
         &p.pool,

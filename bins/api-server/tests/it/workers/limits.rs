@@ -17,12 +17,13 @@ use serde_json::{Value, json};
 use storage::ops::gauges;
 use storage::ops::scans::{self, ClaimRules};
 
-use crate::accounts::google_auth::{SECRETS_KEY, put_secret};
+use crate::accounts::google_auth::SECRETS_KEY;
+use crate::support::calls::{list_accounts, put_secret, scan_as};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::root_id;
 use crate::support::fixtures::{
     account_body, bind, create_account, gce_account, grant, instance, items, platform,
-    reservations, scan,
+    platform_at_t0, reservations, scan,
 };
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::meter::usage;
@@ -104,14 +105,7 @@ async fn a_tenants_21st_account_is_refused_with_the_limit_and_root_is_not_limite
         &json!({ "resource": "providerAccounts", "max": 20, "used": 20, "requested": 1 })
     );
     // Nothing was created, and the refused key was not consumed.
-    let listed = s
-        .call(
-            &acme,
-            "providerAccounts/list",
-            json!({ "tenantId": "acme" }),
-        )
-        .await
-        .ok();
+    let listed = list_accounts(&s, &acme, "acme").await.ok();
     assert_eq!(items(&listed).len(), 20);
     assert_eq!(rows_of_tenant(&s, "provider_accounts", "acme").await, 20);
     // A retry of an existing create still returns its account (1.5).
@@ -196,7 +190,9 @@ async fn a_deleted_tenants_accounts_and_secrets_are_deleted_and_never_scanned_ag
     let fake = Gce::start().await;
     fake.put("res-a", 2, 0, "READY").await;
     let acme = s.tenant("acme").await;
-    put_secret(&s, &acme, "acme", "gce-token", "ya29.a-token-for-tests").await;
+    put_secret(&s, &acme, "acme", "gce-token", "ya29.a-token-for-tests")
+        .await
+        .ok();
     let mut accounts = Vec::new();
     for credentials in ["none", "secret:gce-token", "none"] {
         let body = account_on_url("acme", &fake.url, PROJECT, credentials);
@@ -502,9 +498,7 @@ async fn scans_of_150_accounts_name_at_most_100_accounts_in_the_metrics() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reservation_gauges_beyond_the_cap_are_summed_under_other() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     p.gce.put("res-b", 3, 0, "READY").await;
     p.gce.put("res-c", 5, 0, "READY").await;
     scan(&s, &p.account).await;
@@ -531,9 +525,7 @@ async fn reservation_gauges_beyond_the_cap_are_summed_under_other() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ordinary_in_use_gauge_counts_instances_outside_grants() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     // Two instances of acme without a grant: on ordinary slots.
     instance(&s, &p.tenant_token, &p.tenant, &p.pool).await;
     instance(&s, &p.tenant_token, &p.tenant, &p.pool).await;
@@ -585,13 +577,7 @@ async fn explicit_scans_of_a_stalling_account_are_few_and_time_limited() {
         let s = &s;
         async move {
             let t = Instant::now();
-            let a = s
-                .call(
-                    &token,
-                    "providerAccounts/scan",
-                    json!({ "tenantId": tenant, "accountId": account }),
-                )
-                .await;
+            let a = scan_as(s, &token, tenant, &account).await;
             (a, t.elapsed())
         }
     };

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{grant, platform};
+use crate::support::fixtures::{grant, platform_at_t0};
 use crate::support::meter::{q, usage, usage_all};
 use crate::support::server::Server;
 use crate::support::worker;
@@ -57,9 +57,7 @@ async fn call(conn: &mut AsyncPgConnection, sql: &str) -> Result<String, String>
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rows_written_before_their_month_exists_move_into_it_unchanged() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     grant(&s, &p, "acme", 2, T0 + 30 * MIN, T0 + 3 * HOUR).await;
     let mut conn = db(&s).await;
     // The template's months follow the wall clock; 2030 has none yet.
@@ -113,9 +111,7 @@ async fn rows_written_before_their_month_exists_move_into_it_unchanged() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_archived_month_is_refused_by_usage_list_and_never_created_again() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     grant(&s, &p, "acme", 1, T0, T0 + 2 * HOUR).await;
     s.set_clock(T0 + 3 * HOUR).await;
     worker::once(&s, &["vps.grants"]).await;

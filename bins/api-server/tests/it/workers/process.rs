@@ -5,17 +5,14 @@
 use std::time::{Duration, Instant};
 
 use crate::support::clock::{HOUR, T0};
-use crate::support::fixtures::{grant, id, instance, platform};
-use crate::support::server::Server;
+use crate::support::fixtures::{grant, id, instance, platform_at_t0};
 use crate::support::worker;
 
 const PASSES: [&str; 3] = ["vps.reservations", "vps.grants", "vps.usage"];
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_pass_logs_one_line_naming_what_it_did() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
     id(&instance(&s, &p.tenant_token, "acme", &p.pool).await);
     s.set_clock(T0 + 2 * HOUR).await;
@@ -64,9 +61,7 @@ async fn each_pass_logs_one_line_naming_what_it_did() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_serve_pass_counters_and_sigterm_stops_the_worker() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
     s.set_clock(T0 + 3 * HOUR).await;
     let port = worker::free_port();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::support::clock::{HOUR, MIN, SEC, T0};
-use crate::support::fixtures::{Platform, grant, offer, platform, reservations};
+use crate::support::fixtures::{Platform, grant, offer, platform_at_t0, reservations};
 use crate::support::meter::{Sim, audit, round_micros, total, usage, usage_everyone};
 use crate::support::rng::Rng;
 use crate::support::server::{ROOT_TOKEN, Server};
@@ -23,9 +23,7 @@ async fn total_seen(s: &Server, p: &Platform) -> i64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn three_replicas_write_every_record_and_event_exactly_once() {
     let started = Instant::now();
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 12).await;
+    let (s, p) = platform_at_t0(12).await;
     let beta = s.tenant("beta").await;
     offer(
         &s,
@@ -149,9 +147,7 @@ async fn an_end_racing_a_metering_pass_bills_nothing_past_ends_at() {
         n: i64,
     }
 
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
     s.set_clock(T0 + HOUR - SEC).await;
 

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::support::clock::{HOUR, MIN, SEC, T0};
 use crate::support::fixtures::{
-    gce_account, get_grant, grant, instance, instance_op_ok, platform, reservations,
+    gce_account, get_grant, grant, instance, instance_op_ok, platform_at_t0, reservations,
 };
 use crate::support::gce::Gce;
 use crate::support::meter::{at, of_meter, q, usage, usage_all, usage_of_instance};
@@ -29,9 +29,7 @@ fn counts(stderr: &str) -> std::collections::BTreeMap<String, u64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reservation_no_longer_reported_is_gone_and_its_grants_end_as_reservation_gone() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let active = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
     let scheduled = grant(&s, &p, &p.tenant, 1, T0 + 2 * HOUR, T0 + 4 * HOUR).await;
@@ -135,9 +133,7 @@ async fn a_reservation_no_longer_reported_is_gone_and_its_grants_end_as_reservat
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_short_is_published_once_per_change_of_total() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let g1 = grant(&s, &p, &p.tenant, 2, T0, T0 + 10 * HOUR).await;
     let g2 = grant(&s, &p, &p.tenant, 2, T0 + HOUR, T0 + 5 * HOUR).await;
@@ -219,9 +215,7 @@ async fn capacity_short_is_published_once_per_change_of_total() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_provider_changes_nothing_and_is_retried_with_backoff() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     // A second, healthy account is scanned whatever the first one does.
     let healthy = Gce::start().await;
     healthy.put("res-h", 2, 0, "READY").await;
@@ -330,9 +324,7 @@ async fn a_failing_provider_changes_nothing_and_is_retried_with_backoff() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_scan_method_answers_unavailable_when_the_provider_fails() {
-    let s = Server::start().await;
-    s.set_clock(T0).await;
-    let p = platform(&s, 4).await;
+    let (s, p) = platform_at_t0(4).await;
     p.gce.delete("res-a").await;
     p.gce.fail(1).await;
     let a = s
