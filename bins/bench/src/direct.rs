@@ -89,6 +89,11 @@ impl GrantCtx {
             "idempotencyKey": format!("g-{}-{i}", self.tag),
         })
     }
+
+    /// The key and request hash of operation `i`, by root.
+    fn keyed(&self, i: u64) -> Keyed {
+        Keyed::of(ROOT, "reservationGrants.create", &self.body(i))
+    }
 }
 
 /// What an instance-creating operation needs.
@@ -126,83 +131,115 @@ impl InstanceCtx {
             "idempotencyKey": format!("i-{}-{i}", self.tag),
         })
     }
+
+    /// The key and request hash of operation `i`, by the tenant.
+    fn keyed(&self, i: u64) -> Keyed {
+        Keyed::of(TENANT, "instances.create", &self.body(i))
+    }
 }
 
-/// `storage::ops::grants::create` called directly.
-pub struct GrantStorage {
+/// One operation's idempotency key and request hash, with the acting
+/// tenant and the method: what its [`KeyedRequest`] names.
+struct Keyed {
+    tenant_id: &'static str,
+    method: &'static str,
+    key: String,
+    hash: Vec<u8>,
+}
+
+impl Keyed {
+    /// `method` by `tenant_id` with the API request `body`.
+    fn of(tenant_id: &'static str, method: &'static str, body: &Value) -> Keyed {
+        let key = body["idempotencyKey"].as_str().unwrap_or_default();
+        Keyed {
+            tenant_id,
+            method,
+            key: key.to_owned(),
+            hash: storage::ids::request_hash(body),
+        }
+    }
+
+    /// The keyed request.
+    fn request(&self) -> KeyedRequest<'_> {
+        KeyedRequest {
+            tenant_id: self.tenant_id,
+            method: self.method,
+            key: &self.key,
+            request_hash: &self.hash,
+        }
+    }
+}
+
+/// A worker on a connection of its own doing `C`'s operation: through the
+/// storage call (`SQL` false) or as the statements that call sends,
+/// replayed (`SQL` true).
+pub struct Direct<C, const SQL: bool> {
     /// Its connection.
     pub conn: AsyncPgConnection,
     /// The operation.
-    pub ctx: Arc<GrantCtx>,
+    pub ctx: Arc<C>,
 }
+
+impl<C, const SQL: bool> Direct<C, SQL> {
+    /// Makes workers of `ctx`'s operations, one per connection.
+    pub fn on(ctx: C) -> impl Fn(AsyncPgConnection) -> Direct<C, SQL> {
+        let ctx = Arc::new(ctx);
+        move |conn| Direct {
+            conn,
+            ctx: ctx.clone(),
+        }
+    }
+}
+
+/// `storage::ops::grants::create` called directly.
+pub type GrantStorage = Direct<GrantCtx, false>;
+/// `storage::ops::instances::create` called directly.
+pub type InstanceStorage = Direct<InstanceCtx, false>;
+/// The statements of `reservationGrants.create` (a new key, a grantee
+/// other than root, no project, a term in the future), composed from the
+/// storage building blocks `grants::create` calls, without its pure checks.
+pub type GrantSql = Direct<GrantCtx, true>;
+/// The statements of `instances.create` (a new key, no project, placed in
+/// the tenant's grant on the pool's one reservation; it publishes no event),
+/// composed from the storage building blocks `instances::create` calls,
+/// without its pure decisions (`quotas_core::charge`, `grants_core::place_on`).
+pub type InstanceSql = Direct<InstanceCtx, true>;
 
 impl Op for GrantStorage {
     async fn run(&mut self, i: u64) -> anyhow::Result<()> {
         let c = &self.ctx;
-        let body = c.body(i);
-        let hash = storage::ids::request_hash(&body);
-        let key = format!("g-{}-{i}", c.tag);
-        storage::ops::grants::create(
-            &mut self.conn,
-            &ROOT_ID,
-            storage::ops::grants::NewGrant {
-                account_id: &c.account_id,
-                reservation_id: &c.reservation_id,
-                grant_tenant_id: TENANT,
-                project_id: None,
-                slots: 1,
-                starts_at: c.starts_at,
-                ends_at: c.ends_at,
-            },
-            KeyedRequest {
-                tenant_id: ROOT,
-                method: "reservationGrants.create",
-                key: &key,
-                request_hash: &hash,
-            },
-            c.now,
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let keyed = c.keyed(i);
+        let new = grants::NewGrant {
+            account_id: &c.account_id,
+            reservation_id: &c.reservation_id,
+            grant_tenant_id: TENANT,
+            project_id: None,
+            slots: 1,
+            starts_at: c.starts_at,
+            ends_at: c.ends_at,
+        };
+        grants::create(&mut self.conn, &ROOT_ID, new, keyed.request(), c.now)
+            .await
+            .map_err(sql)?;
         Ok(())
     }
-}
-
-/// `storage::ops::instances::create` called directly.
-pub struct InstanceStorage {
-    /// Its connection.
-    pub conn: AsyncPgConnection,
-    /// The operation.
-    pub ctx: Arc<InstanceCtx>,
 }
 
 impl Op for InstanceStorage {
     async fn run(&mut self, i: u64) -> anyhow::Result<()> {
         let c = &self.ctx;
-        let body = c.body(i);
-        let hash = storage::ids::request_hash(&body);
-        let key = format!("i-{}-{i}", c.tag);
-        storage::ops::instances::create(
-            &mut self.conn,
-            &ROOT_ID,
-            storage::ops::instances::NewInstance {
-                tenant_id: TENANT,
-                pool_id: &c.target(i).pool_id,
-                flavor: FLAVOR,
-                project_id: None,
-                name: None,
-                billing: grants_core::Billing::Standard,
-            },
-            KeyedRequest {
-                tenant_id: TENANT,
-                method: "instances.create",
-                key: &key,
-                request_hash: &hash,
-            },
-            c.now,
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let keyed = c.keyed(i);
+        let new = instances::NewInstance {
+            tenant_id: TENANT,
+            pool_id: &c.target(i).pool_id,
+            flavor: FLAVOR,
+            project_id: None,
+            name: None,
+            billing: grants_core::Billing::Standard,
+        };
+        instances::create(&mut self.conn, &ROOT_ID, new, keyed.request(), c.now)
+            .await
+            .map_err(sql)?;
         Ok(())
     }
 }
@@ -258,32 +295,15 @@ async fn settle_reads(
     locks::started_grants(conn, res, now).await.map_err(sql)
 }
 
-/// The statements of `reservationGrants.create` (a new key, a grantee
-/// other than root, no project, a term in the future), composed from the
-/// storage building blocks `grants::create` calls, without its pure checks.
-pub struct GrantSql {
-    /// Its connection.
-    pub conn: AsyncPgConnection,
-    /// The operation.
-    pub ctx: Arc<GrantCtx>,
-}
-
 impl Op for GrantSql {
     async fn run(&mut self, i: u64) -> anyhow::Result<()> {
         let c = self.ctx.clone();
-        let hash = storage::ids::request_hash(&c.body(i));
-        let key = format!("g-{}-{i}", c.tag);
+        let keyed = c.keyed(i);
         let now = c.now;
         self.conn
             .transaction::<_, anyhow::Error, _>(async move |conn| {
                 let id = storage::ids::new_id("rgrant", now);
-                let keyed = KeyedRequest {
-                    tenant_id: ROOT,
-                    method: "reservationGrants.create",
-                    key: &key,
-                    request_hash: &hash,
-                };
-                claim(conn, keyed, &id, now).await?;
+                claim(conn, keyed.request(), &id, now).await?;
                 // the grantee's row first (the lock order)
                 locks::named_tenant(conn, TENANT).await.map_err(sql)?;
                 accounts::find(conn, ROOT, &c.account_id)
@@ -332,35 +352,17 @@ impl Op for GrantSql {
     }
 }
 
-/// The statements of `instances.create` (a new key, no project, placed in
-/// the tenant's grant on the pool's one reservation; it publishes no event),
-/// composed from the storage building blocks `instances::create` calls,
-/// without its pure decisions (`quotas_core::charge`, `grants_core::place_on`).
-pub struct InstanceSql {
-    /// Its connection.
-    pub conn: AsyncPgConnection,
-    /// The operation.
-    pub ctx: Arc<InstanceCtx>,
-}
-
 impl Op for InstanceSql {
     async fn run(&mut self, i: u64) -> anyhow::Result<()> {
         let c = self.ctx.clone();
-        let hash = storage::ids::request_hash(&c.body(i));
-        let key = format!("i-{}-{i}", c.tag);
+        let keyed = c.keyed(i);
         let now = c.now;
         self.conn
             .transaction::<_, anyhow::Error, _>(async move |conn| {
                 let target = c.target(i);
                 let pool_id = target.pool_id.as_str();
                 let id = storage::ids::new_id("inst", now);
-                let keyed = KeyedRequest {
-                    tenant_id: TENANT,
-                    method: "instances.create",
-                    key: &key,
-                    request_hash: &hash,
-                };
-                claim(conn, keyed, &id, now).await?;
+                claim(conn, keyed.request(), &id, now).await?;
                 // the acting tenant's row first (the lock order)
                 locks::acting_tenant(conn, TENANT).await.map_err(sql)?;
                 let pool = pools::find(conn, TENANT, ROOT, pool_id)

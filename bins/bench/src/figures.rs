@@ -10,7 +10,7 @@ use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 use serde_json::json;
 
-use crate::direct::{GrantCtx, GrantSql, GrantStorage, InstanceCtx, InstanceSql, InstanceStorage};
+use crate::direct::{Direct, GrantCtx, GrantSql, InstanceCtx};
 use crate::http::{BodyFn, FixedServer, HttpOp};
 use crate::load::{self, Outcome, Stop};
 use crate::procs::{self, ApiServer, Database};
@@ -57,6 +57,18 @@ impl RssWatch {
     }
 }
 
+/// What the figures run against: the database, the api-server under test
+/// and the platform set up through it.
+#[derive(Clone, Copy)]
+pub(crate) struct Bench<'a> {
+    /// The database.
+    pub(crate) db: &'a Database,
+    /// The api-server under test.
+    pub(crate) server: &'a ApiServer,
+    /// The platform.
+    pub(crate) p: &'a setup::Platform,
+}
+
 /// The creates of `path` over HTTP for `dur` by 16 clients with `token`,
 /// operation `i` sending `body(i)`.
 async fn create_http(
@@ -83,9 +95,7 @@ async fn grants_http(server: &ApiServer, ctx: GrantCtx, dur: Duration) -> anyhow
 /// and the SQL for the same number of operations as the first, each on its
 /// own hot reservation, then pgbench's row lock and insert for `dur`.
 pub(crate) async fn figure_grants(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
+    Bench { db, server, p }: Bench<'_>,
     dur: Duration,
     report: &mut Report,
 ) -> anyhow::Result<()> {
@@ -108,21 +118,7 @@ pub(crate) async fn figure_grants(
     report.rss.push(rss.done(server)?);
     report.grants_history = Some(hist);
 
-    let ctx_storage = Arc::new(ctx("storage"));
-    let storage = on_connections(db, n, |conn| GrantStorage {
-        conn,
-        ctx: ctx_storage.clone(),
-    })
-    .await?;
-    show("storage call", &storage);
-
-    let ctx_sql = Arc::new(ctx("sql"));
-    let sql = on_connections(db, n, |conn| GrantSql {
-        conn,
-        ctx: ctx_sql.clone(),
-    })
-    .await?;
-    show("direct SQL", &sql);
+    let (storage, sql) = ceilings(db, n, ctx).await?;
     report.grants = Some(Measured { api, storage, sql });
 
     let b = pgbench::run(db, &ctx("http"), &p.hot_pool, CLIENTS, dur).await?;
@@ -152,9 +148,7 @@ async fn instances_http(
 /// Figure 2h: the deleted instances inserted, then the API for `dur` on
 /// the layout without them and for `dur` on the one with them.
 pub(crate) async fn figure_instances_history(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
+    Bench { db, server, p }: Bench<'_>,
     dur: Duration,
     report: &mut Report,
 ) -> anyhow::Result<()> {
@@ -176,9 +170,7 @@ pub(crate) async fn figure_instances_history(
 
 /// The instances figure, like the grants figure over 100 pools per side.
 pub(crate) async fn figure_instances(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
+    Bench { db, server, p }: Bench<'_>,
     dur: Duration,
     report: &mut Report,
 ) -> anyhow::Result<()> {
@@ -190,21 +182,7 @@ pub(crate) async fn figure_instances(
     report.rss.push(rss.done(server)?);
     let n = api.ops;
 
-    let ctx_storage = Arc::new(ctx("storage"));
-    let storage = on_connections(db, n, |conn| InstanceStorage {
-        conn,
-        ctx: ctx_storage.clone(),
-    })
-    .await?;
-    show("storage call", &storage);
-
-    let ctx_sql = Arc::new(ctx("sql"));
-    let sql = on_connections(db, n, |conn| InstanceSql {
-        conn,
-        ctx: ctx_sql.clone(),
-    })
-    .await?;
-    show("direct SQL", &sql);
+    let (storage, sql) = ceilings(db, n, ctx).await?;
     report.instances = Some(Measured { api, storage, sql });
     Ok(())
 }
@@ -289,9 +267,7 @@ async fn read_figure(
 }
 
 pub(crate) async fn figure_reads(
-    db: &Database,
-    server: &ApiServer,
-    p: &setup::Platform,
+    Bench { db, server, p }: Bench<'_>,
     dur: Duration,
     report: &mut Report,
 ) -> anyhow::Result<()> {
@@ -400,18 +376,33 @@ pub(crate) async fn figure_reads(
 
 /// 1,200 grants on the hot SQL reservation, for the reads when figure 1 is skipped.
 pub(crate) async fn fill_grants(db: &Database, p: &setup::Platform) -> anyhow::Result<()> {
-    let ctx = Arc::new(GrantCtx::new("fill", p, &p.hot["sql"]));
+    let ctx = GrantCtx::new("fill", p, &p.hot["sql"]);
     let workers = db
         .connections(CLIENTS)
         .await?
         .into_iter()
-        .map(|conn| GrantSql {
-            conn,
-            ctx: ctx.clone(),
-        })
+        .map(GrantSql::on(ctx))
         .collect();
     load::run(workers, Stop::Count(1200)).await?;
     Ok(())
+}
+
+/// A write figure's ceilings: `n` operations through the storage call, then
+/// `n` as direct SQL, each side on its own operations (`ctx` of its tag).
+async fn ceilings<C>(
+    db: &Database,
+    n: u64,
+    ctx: impl Fn(&'static str) -> C,
+) -> anyhow::Result<(Outcome, Outcome)>
+where
+    Direct<C, false>: load::Op,
+    Direct<C, true>: load::Op,
+{
+    let storage = on_connections(db, n, Direct::<C, false>::on(ctx("storage"))).await?;
+    show("storage call", &storage);
+    let sql = on_connections(db, n, Direct::<C, true>::on(ctx("sql"))).await?;
+    show("direct SQL", &sql);
+    Ok((storage, sql))
 }
 
 /// Runs exactly `n` operations over `CLIENTS` direct connections to `db`,

@@ -48,7 +48,7 @@ use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 
 use crate::figures::{
-    figure_grants, figure_instances, figure_instances_history, figure_reads, fill_grants,
+    Bench, figure_grants, figure_instances, figure_instances_history, figure_reads, fill_grants,
 };
 use crate::procs::{ApiServer, Database};
 use crate::report::{Machine, Report};
@@ -190,18 +190,23 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
             .await
             .context("setup")?;
         report.rss_after_setup = Some(server.rss()?);
+        let bench = Bench {
+            db: &db,
+            server: &server,
+            p: &p,
+        };
         if wanted("grants") {
-            figure_grants(&db, &server, &p, write_dur, &mut report).await?;
+            figure_grants(bench, write_dur, &mut report).await?;
         } else if wanted("reads") {
             // The reads need the grants figure 1 leaves behind.
             fill_grants(&db, &p).await?;
         }
         if wanted("instances") {
-            figure_instances(&db, &server, &p, write_dur, &mut report).await?;
-            figure_instances_history(&db, &server, &p, write_dur, &mut report).await?;
+            figure_instances(bench, write_dur, &mut report).await?;
+            figure_instances_history(bench, write_dur, &mut report).await?;
         }
         if wanted("reads") {
-            figure_reads(&db, &server, &p, read_dur, &mut report).await?;
+            figure_reads(bench, read_dur, &mut report).await?;
         }
         drop(p);
         anyhow::Ok(())

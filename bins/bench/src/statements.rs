@@ -15,7 +15,7 @@ use diesel::connection::InstrumentationEvent;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use storage::test_db::TestDatabase;
 
-use crate::direct::{GrantCtx, GrantSql, GrantStorage, InstanceCtx, InstanceSql, InstanceStorage};
+use crate::direct::{Direct, GrantCtx, InstanceCtx};
 use crate::load::Op;
 use crate::procs::ROOT_TOKEN;
 use crate::reads::ReadSql;
@@ -165,44 +165,33 @@ impl World {
         }
         log.take()
     }
+
+    /// What `OPS` operations through the storage call and `OPS` as their
+    /// replay sent, each side on its own operations (`ctx` of its tag), are
+    /// the same statements.
+    async fn assert_replayed<C>(&self, method: &str, ctx: impl Fn(&'static str) -> C)
+    where
+        Direct<C, false>: Op,
+        Direct<C, true>: Op,
+    {
+        let storage = self.run(Direct::<C, false>::on(ctx("storage"))).await;
+        let replay = self.run(Direct::<C, true>::on(ctx("sql"))).await;
+        assert_same(method, &storage, &replay);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grant_sql_sends_what_storage_grants_create_sends() {
     let w = World::new().await;
-    let ctx = |tag| Arc::new(GrantCtx::new(tag, &w.p, &w.p.hot[tag]));
-    let storage = w
-        .run(|conn| GrantStorage {
-            conn,
-            ctx: ctx("storage"),
-        })
-        .await;
-    let replay = w
-        .run(|conn| GrantSql {
-            conn,
-            ctx: ctx("sql"),
-        })
-        .await;
-    assert_same("reservationGrants.create", &storage, &replay);
+    let ctx = |tag| GrantCtx::new(tag, &w.p, &w.p.hot[tag]);
+    w.assert_replayed("reservationGrants.create", ctx).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_sql_sends_what_storage_instances_create_sends() {
     let w = World::new().await;
-    let ctx = |tag| Arc::new(InstanceCtx::new(tag, &w.p));
-    let storage = w
-        .run(|conn| InstanceStorage {
-            conn,
-            ctx: ctx("storage"),
-        })
+    w.assert_replayed("instances.create", |tag| InstanceCtx::new(tag, &w.p))
         .await;
-    let replay = w
-        .run(|conn| InstanceSql {
-            conn,
-            ctx: ctx("sql"),
-        })
-        .await;
-    assert_same("instances.create", &storage, &replay);
 }
 
 /// `ReadSql` with `full` against what the API runs for one `get` or `list`:
