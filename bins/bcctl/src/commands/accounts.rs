@@ -158,25 +158,23 @@ pub(super) async fn accounts(ctx: &Ctx, a: Accounts) -> Result<(), Failure> {
         } => {
             let body = json!({ "accountId": account_id, "reservationId": reservation_id,
                 "poolId": pool });
-            let ans = ctx.call("providerAccounts.bindReservation", body).await?;
-            ctx.quiet(&ans);
+            ctx.call_quiet("providerAccounts.bindReservation", body)
+                .await?;
         }
         A::Unbind {
             account_id,
             reservation_id,
         } => {
             let body = json!({ "accountId": account_id, "reservationId": reservation_id });
-            let ans = ctx.call("providerAccounts.unbindReservation", body).await?;
-            ctx.quiet(&ans);
+            ctx.call_quiet("providerAccounts.unbindReservation", body)
+                .await?;
         }
         A::Delete { account_id } => {
-            let ans = ctx
-                .call(
-                    "providerAccounts.delete",
-                    json!({ "accountId": account_id }),
-                )
-                .await?;
-            ctx.quiet(&ans);
+            ctx.call_quiet(
+                "providerAccounts.delete",
+                json!({ "accountId": account_id }),
+            )
+            .await?;
         }
     }
     Ok(())

@@ -171,8 +171,7 @@ pub(super) async fn pools(ctx: &Ctx, p: Pools) -> Result<(), Failure> {
         } => {
             let body =
                 json!({ "poolId": pool_id, "offerTenantId": offer_to, "quotas": quotas(&q)? });
-            let a = ctx.call("pools.offer", body).await?;
-            ctx.quiet(&a);
+            ctx.call_quiet("pools.offer", body).await?;
         }
     }
     Ok(())
@@ -199,8 +198,7 @@ pub(super) async fn quota_cmd(ctx: &Ctx, q: Quotas) -> Result<(), Failure> {
             max,
         } => {
             let body = json!({ "poolId": pool, "resource": resource, "max": max });
-            let a = ctx.call("quotas.set", body).await?;
-            ctx.quiet(&a);
+            ctx.call_quiet("quotas.set", body).await?;
         }
     }
     Ok(())

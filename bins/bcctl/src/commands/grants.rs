@@ -261,8 +261,7 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
                 }
             };
             let body = json!({ "tenantId": "root", "accountId": account, "grantId": grant_id });
-            let a = ctx.call("reservationGrants.end", body).await?;
-            ctx.quiet(&a);
+            ctx.call_quiet("reservationGrants.end", body).await?;
         }
         G::Usage { grant_id, from, to } => {
             let mut body = json!({ "grantId": grant_id });

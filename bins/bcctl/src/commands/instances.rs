@@ -149,7 +149,6 @@ pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
         I::Stop { instance_id } => op("instances.stop", instance_id),
         I::Delete { instance_id } => op("instances.delete", instance_id),
     };
-    let a = ctx.call(method, body).await?;
-    ctx.quiet(&a);
+    ctx.call_quiet(method, body).await?;
     Ok(())
 }

@@ -108,6 +108,15 @@ impl Ctx {
     fn quiet(&self, answer: &Value) {
         self.out.print(answer, |_| None);
     }
+
+    /// Calls `method` and prints its answer only where it is asked for
+    /// whole (`-o json`): the commands that change something and show
+    /// nothing.
+    async fn call_quiet(&self, method: &str, body: Value) -> Result<(), Failure> {
+        let answer = self.call(method, body).await?;
+        self.quiet(&answer);
+        Ok(())
+    }
 }
 
 /// Sets `key` in `body` when `value` is there.

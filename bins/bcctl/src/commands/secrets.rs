@@ -74,8 +74,8 @@ pub(super) async fn secrets(ctx: &Ctx, s: Secrets) -> Result<(), Failure> {
             ctx.id(&a, "secret.fingerprint");
         }
         Secrets::Delete { name } => {
-            let a = ctx.call("secrets.delete", json!({ "name": name })).await?;
-            ctx.quiet(&a);
+            ctx.call_quiet("secrets.delete", json!({ "name": name }))
+                .await?;
         }
     }
     Ok(())

@@ -93,10 +93,8 @@ pub(super) async fn tenants(ctx: &Ctx, t: Tenants) -> Result<(), Failure> {
             ctx.id(&a, "adminKey.secret");
         }
         Tenants::Delete { tenant_id } => {
-            let a = ctx
-                .call("tenants.delete", json!({ "targetTenantId": tenant_id }))
+            ctx.call_quiet("tenants.delete", json!({ "targetTenantId": tenant_id }))
                 .await?;
-            ctx.quiet(&a);
         }
     }
     Ok(())
@@ -129,10 +127,8 @@ pub(super) async fn keys(ctx: &Ctx, k: Keys) -> Result<(), Failure> {
             ctx.id(&a, "secret");
         }
         Keys::Revoke { key_id } => {
-            let a = ctx
-                .call("apiKeys.revoke", json!({ "keyId": key_id }))
+            ctx.call_quiet("apiKeys.revoke", json!({ "keyId": key_id }))
                 .await?;
-            ctx.quiet(&a);
         }
     }
     Ok(())
