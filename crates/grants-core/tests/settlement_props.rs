@@ -8,6 +8,9 @@ use grants_core::{
 };
 use proptest::prelude::*;
 
+mod common;
+use common::{new_instance, scheduled_grant, toggle};
+
 const TENANTS: [&str; 2] = ["acme", "globex"];
 const PROJECTS: [Option<&str>; 3] = [None, Some("prj_a"), Some("prj_b")];
 
@@ -48,6 +51,23 @@ impl Snapshot {
     fn free(&self, grant: &TimelineGrant) -> usize {
         (grant.slots as usize).saturating_sub(self.held(&grant.grant_id))
     }
+
+    /// The instances `grant` may take in at `at`, oldest first: running on
+    /// ordinary slots, created by then and served by it.
+    fn eligible(&self, grant: &TimelineGrant, at: i64) -> Vec<&TimelineInstance> {
+        let mut eligible: Vec<&TimelineInstance> = self
+            .instances
+            .iter()
+            .filter(|i| {
+                i.seat == Some(Seat::Ordinary)
+                    && i.power == Power::Running
+                    && i.created_at <= at
+                    && serves(grant, i)
+            })
+            .collect();
+        eligible.sort_by_key(|i| age(i));
+        eligible
+    }
 }
 
 fn serves(grant: &TimelineGrant, instance: &TimelineInstance) -> bool {
@@ -63,16 +83,8 @@ fn age(instance: &TimelineInstance) -> (i64, &str) {
 prop_compose! {
     fn grant(i: usize)(tenant in 0..TENANTS.len(), project in 0..PROJECTS.len(), slots in 1u32..4,
         starts_at in 0i64..40, len in 0i64..30, created_early in -3i64..10) -> TimelineGrant {
-        TimelineGrant {
-            grant_id: format!("rgrant_{i}"),
-            tenant_id: TENANTS[tenant].into(),
-            project_id: PROJECTS[project].map(Into::into),
-            slots,
-            starts_at,
-            ends_at: starts_at + len,
-            created_at: starts_at - created_early,
-            settled: GrantState::Scheduled,
-        }
+        let owner = (TENANTS[tenant], PROJECTS[project]);
+        scheduled_grant(format!("rgrant_{i}"), owner, slots, starts_at, len, created_early)
     }
 }
 
@@ -80,15 +92,8 @@ prop_compose! {
     fn instance(i: usize)(tenant in 0..TENANTS.len(), project in 0..PROJECTS.len(),
         billing in prop_oneof![4 => Just(Billing::Standard), 1 => Just(Billing::None)],
         running in any::<bool>(), created_at in -10i64..40) -> TimelineInstance {
-        TimelineInstance {
-            instance_id: format!("inst_{i}"),
-            tenant_id: TENANTS[tenant].into(),
-            project_id: PROJECTS[project].map(Into::into),
-            billing,
-            power: if running { Power::Running } else { Power::Stopped },
-            created_at,
-            seat: running.then_some(Seat::Ordinary),
-        }
+        let owner = (TENANTS[tenant], PROJECTS[project]);
+        new_instance(format!("inst_{i}"), owner, billing, running, created_at)
     }
 }
 
@@ -108,23 +113,7 @@ prop_compose! {
         let mut snapshot = Snapshot { grants, instances };
         let due = settle(&snapshot.grants, &snapshot.instances, t0);
         snapshot.apply_all(&due);
-        for (instance, toggle) in snapshot.instances.iter_mut().zip(toggles) {
-            if !toggle {
-                continue;
-            }
-            match (instance.power, &instance.seat) {
-                (Power::Running, Some(Seat::Ordinary)) => {
-                    instance.power = Power::Stopped;
-                    instance.seat = None;
-                }
-                (Power::Running, _) => instance.power = Power::Stopped,
-                (Power::Stopped, None) => {
-                    instance.power = Power::Running;
-                    instance.seat = Some(Seat::Ordinary);
-                }
-                (Power::Stopped, Some(_)) => instance.power = Power::Running,
-            }
-        }
+        toggle(&mut snapshot.instances, toggles);
         (snapshot, t0)
     }
 }
@@ -150,17 +139,7 @@ fn check_activation(
 ) -> Result<(), TestCaseError> {
     let grant = before.grant(grant_id);
     prop_assert_eq!(grant.settled, GrantState::Scheduled);
-    let mut eligible: Vec<&TimelineInstance> = before
-        .instances
-        .iter()
-        .filter(|i| {
-            i.seat == Some(Seat::Ordinary)
-                && i.power == Power::Running
-                && i.created_at <= at
-                && serves(grant, i)
-        })
-        .collect();
-    eligible.sort_by_key(|i| age(i));
+    let eligible = before.eligible(grant, at);
     let room = if at < grant.ends_at {
         before.free(grant)
     } else {
@@ -285,17 +264,7 @@ fn check_sequence(start: &Snapshot, transitions: &[Transition]) -> Result<Snapsh
                 prop_assert_eq!(grant.settled, GrantState::Active);
                 prop_assert!(grant.starts_at <= *at && *at < grant.ends_at);
                 prop_assert!(!take_in.is_empty(), "an empty refill is not recorded");
-                let mut eligible: Vec<&TimelineInstance> = state
-                    .instances
-                    .iter()
-                    .filter(|i| {
-                        i.seat == Some(Seat::Ordinary)
-                            && i.power == Power::Running
-                            && i.created_at <= *at
-                            && serves(grant, i)
-                    })
-                    .collect();
-                eligible.sort_by_key(|i| age(i));
+                let eligible = state.eligible(grant, *at);
                 let expected: Vec<&str> = eligible
                     .iter()
                     .take(state.free(grant))

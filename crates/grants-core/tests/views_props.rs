@@ -18,6 +18,9 @@ use grants_core::{
 };
 use proptest::prelude::*;
 
+mod common;
+use common::{new_instance, scheduled_grant, toggle};
+
 const TENANTS: [&str; 3] = ["acme", "globex", "initech"];
 
 /// The exact total of `weighted_ms`, rounded once, half-up, to micro-hours.
@@ -162,16 +165,8 @@ proptest! {
 prop_compose! {
     fn grant(i: usize)(tenant in 0..2usize, slots in 1u32..4, starts_at in 0i64..40,
         len in 0i64..30, created_early in -3i64..10) -> TimelineGrant {
-        TimelineGrant {
-            grant_id: format!("rgrant_{i:03}"),
-            tenant_id: TENANTS[tenant].into(),
-            project_id: None,
-            slots,
-            starts_at,
-            ends_at: starts_at + len,
-            created_at: starts_at - created_early,
-            settled: GrantState::Scheduled,
-        }
+        let owner = (TENANTS[tenant], None);
+        scheduled_grant(format!("rgrant_{i:03}"), owner, slots, starts_at, len, created_early)
     }
 }
 
@@ -179,15 +174,7 @@ prop_compose! {
     fn instance(i: usize)(tenant in 0..2usize,
         billing in prop_oneof![4 => Just(Billing::Standard), 1 => Just(Billing::None)],
         running in any::<bool>(), created_at in -10i64..40) -> TimelineInstance {
-        TimelineInstance {
-            instance_id: format!("inst_{i:03}"),
-            tenant_id: TENANTS[tenant].into(),
-            project_id: None,
-            billing,
-            power: if running { Power::Running } else { Power::Stopped },
-            created_at,
-            seat: running.then_some(Seat::Ordinary),
-        }
+        new_instance(format!("inst_{i:03}"), (TENANTS[tenant], None), billing, running, created_at)
     }
 }
 
@@ -202,23 +189,7 @@ prop_compose! {
     ) -> (Vec<TimelineGrant>, Vec<TimelineInstance>, i64, i64) {
         let settled = preview_settlement(&grants, &instances, t0);
         let (grants, mut instances) = (settled.grants, settled.instances);
-        for (instance, toggle) in instances.iter_mut().zip(toggles) {
-            if !toggle {
-                continue;
-            }
-            match (instance.power, &instance.seat) {
-                (Power::Running, Some(Seat::Ordinary)) => {
-                    instance.power = Power::Stopped;
-                    instance.seat = None;
-                }
-                (Power::Running, _) => instance.power = Power::Stopped,
-                (Power::Stopped, None) => {
-                    instance.power = Power::Running;
-                    instance.seat = Some(Seat::Ordinary);
-                }
-                (Power::Stopped, Some(_)) => instance.power = Power::Running,
-            }
-        }
+        toggle(&mut instances, toggles);
         (grants, instances, t0, t0 + later)
     }
 }
