@@ -186,7 +186,7 @@ impl InputSchema {
 
     /// The members, `tenantId` first, with whether each is required.
     pub fn members(&self) -> Vec<(&str, bool)> {
-        let required = self.rules["required"].as_array();
+        let required = self.rules.get("required").and_then(Value::as_array);
         let listed = |name: &str| required.is_some_and(|r| r.iter().any(|n| n == name));
         names(&self.order)
             .into_iter()
@@ -441,8 +441,14 @@ impl<'s> Place<'s> {
                     value = members.get(name.as_ref())?;
                     if place.rules.get("properties").is_some() {
                         place.rank.push(Step::Member(position(place.order, &name)));
-                        place.rules = &place.rules["properties"][name.as_ref()];
-                        place.order = &place.order["properties"][name.as_ref()];
+                        let member = |schema: &'s Value| {
+                            schema
+                                .get("properties")
+                                .and_then(|p| p.get(name.as_ref()))
+                                .unwrap_or(&NULL)
+                        };
+                        place.rules = member(place.rules);
+                        place.order = member(place.order);
                         place.member = Some(name.into_owned());
                     } else {
                         place.rank.push(Step::Entry(name.into_owned(), 1));

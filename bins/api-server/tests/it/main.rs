@@ -2,6 +2,12 @@
 //! `reconciler-worker`) binaries against databases of their own. Each
 //! module is one area of the contract; `support` is what they share.
 
+#![expect(
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "tests index answers and expect them; a panic fails the test"
+)]
+
 mod support;
 
 mod account_delete;
