@@ -2,9 +2,9 @@
 
 use crate::error::ApiError;
 use iam_check::{Decision, RootOption};
-use serde_json::Value;
 use storage::Clock;
 use storage::db::{Conn, DbPool};
+use storage::ids::TenantId;
 use storage::model::idempotency::{Created, KeyedRequest};
 
 use crate::metrics::Metrics;
@@ -17,7 +17,7 @@ pub struct App {
     /// Where "now" comes from.
     pub clock: Clock,
     /// The root tenant's id.
-    pub root_tenant: String,
+    pub root_tenant: storage::ids::TenantId,
     /// The method registry.
     pub registry: Registry,
     /// Request metrics.
@@ -56,23 +56,20 @@ impl App {
 }
 
 impl Call {
-    /// The acting tenant (`tenantId`, validated).
-    pub fn tenant(&self) -> &str {
-        self.input
-            .get("tenantId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
+    /// The acting tenant (`tenantId`).
+    pub fn tenant(&self) -> &TenantId {
+        self.actor.tenant()
     }
 
     /// The root tenant's id.
-    pub fn root(&self) -> &str {
-        &self.app.root_tenant
+    pub fn root(&self) -> &TenantId {
+        self.actor.root()
     }
 
     /// Allows an input option reserved to the root tenant, or answers
     /// `ACCESS_DENIED` (decided by `iam-check`).
     pub fn allow(&self, option: RootOption) -> Result<(), ApiError> {
-        match iam_check::decide_option(self.tenant(), self.root(), option) {
+        match iam_check::decide_option(self.tenant().as_str(), self.root().as_str(), option) {
             Decision::Allow => Ok(()),
             Decision::Deny(reason) => {
                 self.app.metrics.denied(reason.class());
@@ -103,7 +100,7 @@ impl Call {
     /// with the request's `hash` ([`Call::request_hash`]).
     pub fn keyed<'a>(&'a self, key: &'a str, hash: &'a [u8]) -> KeyedRequest<'a> {
         KeyedRequest {
-            tenant_id: self.tenant(),
+            tenant_id: self.tenant().as_str(),
             method: &self.name,
             key,
             request_hash: hash,

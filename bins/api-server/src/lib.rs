@@ -28,7 +28,7 @@ pub struct Config {
     /// `BC_LISTEN` (default `127.0.0.1:8080`).
     pub listen: String,
     /// `BC_ROOT_TENANT` (default `root`).
-    pub root_tenant: String,
+    pub root_tenant: storage::ids::TenantId,
     /// `BC_CLOCK` (default `system`).
     pub clock: Clock,
     /// `BC_BOOTSTRAP_TOKEN` (optional).
@@ -104,7 +104,10 @@ impl Config {
         Ok(Config {
             database_url: var("DATABASE_URL").context("DATABASE_URL is required")?,
             listen: var("BC_LISTEN").unwrap_or_else(|| "127.0.0.1:8080".into()),
-            root_tenant: var("BC_ROOT_TENANT").unwrap_or_else(|| "root".into()),
+            root_tenant: storage::ids::TenantId::parse(
+                &var("BC_ROOT_TENANT").unwrap_or_else(|| "root".into()),
+            )
+            .context("BC_ROOT_TENANT")?,
             clock: Clock::parse(&clock)
                 .with_context(|| format!("BC_CLOCK must be system or manual, not {clock:?}"))?,
             bootstrap_token: var("BC_BOOTSTRAP_TOKEN"),
@@ -186,7 +189,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         registry: registry::Registry::new(),
         provider_policy: config.provider_policy.clone(),
         providers: providers::policy_factory(
-            &config.root_tenant,
+            config.root_tenant.as_str(),
             config.provider_policy.clone(),
             config.provider_options.clone(),
         ),
@@ -235,7 +238,12 @@ async fn log_disallowed_accounts(
     config: &Config,
 ) -> anyhow::Result<()> {
     let refused = storage::db::read_only(conn, async |conn| {
-        control::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy).await
+        control::accounts::warn_disallowed(
+            conn,
+            config.root_tenant.as_str(),
+            &config.provider_policy,
+        )
+        .await
     })
     .await
     .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;

@@ -45,6 +45,8 @@ pub struct Call {
     pub caller: Authenticated,
     /// The request's instant, read with the authentication.
     pub now: i64,
+    /// The tenant the call acts in (its `tenantId`, parsed once) and root.
+    pub actor: storage::Actor,
     /// The validated input.
     pub input: Value,
     /// `module.method`.

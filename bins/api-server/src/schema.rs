@@ -29,7 +29,7 @@ const TENANT_FIELD: &str = "tenantId";
 // and 26 to 52 base32 characters, so at most the prefix's length + 53.
 
 /// Tenant ids and names.
-pub const TENANT_ID: &str = "^[A-Za-z0-9._:-]{1,128}$";
+pub const TENANT_ID: &str = storage::ids::TenantId::PATTERN;
 /// Idempotency keys.
 pub const IDEMPOTENCY_KEY: &str = "^[A-Za-z0-9._:-]{1,128}$";
 /// Display names.
@@ -37,21 +37,21 @@ pub const NAME: &str = "^[A-Za-z0-9._ -]{1,128}$";
 /// Quota resource names.
 pub const RESOURCE: &str = "^[A-Za-z][A-Za-z0-9._-]{0,63}$";
 /// Provider reservation ids.
-pub const RESERVATION_ID: &str = "^[A-Za-z0-9._/:-]{1,300}$";
+pub const RESERVATION_ID: &str = storage::ids::ReservationId::PATTERN;
 /// Machine types (pool flavors).
 pub const FLAVOR: &str = "^[a-z0-9][a-z0-9-]{0,63}$";
 /// Provider account ids (at most 58 characters).
-pub const ACCOUNT_ID: &str = "^pacct_[0-9a-hjkmnp-tv-z]{26,52}$";
+pub const ACCOUNT_ID: &str = storage::ids::AccountId::PATTERN;
 /// Grant ids (at most 59 characters).
-pub const GRANT_ID: &str = "^rgrant_[0-9a-hjkmnp-tv-z]{26,52}$";
+pub const GRANT_ID: &str = storage::ids::GrantId::PATTERN;
 /// Project ids (at most 56 characters).
-pub const PROJECT_ID: &str = "^prj_[0-9a-hjkmnp-tv-z]{26,52}$";
+pub const PROJECT_ID: &str = storage::ids::ProjectId::PATTERN;
 /// Pool ids (at most 57 characters).
-pub const POOL_ID: &str = "^pool_[0-9a-hjkmnp-tv-z]{26,52}$";
+pub const POOL_ID: &str = storage::ids::PoolId::PATTERN;
 /// Instance ids (at most 57 characters).
-pub const INSTANCE_ID: &str = "^inst_[0-9a-hjkmnp-tv-z]{26,52}$";
+pub const INSTANCE_ID: &str = storage::ids::InstanceId::PATTERN;
 /// API key ids (at most 56 characters).
-pub const KEY_ID: &str = "^key_[0-9a-hjkmnp-tv-z]{26,52}$";
+pub const KEY_ID: &str = storage::ids::KeyId::PATTERN;
 
 /// The opaque cursor of a newest-first list (`reservationGrants.list`,
 /// `instances.list`, `audit.list`; `storage::model::keyset`): `k`, a

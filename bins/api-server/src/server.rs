@@ -18,6 +18,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use iam_check::{AccessRequest, Decision};
 use serde_json::Value;
+use storage::Actor;
+use storage::ids::TenantId;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -480,19 +482,21 @@ async fn call(
     })?;
     m.input().check(&input)?;
     trail.input(&input);
+    // The schema checked it; parsed once here, the acting tenant is typed
+    // from now on.
     let tenant = input
         .get("tenantId")
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    log.tenant = Some(tenant.clone());
+        .and_then(|t| TenantId::parse(t).ok())
+        .ok_or_else(|| ApiError::invalid("tenantId", "pattern", "not a tenant id"))?;
+    log.tenant = Some(tenant.to_string());
 
     let account = input.get("accountId").and_then(Value::as_str);
     let decision = iam_check::decide(
         &caller.principal,
         &AccessRequest {
-            tenant_id: &tenant,
-            root_tenant: &app.root_tenant,
+            tenant_id: tenant.as_str(),
+            root_tenant: app.root_tenant.as_str(),
             permission: m.permission,
             tenant_rule: m.tenant_rule,
             account_id: account,
@@ -511,6 +515,7 @@ async fn call(
         app: app.clone(),
         caller,
         now,
+        actor: Actor::new(tenant, app.root_tenant.clone()),
         input,
         name: m.name(),
         audit: trail.marks(),

@@ -41,6 +41,10 @@ use crate::setup::{FLAVOR, HOUR_MS, InstTarget, Platform, TENANT};
 
 const ROOT: &str = "root";
 
+/// [`ROOT`], typed as storage's operations take it.
+static ROOT_ID: std::sync::LazyLock<storage::ids::TenantId> =
+    std::sync::LazyLock::new(|| storage::ids::TenantId::from_row(ROOT.to_owned()));
+
 /// What a grant-creating operation needs.
 #[derive(Debug, Clone)]
 pub struct GrantCtx {
@@ -144,7 +148,7 @@ impl Op for GrantStorage {
         let key = format!("g-{}-{i}", c.tag);
         storage::ops::grants::create(
             &mut self.conn,
-            ROOT,
+            &ROOT_ID,
             storage::ops::grants::NewGrant {
                 account_id: &c.account_id,
                 reservation_id: &c.reservation_id,
@@ -184,7 +188,7 @@ impl Op for InstanceStorage {
         let key = format!("i-{}-{i}", c.tag);
         storage::ops::instances::create(
             &mut self.conn,
-            ROOT,
+            &ROOT_ID,
             storage::ops::instances::NewInstance {
                 tenant_id: TENANT,
                 pool_id: &c.target(i).pool_id,
@@ -286,7 +290,7 @@ impl Op for GrantSql {
                 claim(conn, keyed, &id, now).await?;
                 // the grantee's row first (the lock order)
                 locks::named_tenant(conn, TENANT).await.map_err(sql)?;
-                accounts::get(conn, ROOT, &c.account_id)
+                accounts::find(conn, ROOT, &c.account_id)
                     .await
                     .map_err(sql)?;
                 // the checks before the lock: the reservation as read, its pool
@@ -298,7 +302,7 @@ impl Op for GrantSql {
                     .pool_id
                     .clone()
                     .ok_or_else(|| anyhow::anyhow!("reservation not bound"))?;
-                let offered = pools::is_visible(conn, TENANT, ROOT, &pool_id)
+                let offered = pools::visible(conn, TENANT, ROOT, &pool_id)
                     .await
                     .map_err(sql)?;
                 anyhow::ensure!(offered, "pool {pool_id} not offered to {TENANT}");
@@ -363,7 +367,9 @@ impl Op for InstanceSql {
                 claim(conn, keyed, &id, now).await?;
                 // the acting tenant's row first (the lock order)
                 locks::acting_tenant(conn, TENANT).await.map_err(sql)?;
-                let pool = pools::get(conn, TENANT, ROOT, pool_id).await.map_err(sql)?;
+                let pool = pools::find(conn, TENANT, ROOT, pool_id)
+                    .await
+                    .map_err(sql)?;
                 let f = pool
                     .flavor(FLAVOR)
                     .ok_or_else(|| anyhow::anyhow!("no flavor"))?;

@@ -127,7 +127,7 @@ impl World {
         let mut config = api_server::Config::from_env().expect("api-server configuration");
         config.database_url = db.url().to_owned();
         config.listen = addr.clone();
-        config.root_tenant = ROOT.to_owned();
+        config.root_tenant = storage::ids::TenantId::parse(ROOT).expect("a tenant id");
         config.clock = storage::Clock::Manual;
         config.bootstrap_token = Some(ROOT_TOKEN.to_owned());
         config.pool_size = 4;
@@ -230,7 +230,12 @@ async fn read_sql_sends_what_the_api_reads_send() {
                 .await
                 .expect("grants::list");
         } else {
-            storage::ops::grants::get(&mut conn, TENANT, ROOT, &grant_id, now)
+            let actor = storage::Actor::new(
+                storage::ids::TenantId::parse(TENANT).expect("a tenant id"),
+                storage::ids::TenantId::parse(ROOT).expect("a tenant id"),
+            );
+            let grant_id = storage::ids::GrantId::parse(&grant_id).expect("a grant id");
+            storage::ops::grants::get(&mut conn, &actor, &grant_id, now)
                 .await
                 .expect("grants::get");
         }

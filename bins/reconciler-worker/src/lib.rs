@@ -25,7 +25,7 @@ pub struct Config {
     /// `DATABASE_URL`.
     pub database_url: String,
     /// `BC_ROOT_TENANT` (default `root`).
-    pub root_tenant: String,
+    pub root_tenant: storage::ids::TenantId,
     /// `BC_CLOCK` (default `system`).
     pub clock: Clock,
     /// `BC_DB_PREPARED_STATEMENTS` (`on` by default; `off` behind a pooler
@@ -88,7 +88,10 @@ impl Config {
         select(passes::all(), &only)?;
         Ok(Config {
             database_url: var("DATABASE_URL").context("DATABASE_URL is required")?,
-            root_tenant: var("BC_ROOT_TENANT").unwrap_or_else(|| "root".into()),
+            root_tenant: storage::ids::TenantId::parse(
+                &var("BC_ROOT_TENANT").unwrap_or_else(|| "root".into()),
+            )
+            .context("BC_ROOT_TENANT")?,
             clock: Clock::parse(&clock)
                 .with_context(|| format!("BC_CLOCK must be system or manual, not {clock:?}"))?,
             prepared_statements: storage::db::PreparedStatements::from_env()?,
@@ -166,8 +169,12 @@ pub async fn run(
     {
         let mut conn = pool.get().await.context("connecting to the database")?;
         storage::db::read_only(&mut conn, async |conn| {
-            control::accounts::warn_disallowed(conn, &config.root_tenant, &config.provider_policy)
-                .await
+            control::accounts::warn_disallowed(
+                conn,
+                config.root_tenant.as_str(),
+                &config.provider_policy,
+            )
+            .await
         })
         .await
         .map_err(|e| anyhow::anyhow!("checking provider accounts: {e}"))?;
@@ -212,7 +219,7 @@ pub async fn run(
         scan_concurrency: config.scan_concurrency,
         scan_timeout: config.scan_timeout,
         providers: providers::policy_factory(
-            &config.root_tenant,
+            config.root_tenant.as_str(),
             config.provider_policy.clone(),
             providers::gce::GceProviderOptions {
                 telemetry: Some(metrics.provider.clone()),

@@ -16,7 +16,7 @@ pub struct PassContext {
     /// Where "now" comes from.
     pub clock: Clock,
     /// The root tenant's id.
-    pub root_tenant: String,
+    pub root_tenant: storage::ids::TenantId,
     /// How scans claim accounts among replicas.
     pub scan_rules: storage::ops::scans::ClaimRules,
     /// How many accounts a scan pass lists at once (`BC_SCAN_CONCURRENCY`).

@@ -7,6 +7,7 @@ use storage::Clock;
 use storage::crypto::Keyring;
 use storage::db::DbPool;
 use storage::error::{Detail, Reason};
+use storage::ids::{AccountId, TenantId};
 use storage::model::reservation::ReservationRow;
 use storage::model::states::ReservationStatus;
 use storage::ops::reservations::{Reservation, with_accounts};
@@ -45,7 +46,7 @@ pub fn provider_failure(error: &ProviderError) -> StorageError {
 pub async fn run_scan(
     pool: &DbPool,
     clock: Clock,
-    root: &str,
+    root: &TenantId,
     claim: &ScanClaim,
     factory: &ProviderFactory,
     keyring: &Keyring,
@@ -125,9 +126,9 @@ fn as_listed(r: ProviderReservation) -> ListedReservation {
 #[derive(Debug, Clone, Copy)]
 pub struct ExplicitScan<'a> {
     /// The acting tenant.
-    pub tenant: &'a str,
+    pub tenant: &'a TenantId,
     /// Its account.
-    pub account_id: &'a str,
+    pub account_id: &'a AccountId,
     /// The longest the listing may take.
     pub limit: Option<std::time::Duration>,
 }
@@ -142,7 +143,7 @@ pub struct ExplicitScan<'a> {
 pub async fn scan(
     pool: &DbPool,
     clock: Clock,
-    root: &str,
+    root: &TenantId,
     target: ExplicitScan<'_>,
     factory: &ProviderFactory,
     keyring: &Keyring,
@@ -155,15 +156,20 @@ pub async fn scan(
     let claim = {
         let mut conn = pool.get().await?;
         // An explicit claim is refused only when the account is gone.
-        claim_scan(&mut conn, tenant, account_id, ClaimRules::EXPLICIT)
-            .await?
-            .ok_or_else(|| StorageError::not_found("provider account", account_id))?
+        claim_scan(
+            &mut conn,
+            tenant.as_str(),
+            account_id.as_str(),
+            ClaimRules::EXPLICIT,
+        )
+        .await?
+        .ok_or_else(|| StorageError::not_found("provider account", account_id.as_str()))?
     };
     let outcome = run_scan(pool, clock, root, &claim, factory, keyring, limit).await?;
     let mut conn = pool.get().await?;
     let now = clock.now(&mut conn).await?;
     let reservations = storage::db::read_only(&mut conn, async |conn| {
-        let rows = ReservationRow::of_account(conn, account_id).await?;
+        let rows = ReservationRow::of_account(conn, account_id.as_str()).await?;
         with_accounts(conn, rows, now).await
     })
     .await?;

@@ -12,10 +12,9 @@ use super::VPS;
 use super::examples::{ACCOUNT, KEY, POOL, RESERVATION};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{
-    ACCOUNT_ID, IDEMPOTENCY_KEY, NAME, POOL_ID, RESERVATION_ID, TenantOnly, checked_by_handler,
-};
+use crate::schema::{IDEMPOTENCY_KEY, NAME, TenantOnly, checked_by_handler};
 use crate::wire::{self, AccountDeleted, AccountReply, Items, ReservationReply};
+use storage::ids::{AccountId, PoolId, ReservationId};
 
 fn method(
     method: &'static str,
@@ -123,8 +122,8 @@ fn gce_config_schema(_: &mut SchemaGenerator) -> Schema {
 async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
     let config = control::accounts::checked_config(
         &Value::Object(input.config),
-        call.tenant(),
-        call.root(),
+        call.tenant().as_str(),
+        call.root().as_str(),
         &call.app.provider_policy,
     )
     .map_err(|refusal| {
@@ -134,7 +133,7 @@ async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
     let new = NewAccount {
-        tenant_id: call.tenant(),
+        tenant_id: call.tenant().as_str(),
         name: &input.name,
         provider: &input.provider,
         config: &config,
@@ -150,8 +149,7 @@ async fn create(call: Call, input: Create) -> Result<AccountReply, ApiError> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct AccountRef {
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: String,
+    account_id: AccountId,
 }
 
 async fn get(call: Call, input: AccountRef) -> Result<AccountReply, ApiError> {
@@ -253,16 +251,22 @@ async fn scan(call: Call, input: AccountRef) -> Result<Items<wire::Reservation>,
     // A tenant looping on a slow account holds at most a few of the
     // server's tasks and connections (contract 1.7).
     let max = crate::gate::MAX_SCANS_PER_TENANT;
-    let _permit = call.app.scans.enter(call.tenant(), max).map_err(|used| {
-        ApiError::new(
-            Code::QuotaExceeded,
-            format!("at most {max} scans of one tenant run at once; retry when one has answered"),
-        )
-        .with("resource", "concurrentScans")
-        .with("max", max)
-        .with("used", used)
-        .with("requested", 1)
-    })?;
+    let _permit = call
+        .app
+        .scans
+        .enter(call.tenant().as_str(), max)
+        .map_err(|used| {
+            ApiError::new(
+                Code::QuotaExceeded,
+                format!(
+                    "at most {max} scans of one tenant run at once; retry when one has answered"
+                ),
+            )
+            .with("resource", "concurrentScans")
+            .with("max", max)
+            .with("used", used)
+            .with("requested", 1)
+        })?;
     let (outcome, found) = scans::scan(
         &call.app.pool,
         call.app.clock,
@@ -284,12 +288,9 @@ async fn scan(call: Call, input: AccountRef) -> Result<Items<wire::Reservation>,
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Bind {
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: String,
-    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
-    reservation_id: String,
-    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
-    pool_id: String,
+    account_id: AccountId,
+    reservation_id: ReservationId,
+    pool_id: PoolId,
 }
 
 async fn bind(call: Call, input: Bind) -> Result<ReservationReply, ApiError> {
@@ -310,10 +311,8 @@ async fn bind(call: Call, input: Bind) -> Result<ReservationReply, ApiError> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Unbind {
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: String,
-    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
-    reservation_id: String,
+    account_id: AccountId,
+    reservation_id: ReservationId,
 }
 
 async fn unbind(call: Call, input: Unbind) -> Result<ReservationReply, ApiError> {
@@ -333,7 +332,7 @@ async fn delete(call: Call, input: AccountRef) -> Result<AccountDeleted, ApiErro
     let (mut conn, now) = call.conn_now().await?;
     accounts::delete_account(&mut conn, call.tenant(), &input.account_id, now).await?;
     Ok(AccountDeleted {
-        account_id: input.account_id,
+        account_id: input.account_id.into(),
         deleted: true,
     })
 }

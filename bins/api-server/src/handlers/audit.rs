@@ -65,7 +65,7 @@ async fn list(call: Call, input: ListAudit) -> Result<Page<wire::AuditRecord>, A
     }
     let after = keyset_after(input.after.as_deref(), AUDIT_PREFIX, "audit.list")?;
     let filter = AuditFilter {
-        tenant_id: (!input.all).then(|| call.tenant().to_owned()),
+        tenant_id: (!input.all).then(|| call.tenant().to_string()),
         from: input.from,
         to: input.to,
         method: input.method,

@@ -12,10 +12,9 @@ use super::CAPACITY;
 use super::examples::{ACCOUNT, KEY, POOL};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
-use crate::schema::{
-    ACCOUNT_ID, FLAVOR, IDEMPOTENCY_KEY, NAME, POOL_ID, RESOURCE, TENANT_ID, TenantOnly,
-};
+use crate::schema::{FLAVOR, IDEMPOTENCY_KEY, NAME, RESOURCE, TenantOnly};
 use crate::wire::{self, Items, PoolReply, QuotaReply};
+use storage::ids::{AccountId, PoolId, TenantId};
 
 /// Quota maxima by resource: at most 64 entries.
 fn quota_map(_: &mut SchemaGenerator) -> Schema {
@@ -181,8 +180,7 @@ struct CreatePool {
     region: String,
     #[schemars(extend("enum" = ["gce"]))]
     provider: String,
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: String,
+    account_id: AccountId,
     #[serde(deserialize_with = "flavors")]
     #[schemars(
         with = "Vec<FlavorInput>",
@@ -217,7 +215,7 @@ async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiErro
         name: &input.name,
         region: &input.region,
         provider: &input.provider,
-        account_id: &input.account_id,
+        account_id: input.account_id.as_str(),
         flavors: &input.flavors,
         quotas: &quotas,
     };
@@ -230,10 +228,8 @@ async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiErro
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct OfferPool {
-    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
-    pool_id: String,
-    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
-    offer_tenant_id: String,
+    pool_id: PoolId,
+    offer_tenant_id: TenantId,
     #[schemars(schema_with = "quota_map")]
     quotas: BTreeMap<String, i64>,
 }
@@ -256,14 +252,13 @@ async fn offer_pool(call: Call, input: OfferPool) -> Result<PoolReply, ApiError>
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct PoolRef {
-    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
-    pool_id: String,
+    pool_id: PoolId,
 }
 
 async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(storage::db::read_only(&mut conn, async |conn| {
-        pools::get(conn, call.tenant(), call.root(), &input.pool_id).await
+        pools::get(conn, &call.actor, &input.pool_id).await
     })
     .await?
     .into())
@@ -272,10 +267,8 @@ async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
 async fn list_pools(call: Call, _: TenantOnly) -> Result<Items<wire::Pool>, ApiError> {
     let mut conn = call.app.conn().await?;
     Ok(Items::of(
-        storage::db::read_only(&mut conn, async |conn| {
-            pools::list(conn, call.tenant(), call.root()).await
-        })
-        .await?,
+        storage::db::read_only(&mut conn, async |conn| pools::list(conn, &call.actor).await)
+            .await?,
     ))
 }
 
@@ -283,14 +276,13 @@ async fn list_pools(call: Call, _: TenantOnly) -> Result<Items<wire::Pool>, ApiE
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct GetQuotas {
-    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
-    pool_id: Option<String>,
+    pool_id: Option<PoolId>,
 }
 
 async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<wire::Quota>, ApiError> {
     let mut conn = call.app.conn().await?;
     let rows = storage::db::read_only(&mut conn, async |conn| {
-        pools::get_quotas(conn, call.tenant(), call.root(), input.pool_id.as_deref()).await
+        pools::get_quotas(conn, &call.actor, input.pool_id.as_ref()).await
     })
     .await?;
     Ok(Items::of(rows))
@@ -300,8 +292,7 @@ async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<wire::Quota>, 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct SetQuota {
-    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
-    pool_id: String,
+    pool_id: PoolId,
     #[schemars(length(min = 1, max = 64), regex(pattern = RESOURCE))]
     resource: String,
     #[schemars(range(min = 0, max = i64::MAX))]

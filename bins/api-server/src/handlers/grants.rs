@@ -13,11 +13,9 @@ use super::VPS;
 use super::examples::{ACCOUNT, GRANT, KEY, PROJECT, RESERVATION, T0, T1};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{
-    ACCOUNT_ID, GRANT_ID, IDEMPOTENCY_KEY, KEYSET_CURSOR, PROJECT_ID, RESERVATION_ID, TENANT_ID,
-    keyset_after,
-};
+use crate::schema::{IDEMPOTENCY_KEY, KEYSET_CURSOR, keyset_after};
 use crate::wire::{self, GrantReply, Page, PreviewReply};
+use storage::ids::{AccountId, GrantId, ProjectId, ReservationId, TenantId};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -114,14 +112,10 @@ pub fn methods() -> Vec<Method> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Terms {
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: String,
-    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
-    reservation_id: String,
-    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
-    grant_tenant_id: String,
-    #[schemars(length(min = 1, max = 56), regex(pattern = PROJECT_ID))]
-    project_id: Option<String>,
+    account_id: AccountId,
+    reservation_id: ReservationId,
+    grant_tenant_id: TenantId,
+    project_id: Option<ProjectId>,
     #[schemars(range(min = 1, max = 100_000))]
     slots: i32,
     #[schemars(range(min = 0, max = i64::MAX))]
@@ -133,10 +127,10 @@ struct Terms {
 impl Terms {
     fn new_grant(&self) -> NewGrant<'_> {
         NewGrant {
-            account_id: &self.account_id,
-            reservation_id: &self.reservation_id,
-            grant_tenant_id: &self.grant_tenant_id,
-            project_id: self.project_id.as_deref(),
+            account_id: self.account_id.as_str(),
+            reservation_id: self.reservation_id.as_str(),
+            grant_tenant_id: self.grant_tenant_id.as_str(),
+            project_id: self.project_id.as_ref().map(AsRef::as_ref),
             slots: self.slots,
             starts_at: self.starts_at,
             ends_at: self.ends_at,
@@ -175,14 +169,13 @@ async fn preview(call: Call, input: Terms) -> Result<PreviewReply, ApiError> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct GrantRef {
-    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
-    grant_id: String,
+    grant_id: GrantId,
 }
 
 async fn get(call: Call, input: GrantRef) -> Result<GrantReply, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
     Ok(storage::db::read_only(&mut conn, async |conn| {
-        grants::get(conn, call.tenant(), call.root(), &input.grant_id, now).await
+        grants::get(conn, &call.actor, &input.grant_id, now).await
     })
     .await?
     .into())
@@ -197,10 +190,8 @@ const GRANT_STATES: &[&str] = &["scheduled", "active", "ended", "cancelled"];
 struct List {
     #[serde(default)]
     all: bool,
-    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
-    reservation_id: Option<String>,
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: Option<String>,
+    reservation_id: Option<ReservationId>,
+    account_id: Option<AccountId>,
     #[serde(default)]
     #[schemars(
         with = "Vec<String>",
@@ -227,9 +218,9 @@ async fn list(call: Call, input: List) -> Result<Page<wire::Grant>, ApiError> {
         "reservationGrants.list",
     )?;
     let filter = GrantFilter {
-        tenant_id: (!input.all).then(|| call.tenant().to_owned()),
-        account_id: input.account_id,
-        reservation_id: input.reservation_id,
+        tenant_id: (!input.all).then(|| call.tenant().to_string()),
+        account_id: input.account_id.map(String::from),
+        reservation_id: input.reservation_id.map(String::from),
         states: input
             .states
             .map(|states| states.iter().filter_map(|s| GrantState::parse(s)).collect()),
@@ -247,10 +238,8 @@ async fn list(call: Call, input: List) -> Result<Page<wire::Grant>, ApiError> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct End {
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: String,
-    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
-    grant_id: String,
+    account_id: AccountId,
+    grant_id: GrantId,
 }
 
 async fn end(call: Call, input: End) -> Result<GrantReply, ApiError> {

@@ -14,11 +14,9 @@ use super::VPS;
 use super::examples::{INSTANCE, KEY, POOL, PROJECT};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Endpoint, Kind, Method, endpoint};
-use crate::schema::{
-    FLAVOR, GRANT_ID, IDEMPOTENCY_KEY, INSTANCE_ID, KEYSET_CURSOR, NAME, POOL_ID, PROJECT_ID,
-    RESERVATION_ID, keyset_after,
-};
+use crate::schema::{FLAVOR, IDEMPOTENCY_KEY, KEYSET_CURSOR, NAME, keyset_after};
 use crate::wire::{self, InstanceReply, Page};
+use storage::ids::{GrantId, InstanceId, PoolId, ProjectId, ReservationId};
 
 fn method(method: &'static str, kind: Kind, summary: &'static str, endpoint: Endpoint) -> Method {
     VPS.method(
@@ -115,12 +113,10 @@ pub fn methods() -> Vec<Method> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Create {
-    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
-    pool_id: String,
+    pool_id: PoolId,
     #[schemars(length(min = 1, max = 64), regex(pattern = FLAVOR))]
     flavor: String,
-    #[schemars(length(min = 1, max = 56), regex(pattern = PROJECT_ID))]
-    project_id: Option<String>,
+    project_id: Option<ProjectId>,
     #[schemars(length(min = 1, max = 128), regex(pattern = NAME))]
     name: Option<String>,
     #[serde(default = "standard")]
@@ -143,10 +139,10 @@ async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
     let new = NewInstance {
-        tenant_id: call.tenant(),
-        pool_id: &input.pool_id,
+        tenant_id: call.tenant().as_str(),
+        pool_id: input.pool_id.as_str(),
         flavor: &input.flavor,
-        project_id: input.project_id.as_deref(),
+        project_id: input.project_id.as_ref().map(AsRef::as_ref),
         name: input.name.as_deref(),
         billing,
     };
@@ -159,8 +155,7 @@ async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct InstanceRef {
-    #[schemars(length(min = 1, max = 57), regex(pattern = INSTANCE_ID))]
-    instance_id: String,
+    instance_id: InstanceId,
 }
 
 async fn stop(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> {
@@ -203,14 +198,10 @@ async fn get(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct List {
-    #[schemars(length(min = 1, max = 56), regex(pattern = PROJECT_ID))]
-    project_id: Option<String>,
-    #[schemars(length(min = 1, max = 57), regex(pattern = POOL_ID))]
-    pool_id: Option<String>,
-    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
-    reservation_id: Option<String>,
-    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
-    grant_id: Option<String>,
+    project_id: Option<ProjectId>,
+    pool_id: Option<PoolId>,
+    reservation_id: Option<ReservationId>,
+    grant_id: Option<GrantId>,
     #[serde(default)]
     #[schemars(
         with = "Vec<String>",
@@ -236,11 +227,11 @@ async fn list(call: Call, input: List) -> Result<Page<wire::Instance>, ApiError>
     }
     let after = keyset_after(input.after.as_deref(), INSTANCE_PREFIX, "instances.list")?;
     let filter = InstanceFilter {
-        tenant_id: (!input.all).then(|| call.tenant().to_owned()),
-        project_id: input.project_id,
-        pool_id: input.pool_id,
-        reservation_id: input.reservation_id,
-        grant_id: input.grant_id,
+        tenant_id: (!input.all).then(|| call.tenant().to_string()),
+        project_id: input.project_id.map(String::from),
+        pool_id: input.pool_id.map(String::from),
+        reservation_id: input.reservation_id.map(String::from),
+        grant_id: input.grant_id.map(String::from),
         states: input.states.map(|states| {
             states
                 .iter()

@@ -89,7 +89,7 @@ async fn put(call: Call, input: Put) -> Result<SecretReply, ApiError> {
     let stored = control::secrets::put(
         &mut conn,
         &call.app.keyring,
-        call.tenant(),
+        call.tenant().as_str(),
         &input.name,
         &input.value,
         kind,

@@ -12,8 +12,9 @@ use super::examples::{GRANT, T0, T1};
 use super::{BILLING, EVENTS};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{GRANT_ID, INSTANCE_ID, TenantOnly};
+use crate::schema::TenantOnly;
 use crate::wire::{self, ClockReading, Page};
+use storage::ids::{GrantId, InstanceId};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
@@ -116,7 +117,7 @@ async fn list_events(call: Call, input: ListEvents) -> Result<Page<wire::Event>,
     let page = storage::db::read_only(&mut conn, async |conn| {
         events::list(
             conn,
-            call.tenant(),
+            call.tenant().as_str(),
             after,
             input.limit,
             input.types.as_deref(),
@@ -145,10 +146,8 @@ struct ListUsage {
     to: Option<i64>,
     #[schemars(length(min = 1, max = 64), regex(pattern = DOTTED_NAME))]
     meter: Option<String>,
-    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
-    grant_id: Option<String>,
-    #[schemars(length(min = 1, max = 57), regex(pattern = INSTANCE_ID))]
-    instance_id: Option<String>,
+    grant_id: Option<GrantId>,
+    instance_id: Option<InstanceId>,
     #[schemars(length(min = 1, max = 27), regex(pattern = USAGE_CURSOR))]
     after: Option<String>,
     #[serde(default = "crate::schema::page_limit")]
@@ -165,7 +164,7 @@ async fn list_usage(call: Call, input: ListUsage) -> Result<Page<wire::UsageReco
     let reader = if input.all {
         Reader::AllTenants
     } else {
-        Reader::Tenant(call.tenant())
+        Reader::Tenant(call.tenant().as_str())
     };
     // Another tenant's cursor, or one of a listing with another `all`, does
     // not open: the same answer as a malformed one.
@@ -180,12 +179,12 @@ async fn list_usage(call: Call, input: ListUsage) -> Result<Page<wire::UsageReco
         None => 0,
     };
     let filter = UsageFilter {
-        tenant_id: (!input.all).then(|| call.tenant().to_owned()),
+        tenant_id: (!input.all).then(|| call.tenant().to_string()),
         from: input.from,
         to: input.to,
         meter: input.meter,
-        grant_id: input.grant_id,
-        instance_id: input.instance_id,
+        grant_id: input.grant_id.map(String::from),
+        instance_id: input.instance_id.map(String::from),
     };
     let mut conn = call.app.conn().await?;
     refuse_archived(&mut conn, &filter).await?;

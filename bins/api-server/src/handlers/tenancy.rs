@@ -10,8 +10,9 @@ use super::IAM;
 use super::examples::{ACCOUNT, API_KEY};
 use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{ACCOUNT_ID, KEY_ID, NAME, TENANT_ID, TenantOnly};
+use crate::schema::{NAME, TenantOnly};
 use crate::wire::{self, ApiKeyReply, CreatedTenant, IssuedKey, Items, ProjectReply, TenantReply};
+use storage::ids::{AccountId, KeyId, TenantId};
 
 const ROLES: &[&str] = &["admin", "provider-admin", "member", "viewer"];
 
@@ -105,16 +106,20 @@ pub fn methods() -> Vec<Method> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct CreateTenant {
-    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
-    name: String,
+    name: TenantId,
     #[schemars(length(min = 1, max = 128), regex(pattern = NAME))]
     display_name: Option<String>,
 }
 
 async fn create_tenant(call: Call, input: CreateTenant) -> Result<CreatedTenant, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    let (tenant, key) =
-        tenancy::create_tenant(&mut conn, &input.name, input.display_name.as_deref(), now).await?;
+    let (tenant, key) = tenancy::create_tenant(
+        &mut conn,
+        input.name.as_str(),
+        input.display_name.as_deref(),
+        now,
+    )
+    .await?;
     tracing::info!(tenant = %tenant.tenant_id, "tenant created");
     Ok(CreatedTenant {
         tenant: tenant.into(),
@@ -126,8 +131,7 @@ async fn create_tenant(call: Call, input: CreateTenant) -> Result<CreatedTenant,
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct DeleteTenant {
-    #[schemars(length(min = 1, max = 128), regex(pattern = TENANT_ID))]
-    target_tenant_id: String,
+    target_tenant_id: TenantId,
 }
 
 async fn delete_tenant(call: Call, input: DeleteTenant) -> Result<TenantReply, ApiError> {
@@ -184,8 +188,7 @@ struct CreateKey {
     name: String,
     #[schemars(extend("enum" = ROLES))]
     role: String,
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: Option<String>,
+    account_id: Option<AccountId>,
 }
 
 async fn create_key(call: Call, input: CreateKey) -> Result<IssuedKey, ApiError> {
@@ -197,7 +200,7 @@ async fn create_key(call: Call, input: CreateKey) -> Result<IssuedKey, ApiError>
         call.tenant(),
         &input.name,
         role,
-        input.account_id.as_deref(),
+        input.account_id.as_ref(),
         now,
     )
     .await?;
@@ -218,8 +221,7 @@ async fn list_keys(call: Call, _: TenantOnly) -> Result<Items<wire::ApiKey>, Api
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RevokeKey {
-    #[schemars(length(min = 1, max = 56), regex(pattern = KEY_ID))]
-    key_id: String,
+    key_id: KeyId,
 }
 
 async fn revoke_key(call: Call, input: RevokeKey) -> Result<ApiKeyReply, ApiError> {

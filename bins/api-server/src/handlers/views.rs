@@ -14,8 +14,8 @@ use super::VPS;
 use super::examples::{ACCOUNT, GRANT, RESERVATION, T0, T1};
 use crate::error::ApiError;
 use crate::registry::{Call, Kind, Method, endpoint};
-use crate::schema::{ACCOUNT_ID, GRANT_ID, RESERVATION_ID};
 use crate::wire::{GrantHour, Items, TimelineReply};
+use storage::ids::{AccountId, GrantId, ReservationId};
 
 /// The longest range one `reservations.timeline` covers: 400 days.
 pub const MAX_TIMELINE_MS: i64 = 400 * 24 * 3_600_000;
@@ -57,10 +57,8 @@ pub fn methods() -> Vec<Method> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Timeline {
-    #[schemars(length(min = 1, max = 58), regex(pattern = ACCOUNT_ID))]
-    account_id: String,
-    #[schemars(length(min = 1, max = 300), regex(pattern = RESERVATION_ID))]
-    reservation_id: String,
+    account_id: AccountId,
+    reservation_id: ReservationId,
     #[schemars(range(min = 0, max = i64::MAX))]
     from: i64,
     #[schemars(range(min = 0, max = i64::MAX))]
@@ -89,8 +87,7 @@ async fn timeline(call: Call, input: Timeline) -> Result<TimelineReply, ApiError
     let timeline = storage::db::read_only(&mut conn, async |conn| {
         views::timeline(
             conn,
-            call.tenant(),
-            call.root(),
+            &call.actor,
             &input.account_id,
             &input.reservation_id,
             grants_core::Term::new(input.from, input.to),
@@ -106,8 +103,7 @@ async fn timeline(call: Call, input: Timeline) -> Result<TimelineReply, ApiError
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Usage {
-    #[schemars(length(min = 1, max = 59), regex(pattern = GRANT_ID))]
-    grant_id: String,
+    grant_id: GrantId,
     #[schemars(range(min = 0, max = i64::MAX))]
     from: Option<i64>,
     #[schemars(range(min = 0, max = i64::MAX))]
@@ -122,8 +118,7 @@ async fn usage(call: Call, input: Usage) -> Result<Items<GrantHour>, ApiError> {
     let rows = storage::db::read_only(&mut conn, async |conn| {
         views::grant_usage(
             conn,
-            call.tenant(),
-            call.root(),
+            &call.actor,
             &input.grant_id,
             input.from,
             input.to,

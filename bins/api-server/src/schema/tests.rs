@@ -52,7 +52,9 @@ struct Config {
 fn quotas(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
-        "propertyNames": { "type": "string", "minLength": 1, "maxLength": 8, "pattern": "^[a-z]+$" },
+        "propertyNames": {
+            "type": "string", "minLength": 1, "maxLength": 8, "pattern": "^[a-z]+$",
+        },
         "additionalProperties": { "type": "integer", "minimum": 0 },
         "maxProperties": 2,
     })

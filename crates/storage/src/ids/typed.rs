@@ -132,6 +132,10 @@ macro_rules! id_type {
         }
 
         impl schemars::JsonSchema for $name {
+            fn inline_schema() -> bool {
+                true
+            }
+
             fn schema_name() -> std::borrow::Cow<'static, str> {
                 stringify!($name).into()
             }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::error::{Detail, ErrorKind, Field, Limited, Reason, Result, StorageError};
 use crate::ids;
+use crate::ids::{AccountId, TenantId};
 use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
@@ -67,7 +68,7 @@ pub async fn create(
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("pacct", now);
         match idempotency::claim(conn, key, &id, now).await? {
-            Claim::Replay(existing) => get(conn, new.tenant_id, &existing)
+            Claim::Replay(existing) => find(conn, new.tenant_id, &existing)
                 .await
                 .map(Created::replay),
             Claim::New => {
@@ -130,6 +131,15 @@ pub async fn create(
 /// Loads an account of the tenant; another tenant's account is `NOT_FOUND`.
 pub async fn get(
     conn: &mut AsyncPgConnection,
+    tenant_id: &TenantId,
+    account_id: &AccountId,
+) -> Result<Account> {
+    find(conn, tenant_id.as_str(), account_id.as_str()).await
+}
+
+/// [`get`] on ids already read from rows.
+pub async fn find(
+    conn: &mut AsyncPgConnection,
     tenant_id: &str,
     account_id: &str,
 ) -> Result<Account> {
@@ -144,7 +154,8 @@ pub async fn get(
 }
 
 /// The tenant's accounts, newest first.
-pub async fn list(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Vec<Account>> {
+pub async fn list(conn: &mut AsyncPgConnection, tenant_id: &TenantId) -> Result<Vec<Account>> {
+    let tenant_id = tenant_id.as_str();
     Ok(pa::table
         .filter(pa::tenant_id.eq(tenant_id))
         .order((pa::created_at.desc(), pa::account_id.desc()))
@@ -173,12 +184,14 @@ pub async fn all(conn: &mut AsyncPgConnection) -> Result<Vec<Account>> {
 /// it: their `accountId` stays as a record of where they came from.
 pub async fn delete_account(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    account_id: &str,
+    tenant: &TenantId,
+    account_id: &AccountId,
     now: i64,
 ) -> Result<()> {
+    let tenant = tenant.as_str();
+    let account_id = account_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        get(conn, tenant, account_id).await?;
+        find(conn, tenant, account_id).await?;
         locks::account_for_delete(conn, account_id).await?;
         let locked = locks::account_reservations(conn, account_id).await?;
         let live = live_grant_ids(conn, account_id, None, now).await?;

@@ -6,8 +6,10 @@ use diesel::sql_types::{BigInt, Bool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term, TimelineGrant, Transition};
 
+use crate::actor::Actor;
 use crate::error::{Detail, ErrorKind, Field, Reason, Result, StorageError};
 use crate::ids;
+use crate::ids::{AccountId, GrantId, TenantId};
 use crate::locks;
 use crate::model::event_data::EventData;
 use crate::model::events::{self, NewEvent};
@@ -84,11 +86,12 @@ pub struct NewGrant<'a> {
 /// `reservationGrants.create`, by root, idempotent under `key`.
 pub async fn create(
     conn: &mut AsyncPgConnection,
-    root: &str,
+    root: &TenantId,
     new: NewGrant<'_>,
     key: KeyedRequest<'_>,
     now: i64,
 ) -> Result<Created<Grant>> {
+    let root = root.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(GRANT_PREFIX, now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
@@ -238,7 +241,7 @@ async fn plan(
             tenancy::active_tenant(conn, new.grant_tenant_id).await?;
         }
     }
-    accounts::get(conn, root, new.account_id).await?;
+    accounts::find(conn, root, new.account_id).await?;
     let res = ReservationRow::find(conn, new.account_id, new.reservation_id)
         .await?
         .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
@@ -306,7 +309,7 @@ async fn offered(
     grantee: &str,
     pool_id: &str,
 ) -> Result<()> {
-    if pools::is_visible(conn, grantee, root, pool_id).await? {
+    if pools::visible(conn, grantee, root, pool_id).await? {
         return Ok(());
     }
     Err(StorageError::invalid(
@@ -350,10 +353,11 @@ const PREVIEW_GRANT: &str = "rgrant_preview";
 /// reservation's grants and seated instances with the new grant added.
 pub async fn preview(
     conn: &mut AsyncPgConnection,
-    root: &str,
+    root: &TenantId,
     new: NewGrant<'_>,
     now: i64,
 ) -> Result<Preview> {
+    let root = root.as_str();
     conn.build_transaction()
         .read_only()
         .run::<_, StorageError, _>(async move |conn| {
@@ -453,11 +457,12 @@ pub async fn commitments(
 /// `reservationGrants.get`: the grantee reads its grants; the root tenant reads any.
 pub async fn get(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    root: &str,
-    grant_id: &str,
+    actor: &Actor,
+    grant_id: &GrantId,
     now: i64,
 ) -> Result<Grant> {
+    let (tenant, root) = (actor.tenant().as_str(), actor.root().as_str());
+    let grant_id = grant_id.as_str();
     match GrantRow::find(conn, grant_id).await? {
         Some(row) if row.tenant_id == tenant || tenant == root => Ok(Grant::at(row, now)),
         _ => Err(StorageError::not_found("grant", grant_id)),
@@ -489,13 +494,16 @@ pub const GRANT_PREFIX: &str = "rgrant";
 /// has not started). An ended or cancelled grant is returned unchanged.
 pub async fn end(
     conn: &mut AsyncPgConnection,
-    root: &str,
-    account_id: &str,
-    grant_id: &str,
+    root: &TenantId,
+    account_id: &AccountId,
+    grant_id: &GrantId,
     now: i64,
 ) -> Result<Grant> {
+    let root = root.as_str();
+    let account_id = account_id.as_str();
+    let grant_id = grant_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        accounts::get(conn, root, account_id).await?;
+        accounts::find(conn, root, account_id).await?;
         let row = match GrantRow::find(conn, grant_id).await? {
             Some(row) if row.account_id == account_id => row,
             _ => return Err(StorageError::not_found("grant", grant_id)),

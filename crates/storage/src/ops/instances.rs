@@ -15,6 +15,7 @@ use quotas_core::{Charge, QuotaRow};
 
 use crate::error::{Detail, ErrorKind, Field, Limited, Reason, Result, StorageError};
 use crate::ids;
+use crate::ids::{InstanceId, TenantId};
 use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
@@ -195,15 +196,16 @@ pub struct NewInstance<'a> {
 /// `instances.create`: quota charged, then placed, atomically; idempotent.
 pub async fn create(
     conn: &mut AsyncPgConnection,
-    root: &str,
+    root: &TenantId,
     new: NewInstance<'_>,
     key: KeyedRequest<'_>,
     now: i64,
 ) -> Result<Created<InstanceRow>> {
+    let root = root.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(INSTANCE_PREFIX, now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
-            return get(conn, new.tenant_id, &existing)
+            return find(conn, new.tenant_id, &existing)
                 .await
                 .map(Created::replay);
         }
@@ -211,7 +213,7 @@ pub async fn create(
         // since the key was authenticated refuses the admission instead of
         // leaving a live instance behind; one that starts now waits for it.
         locks::acting_tenant(conn, new.tenant_id).await?;
-        let pool = pools::get(conn, new.tenant_id, root, new.pool_id).await?;
+        let pool = pools::find(conn, new.tenant_id, root, new.pool_id).await?;
         if pool.flavor(new.flavor).is_none() {
             return Err(StorageError::invalid(
                 Field::Flavor,
@@ -275,13 +277,22 @@ pub async fn create(
             placement = ?target,
             "instance created"
         );
-        get(conn, new.tenant_id, &id).await.map(Created::new)
+        find(conn, new.tenant_id, &id).await.map(Created::new)
     })
     .await
 }
 
 /// `instances.get`: an instance of the tenant.
 pub async fn get(
+    conn: &mut AsyncPgConnection,
+    tenant: &TenantId,
+    instance_id: &InstanceId,
+) -> Result<InstanceRow> {
+    find(conn, tenant.as_str(), instance_id.as_str()).await
+}
+
+/// [`get`] on ids already read from rows.
+pub async fn find(
     conn: &mut AsyncPgConnection,
     tenant: &str,
     instance_id: &str,
@@ -363,10 +374,12 @@ fn deleted_instance() -> StorageError {
 /// `instances.stop`: a grant instance keeps its slot; others release theirs.
 pub async fn stop(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    instance_id: &str,
+    tenant: &TenantId,
+    instance_id: &InstanceId,
     now: i64,
 ) -> Result<InstanceRow> {
+    let tenant = tenant.as_str();
+    let instance_id = instance_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
@@ -388,7 +401,7 @@ pub async fn stop(
         };
         place_at(conn, &inst, &target, InstanceState::Stopped, now).await?;
         events::publish(conn, now, events).await?;
-        get(conn, tenant, instance_id).await
+        find(conn, tenant, instance_id).await
     })
     .await
 }
@@ -406,10 +419,12 @@ pub async fn stop(
 /// with the candidates and its reservation locked first, in id order.
 pub async fn start(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    instance_id: &str,
+    tenant: &TenantId,
+    instance_id: &InstanceId,
     now: i64,
 ) -> Result<InstanceRow> {
+    let tenant = tenant.as_str();
+    let instance_id = instance_id.as_str();
     match start_once(conn, tenant, instance_id, now, false).await {
         Err(StartError::NeedsPool) => {}
         Err(StartError::Storage(e)) => return Err(e),
@@ -509,7 +524,7 @@ async fn start_once(
         };
         place_at(conn, &inst, &target, InstanceState::Running, now).await?;
         events::publish(conn, now, events).await?;
-        Ok(get(conn, tenant, instance_id).await?)
+        Ok(find(conn, tenant, instance_id).await?)
     })
     .await
 }
@@ -531,10 +546,12 @@ async fn pool_of(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Pool> {
 /// `instances.delete`: releases slot and quota; deleting again returns it unchanged.
 pub async fn delete(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    instance_id: &str,
+    tenant: &TenantId,
+    instance_id: &InstanceId,
     now: i64,
 ) -> Result<InstanceRow> {
+    let tenant = tenant.as_str();
+    let instance_id = instance_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         // Quota rows come first in the lock order.
         let Some(peek) = InstanceRow::find(conn, instance_id)
@@ -563,7 +580,7 @@ pub async fn delete(
             }
         }
         events::publish(conn, now, events).await?;
-        get(conn, tenant, instance_id).await
+        find(conn, tenant, instance_id).await
     })
     .await
 }

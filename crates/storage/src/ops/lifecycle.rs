@@ -4,6 +4,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use grants_core::ForcedEnd;
 
 use crate::error::{Field, Reason, Result, StorageError};
+use crate::ids::TenantId;
 use crate::locks;
 use crate::model::events;
 use crate::model::states::TenantState;
@@ -20,10 +21,12 @@ use crate::ops::tenancy::{self, Tenant};
 /// deleted tenant returns it unchanged; the root tenant cannot be deleted.
 pub async fn delete_tenant(
     conn: &mut AsyncPgConnection,
-    root: &str,
-    tenant_id: &str,
+    root: &TenantId,
+    tenant_id: &TenantId,
     now: i64,
 ) -> Result<Tenant> {
+    let root = root.as_str();
+    let tenant_id = tenant_id.as_str();
     if tenant_id == root {
         return Err(StorageError::invalid(
             Field::TargetTenantId,

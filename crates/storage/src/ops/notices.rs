@@ -19,6 +19,7 @@ use grants_core::views::preview::Stint;
 use grants_core::{GrantState, Term};
 
 use crate::error::{Result, StorageError};
+use crate::ids::TenantId;
 use crate::locks;
 use crate::model::event_data::{EventData, GrantExpiring, GrantUnderused, Utilisation, Window};
 use crate::model::events::{self, NewEvent};
@@ -157,10 +158,11 @@ async fn due(conn: &mut AsyncPgConnection, rules: &NoticeRules, now: i64) -> Res
 /// Sends every notice due at `now`, one reservation per transaction.
 pub async fn send_due(
     conn: &mut AsyncPgConnection,
-    root: &str,
+    root: &TenantId,
     rules: &NoticeRules,
     now: i64,
 ) -> Result<NoticeOutcome> {
+    let root = root.as_str();
     let mut outcome = NoticeOutcome::default();
     let keys = crate::db::read_only(conn, async |conn| due(conn, rules, now).await).await?;
     for key in keys {

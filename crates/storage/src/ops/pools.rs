@@ -7,8 +7,10 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::actor::Actor;
 use crate::error::{Result, StorageError};
 use crate::ids;
+use crate::ids::{PoolId, TenantId};
 use crate::locks;
 use crate::model::event_data::{EventData, QuotaUpdated};
 use crate::model::events::{self, NewEvent};
@@ -153,6 +155,21 @@ fn to_pool(row: PoolRow, offered: Vec<String>) -> Result<Pool> {
 /// Whether `tenant` may use the pool: root always, others when offered.
 pub async fn is_visible(
     conn: &mut AsyncPgConnection,
+    actor: &Actor,
+    pool_id: &PoolId,
+) -> Result<bool> {
+    visible(
+        conn,
+        actor.tenant().as_str(),
+        actor.root().as_str(),
+        pool_id.as_str(),
+    )
+    .await
+}
+
+/// [`is_visible`] on ids already read from rows.
+pub async fn visible(
+    conn: &mut AsyncPgConnection,
     tenant: &str,
     root: &str,
     pool_id: &str,
@@ -170,13 +187,24 @@ pub async fn is_visible(
 }
 
 /// `pools.get`: `NOT_FOUND` unless the pool is visible to `tenant`.
-pub async fn get(
+pub async fn get(conn: &mut AsyncPgConnection, actor: &Actor, pool_id: &PoolId) -> Result<Pool> {
+    find(
+        conn,
+        actor.tenant().as_str(),
+        actor.root().as_str(),
+        pool_id.as_str(),
+    )
+    .await
+}
+
+/// [`get`] on ids already read from rows.
+pub async fn find(
     conn: &mut AsyncPgConnection,
     tenant: &str,
     root: &str,
     pool_id: &str,
 ) -> Result<Pool> {
-    if !is_visible(conn, tenant, root, pool_id).await? {
+    if !visible(conn, tenant, root, pool_id).await? {
         return Err(StorageError::not_found("pool", pool_id));
     }
     let row = pool_row(conn, pool_id)
@@ -200,7 +228,8 @@ pub async fn get_any(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Pool
 }
 
 /// `pools.list`: root sees every pool, another tenant the pools offered to it.
-pub async fn list(conn: &mut AsyncPgConnection, tenant: &str, root: &str) -> Result<Vec<Pool>> {
+pub async fn list(conn: &mut AsyncPgConnection, actor: &Actor) -> Result<Vec<Pool>> {
+    let (tenant, root) = (actor.tenant().as_str(), actor.root().as_str());
     let rows: Vec<PoolRow> = if tenant == root {
         pools::table
             .order((pools::created_at.desc(), pools::pool_id.desc()))
@@ -307,17 +336,18 @@ fn quota_event(tenant: &str, pool_id: &str, resource: &str, requested: i64, now:
 /// `pools.create` by root, idempotent under `key`.
 pub async fn create(
     conn: &mut AsyncPgConnection,
-    root: &str,
+    root: &TenantId,
     new: NewPool<'_>,
     key: KeyedRequest<'_>,
     now: i64,
 ) -> Result<Created<Pool>> {
+    let root = root.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id("pool", now);
         if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
-            return get(conn, root, root, &existing).await.map(Created::replay);
+            return find(conn, root, root, &existing).await.map(Created::replay);
         }
-        accounts::get(conn, root, new.account_id).await?;
+        accounts::find(conn, root, new.account_id).await?;
         diesel::insert_into(pools::table)
             .values((
                 pools::pool_id.eq(&id),
@@ -336,7 +366,7 @@ pub async fn create(
             batch.push(quota_event(root, &id, resource, *max, now));
         }
         events::publish(conn, now, batch).await?;
-        get(conn, root, root, &id).await.map(Created::new)
+        find(conn, root, root, &id).await.map(Created::new)
     })
     .await
 }
@@ -344,12 +374,15 @@ pub async fn create(
 /// `pools.offer` by root: offers the pool and creates or updates the tenant's rows.
 pub async fn offer(
     conn: &mut AsyncPgConnection,
-    root: &str,
-    pool_id: &str,
-    tenant: &str,
+    root: &TenantId,
+    pool_id: &PoolId,
+    tenant: &TenantId,
     quota_max: &BTreeMap<String, i64>,
     now: i64,
 ) -> Result<Pool> {
+    let root = root.as_str();
+    let pool_id = pool_id.as_str();
+    let tenant = tenant.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         locks::named_tenant(conn, tenant).await?;
         pool_row(conn, pool_id)
@@ -372,7 +405,7 @@ pub async fn offer(
             }
         }
         events::publish(conn, now, batch).await?;
-        get(conn, root, root, pool_id).await
+        find(conn, root, root, pool_id).await
     })
     .await
 }
@@ -380,12 +413,14 @@ pub async fn offer(
 /// `quotas.set` by root for a target tenant.
 pub async fn set_quota(
     conn: &mut AsyncPgConnection,
-    target: &str,
-    pool_id: &str,
+    target: &TenantId,
+    pool_id: &PoolId,
     resource: &str,
     requested: i64,
     now: i64,
 ) -> Result<Quota> {
+    let target = target.as_str();
+    let pool_id = pool_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         locks::named_tenant(conn, target).await?;
         pool_row(conn, pool_id)
@@ -406,10 +441,11 @@ pub async fn set_quota(
 /// `quotas.get`: the tenant's rows ordered by pool, then resource.
 pub async fn get_quotas(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    root: &str,
-    pool_id: Option<&str>,
+    actor: &Actor,
+    pool_id: Option<&PoolId>,
 ) -> Result<Vec<Quota>> {
+    let (tenant, root) = (actor.tenant().as_str(), actor.root().as_str());
+    let pool_id = pool_id.map(PoolId::as_str);
     let mut query = quotas::table
         .filter(quotas::tenant_id.eq(tenant))
         // String (byte) order whatever the database's collation: under a
@@ -430,7 +466,7 @@ pub async fn get_quotas(
     let rows: Vec<(String, String, i64, i64)> = query.load(conn).await?;
     if let Some(pool_id) = pool_id
         && rows.is_empty()
-        && !is_visible(conn, tenant, root, pool_id).await?
+        && !visible(conn, tenant, root, pool_id).await?
     {
         return Err(StorageError::not_found("pool", pool_id));
     }

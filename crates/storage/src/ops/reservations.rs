@@ -10,6 +10,7 @@ use grants_core::views::slots::SlotAccounts;
 use grants_core::{TimelineGrant, TimelineInstance};
 
 use crate::error::{Detail, Field, Reason, Result, StorageError};
+use crate::ids::{AccountId, PoolId, ReservationId, TenantId};
 use crate::locks;
 use crate::model::instance::InstanceRow;
 use crate::model::states::{ReservationStatus, SettledState};
@@ -83,11 +84,13 @@ pub async fn with_accounts(
 /// their slot accounts at `now`.
 pub async fn list(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    account_id: &str,
+    tenant: &TenantId,
+    account_id: &AccountId,
     now: i64,
 ) -> Result<Vec<Reservation>> {
-    accounts::get(conn, tenant, account_id).await?;
+    let tenant = tenant.as_str();
+    let account_id = account_id.as_str();
+    accounts::find(conn, tenant, account_id).await?;
     let rows = ReservationRow::of_account(conn, account_id).await?;
     with_accounts(conn, rows, now).await
 }
@@ -108,14 +111,18 @@ async fn one_with_accounts(
 /// acting tenant and the owner the account must have.
 pub async fn bind(
     conn: &mut AsyncPgConnection,
-    root: &str,
-    account_id: &str,
-    reservation_id: &str,
-    pool_id: &str,
+    root: &TenantId,
+    account_id: &AccountId,
+    reservation_id: &ReservationId,
+    pool_id: &PoolId,
     now: i64,
 ) -> Result<Reservation> {
+    let root = root.as_str();
+    let account_id = account_id.as_str();
+    let reservation_id = reservation_id.as_str();
+    let pool_id = pool_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        accounts::get(conn, root, account_id).await?;
+        accounts::find(conn, root, account_id).await?;
         let res = locks::reservation(conn, account_id, reservation_id)
             .await?
             .ok_or_else(|| StorageError::not_found("reservation", reservation_id))?;
@@ -194,13 +201,16 @@ pub(crate) async fn live_grant_ids(
 /// scheduled or active.
 pub async fn unbind(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    account_id: &str,
-    reservation_id: &str,
+    tenant: &TenantId,
+    account_id: &AccountId,
+    reservation_id: &ReservationId,
     now: i64,
 ) -> Result<Reservation> {
+    let tenant = tenant.as_str();
+    let account_id = account_id.as_str();
+    let reservation_id = reservation_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        accounts::get(conn, tenant, account_id).await?;
+        accounts::find(conn, tenant, account_id).await?;
         let res = locks::reservation(conn, account_id, reservation_id)
             .await?
             .ok_or_else(|| StorageError::not_found("reservation", reservation_id))?;

@@ -10,6 +10,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term};
 
 use crate::error::{Result, StorageError};
+use crate::ids::TenantId;
 use crate::locks;
 use crate::model::event_data::{self, EventData};
 use crate::model::events::{self, NewEvent};
@@ -65,11 +66,12 @@ pub struct ScanOutcome {
 /// changes nothing and comes back with [`ScanOutcome::stale`] set.
 pub async fn apply_scan(
     conn: &mut AsyncPgConnection,
-    root: &str,
+    root: &TenantId,
     claim: &ScanClaim,
     seen: &[ListedReservation],
     now: i64,
 ) -> Result<ScanOutcome> {
+    let root = root.as_str();
     let root = root.to_owned();
     let account_id = claim.account.account_id.as_str();
     let ticket = claim.ticket;
@@ -326,7 +328,7 @@ async fn claim_scan_now(
     account_id: &str,
     rules: ClaimRules,
 ) -> Result<Option<ScanClaim>> {
-    let account = accounts::get(conn, tenant, account_id).await?;
+    let account = accounts::find(conn, tenant, account_id).await?;
     // The row is locked first (the CTE), so the lease read is the one the
     // update replaces: a claim takes the lease only when none is live, and
     // says so by returning it; an explicit claim made while another scan

@@ -10,6 +10,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::crypto::{KeyError, Keyring};
 use crate::error::{Detail, Reason, Result, StorageError};
+use crate::ids::TenantId;
 use crate::locks;
 use crate::model::secret::SecretRow;
 use crate::model::states::SecretKind;
@@ -124,7 +125,8 @@ pub async fn put(
 }
 
 /// `secrets.list`: the tenant's secrets by name, without values.
-pub async fn list(conn: &mut AsyncPgConnection, tenant: &str) -> Result<Vec<SecretInfo>> {
+pub async fn list(conn: &mut AsyncPgConnection, tenant: &TenantId) -> Result<Vec<SecretInfo>> {
+    let tenant = tenant.as_str();
     Ok(SecretRow::of_tenant(conn, tenant)
         .await?
         .into_iter()
@@ -148,7 +150,8 @@ pub fn named_in(config: &serde_json::Value) -> Option<&str> {
 
 /// `secrets.delete`: `NOT_FOUND` for an unknown name, `INVALID_STATE` with
 /// `details.accountIds` while an account of the tenant references it.
-pub async fn delete(conn: &mut AsyncPgConnection, tenant: &str, name: &str) -> Result<()> {
+pub async fn delete(conn: &mut AsyncPgConnection, tenant: &TenantId, name: &str) -> Result<()> {
+    let tenant = tenant.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         locks::acting_tenant(conn, tenant).await?;
         // The delete takes the row's lock first: an account create naming the

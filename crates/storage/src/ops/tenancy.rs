@@ -7,6 +7,7 @@ use subtle::ConstantTimeEq;
 
 use crate::error::{Detail, ErrorKind, Result, StorageError};
 use crate::ids;
+use crate::ids::{AccountId, KeyId, TenantId};
 use crate::locks;
 use crate::model::states::TenantState;
 use crate::ops::accounts;
@@ -131,10 +132,11 @@ pub async fn authenticate(conn: &AsyncPgConnection, secret: &str) -> Result<Opti
 /// `admin` key of the root tenant with that secret exists. Idempotent.
 pub async fn bootstrap(
     conn: &mut AsyncPgConnection,
-    root: &str,
+    root: &TenantId,
     token: Option<&str>,
     now: i64,
 ) -> Result<()> {
+    let root = root.as_str();
     diesel::insert_into(tenants::table)
         .values((
             tenants::tenant_id.eq(root),
@@ -253,10 +255,11 @@ pub async fn list_tenants(conn: &mut AsyncPgConnection) -> Result<Vec<Tenant>> {
 /// `projects.create`.
 pub async fn create_project(
     conn: &mut AsyncPgConnection,
-    tenant_id: &str,
+    tenant_id: &TenantId,
     name: &str,
     now: i64,
 ) -> Result<Project> {
+    let tenant_id = tenant_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         locks::acting_tenant(conn, tenant_id).await?;
         Ok(diesel::insert_into(projects::table)
@@ -274,7 +277,11 @@ pub async fn create_project(
 }
 
 /// `projects.list`: the tenant's projects, newest first.
-pub async fn list_projects(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Vec<Project>> {
+pub async fn list_projects(
+    conn: &mut AsyncPgConnection,
+    tenant_id: &TenantId,
+) -> Result<Vec<Project>> {
+    let tenant_id = tenant_id.as_str();
     Ok(projects::table
         .filter(projects::tenant_id.eq(tenant_id))
         .order((projects::created_at.desc(), projects::project_id.desc()))
@@ -327,16 +334,18 @@ async fn insert_key(
 /// `apiKeys.create`: an account-scoped key names an account of the tenant.
 pub async fn create_key(
     conn: &mut AsyncPgConnection,
-    tenant_id: &str,
+    tenant_id: &TenantId,
     name: &str,
     role: Role,
-    account_id: Option<&str>,
+    account_id: Option<&AccountId>,
     now: i64,
 ) -> Result<IssuedKey> {
+    let tenant_id = tenant_id.as_str();
+    let account_id = account_id.map(AccountId::as_str);
     conn.transaction::<_, StorageError, _>(async move |conn| {
         locks::acting_tenant(conn, tenant_id).await?;
         if let Some(account) = account_id {
-            accounts::get(conn, tenant_id, account).await?;
+            accounts::find(conn, tenant_id, account).await?;
         }
         insert_key(conn, tenant_id, name, role, account_id, now).await
     })
@@ -344,7 +353,8 @@ pub async fn create_key(
 }
 
 /// `apiKeys.list`: the tenant's keys, newest first, without secrets.
-pub async fn list_keys(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Vec<ApiKey>> {
+pub async fn list_keys(conn: &mut AsyncPgConnection, tenant_id: &TenantId) -> Result<Vec<ApiKey>> {
+    let tenant_id = tenant_id.as_str();
     Ok(api_keys::table
         .filter(api_keys::tenant_id.eq(tenant_id))
         .order((api_keys::created_at.desc(), api_keys::key_id.desc()))
@@ -357,10 +367,12 @@ pub async fn list_keys(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<
 /// `apiKeys.revoke`: revoking a revoked key returns it unchanged.
 pub async fn revoke_key(
     conn: &mut AsyncPgConnection,
-    tenant_id: &str,
-    key_id: &str,
+    tenant_id: &TenantId,
+    key_id: &KeyId,
     now: i64,
 ) -> Result<ApiKey> {
+    let tenant_id = tenant_id.as_str();
+    let key_id = key_id.as_str();
     let updated: Option<ApiKey> = diesel::update(
         api_keys::table
             .find(key_id)

@@ -15,7 +15,9 @@ use grants_core::views::timeline::{
 };
 use grants_core::{GrantState, HOUR_MS, Term, bucket_start};
 
+use crate::actor::Actor;
 use crate::error::{Detail, Field, Reason, Result, StorageError};
+use crate::ids::{AccountId, GrantId, ReservationId};
 use crate::model::events;
 use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
@@ -123,13 +125,15 @@ async fn running_stints(
 /// gets `NOT_FOUND`, as for a reservation that does not exist.
 pub async fn timeline(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    root: &str,
-    account_id: &str,
-    reservation_id: &str,
+    actor: &Actor,
+    account_id: &AccountId,
+    reservation_id: &ReservationId,
     window: Term,
     now: i64,
 ) -> Result<Timeline> {
+    let (tenant, root) = (actor.tenant().as_str(), actor.root().as_str());
+    let account_id = account_id.as_str();
+    let reservation_id = reservation_id.as_str();
     let not_found = || StorageError::not_found("reservation", reservation_id);
     let res = ReservationRow::find(conn, account_id, reservation_id)
         .await?
@@ -234,13 +238,14 @@ pub async fn timeline(
 /// (reason `range`).
 pub async fn grant_usage(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
-    root: &str,
-    grant_id: &str,
+    actor: &Actor,
+    grant_id: &GrantId,
     from: Option<i64>,
     to: Option<i64>,
     now: i64,
 ) -> Result<Vec<HourRow>> {
+    let (tenant, root) = (actor.tenant().as_str(), actor.root().as_str());
+    let grant_id = grant_id.as_str();
     let row = match GrantRow::find(conn, grant_id).await? {
         Some(row) if row.tenant_id == tenant || tenant == root => row,
         _ => return Err(StorageError::not_found("grant", grant_id)),

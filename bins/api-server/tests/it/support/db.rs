@@ -264,3 +264,8 @@ pub async fn contents(s: &Server) -> std::collections::BTreeMap<String, (i64, St
     }
     out
 }
+
+/// The root tenant's id, typed as storage's operations take it.
+pub fn root_id() -> storage::ids::TenantId {
+    storage::ids::TenantId::parse("root").expect("a tenant id")
+}

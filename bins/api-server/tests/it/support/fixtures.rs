@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::bodies::{GrantBody, InstanceBody, QuotaBody};
 use super::clock::HOUR;
 use super::gce::{FLAVOR, Gce, PROJECT};
 use super::server::{Answer, ROOT, ROOT_TOKEN, Server, rand_suffix};
@@ -243,7 +244,7 @@ pub async fn used(
 pub async fn set_quota(s: &Server, tenant: &str, pool: &str, resource: &str, max: i64) -> Value {
     s.root(
         "quotas/set",
-        json!({ "tenantId": tenant, "poolId": pool, "resource": resource, "max": max }),
+        QuotaBody::new(pool, resource, max).tenant(tenant).json(),
     )
     .await
     .ok()["quota"]
@@ -330,15 +331,11 @@ pub fn grant_body_for(
     ends_at: i64,
     key: &str,
 ) -> Value {
-    json!({
-        "accountId": p.account,
-        "reservationId": p.reservation,
-        "grantTenantId": tenant,
-        "slots": slots,
-        "startsAt": starts_at,
-        "endsAt": ends_at,
-        "idempotencyKey": key,
-    })
+    GrantBody::on(p, slots)
+        .grantee(tenant)
+        .term(starts_at, ends_at)
+        .key(key)
+        .json()
 }
 
 /// `reservationGrants.create` as root.
@@ -383,15 +380,10 @@ pub async fn grant_on(
     starts_at: i64,
     ends_at: i64,
 ) -> String {
-    let body = json!({
-        "accountId": account,
-        "reservationId": reservation,
-        "grantTenantId": tenant,
-        "slots": slots,
-        "startsAt": starts_at,
-        "endsAt": ends_at,
-        "idempotencyKey": format!("g-{}", rand_suffix()),
-    });
+    let body = GrantBody::new(account, reservation, tenant, slots)
+        .term(starts_at, ends_at)
+        .key(&format!("g-{}", rand_suffix()))
+        .json();
     grant_id(&create_grant_ok(s, body).await)
 }
 
@@ -469,12 +461,7 @@ pub async fn create_instance(
     key: &str,
     extra: Value,
 ) -> Answer {
-    let mut body = json!({
-        "tenantId": tenant,
-        "poolId": pool,
-        "flavor": FLAVOR,
-        "idempotencyKey": key,
-    });
+    let mut body = InstanceBody::new(pool, key).tenant(tenant).json();
     if let Some(fields) = extra.as_object() {
         for (k, v) in fields {
             body[k] = v.clone();

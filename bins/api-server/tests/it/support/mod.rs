@@ -1,8 +1,10 @@
 //! What the end-to-end tests share: the api-server under test and its
 //! clock, the fake Compute Engine, the reconciler-worker process, the
-//! platform fixtures built through the API, rows read from the database,
+//! platform fixtures built through the API and typed builders of the
+//! request bodies used most (`bodies`), rows read from the database,
 //! metering checks and a seeded PRNG.
 
+pub mod bodies;
 pub mod clock;
 pub mod db;
 pub mod demo;

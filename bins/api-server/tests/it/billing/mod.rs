@@ -1,0 +1,4 @@
+//! Billing: usage records written by the real `reconciler-worker --once`.
+
+mod basics;
+mod rules;

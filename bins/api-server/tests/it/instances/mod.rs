@@ -1,0 +1,8 @@
+//! instances: the API's rules, placement in grants and ordinary slots,
+//! quota charges, and concurrent admissions.
+
+mod api;
+mod concurrency;
+mod lifecycle;
+mod placement;
+mod quotas;

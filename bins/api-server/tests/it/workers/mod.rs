@@ -1,0 +1,10 @@
+//! The real reconciler-worker: its process, scans and their claims, replicas,
+//! crashes, one tenant's limits, and the monthly partitions it creates.
+
+mod crash;
+mod limits;
+mod partitions;
+mod process;
+mod replicas;
+mod scan_claims;
+mod scans;
