@@ -124,6 +124,9 @@ pub fn checked_by_handler(schema: Value) -> Schema {
     schema
 }
 
+/// How many of a body's faults are weighed to pick the one answered.
+const MAX_FAULTS: usize = 100;
+
 /// One method's input, compiled: the schemas and the validator built from
 /// them, once per process and type ([`InputSchema::of`]).
 pub struct InputSchema {
@@ -203,7 +206,11 @@ impl InputSchema {
         if self.validator.is_valid(body) {
             return Ok(());
         }
-        let errors: Vec<ValidationError<'_>> = self.validator.iter_errors(body).collect();
+        // The first faults only: a body of a million bad items must not
+        // cost a million errors (the answer names one fault anyway; below
+        // this many, it is the first in the checking order).
+        let errors: Vec<ValidationError<'_>> =
+            self.validator.iter_errors(body).take(MAX_FAULTS).collect();
         let first = errors
             .iter()
             .filter_map(|e| self.fault(e, body))
