@@ -293,7 +293,7 @@ impl Registry {
 
     /// The method served at `path`.
     pub fn get(&self, path: &str) -> Option<&Method> {
-        self.by_path.get(path).map(|&i| &self.methods[i])
+        self.by_path.get(path).and_then(|&i| self.methods.get(i))
     }
 
     /// Every method, in registration order.
@@ -453,10 +453,15 @@ fn unauthenticated() -> Vec<(&'static str, &'static str, &'static str, Value)> {
         } })
     };
     let mut readyz = ok(status(&["ready"]));
-    readyz["503"] = json!({
-        "description": "the database is unreachable",
-        "content": { "application/json": { "schema": status(&["not ready"]) } },
-    });
+    if let Some(responses) = readyz.as_object_mut() {
+        responses.insert(
+            "503".to_owned(),
+            json!({
+                "description": "the database is unreachable",
+                "content": { "application/json": { "schema": status(&["not ready"]) } },
+            }),
+        );
+    }
     vec![
         (
             "/healthz",

@@ -124,6 +124,9 @@ pub fn checked_by_handler(schema: Value) -> Schema {
     schema
 }
 
+/// How many of a body's faults are weighed to pick the one answered.
+const MAX_FAULTS: usize = 100;
+
 /// One method's input, compiled: the schemas and the validator built from
 /// them, once per process and type ([`InputSchema::of`]).
 pub struct InputSchema {
@@ -186,7 +189,7 @@ impl InputSchema {
 
     /// The members, `tenantId` first, with whether each is required.
     pub fn members(&self) -> Vec<(&str, bool)> {
-        let required = self.rules["required"].as_array();
+        let required = self.rules.get("required").and_then(Value::as_array);
         let listed = |name: &str| required.is_some_and(|r| r.iter().any(|n| n == name));
         names(&self.order)
             .into_iter()
@@ -203,7 +206,11 @@ impl InputSchema {
         if self.validator.is_valid(body) {
             return Ok(());
         }
-        let errors: Vec<ValidationError<'_>> = self.validator.iter_errors(body).collect();
+        // The first faults only: a body of a million bad items must not
+        // cost a million errors (the answer names one fault anyway; below
+        // this many, it is the first in the checking order).
+        let errors: Vec<ValidationError<'_>> =
+            self.validator.iter_errors(body).take(MAX_FAULTS).collect();
         let first = errors
             .iter()
             .filter_map(|e| self.fault(e, body))
@@ -441,8 +448,14 @@ impl<'s> Place<'s> {
                     value = members.get(name.as_ref())?;
                     if place.rules.get("properties").is_some() {
                         place.rank.push(Step::Member(position(place.order, &name)));
-                        place.rules = &place.rules["properties"][name.as_ref()];
-                        place.order = &place.order["properties"][name.as_ref()];
+                        let member = |schema: &'s Value| {
+                            schema
+                                .get("properties")
+                                .and_then(|p| p.get(name.as_ref()))
+                                .unwrap_or(&NULL)
+                        };
+                        place.rules = member(place.rules);
+                        place.order = member(place.order);
                         place.member = Some(name.into_owned());
                     } else {
                         place.rank.push(Step::Entry(name.into_owned(), 1));

@@ -174,7 +174,7 @@ mod tests {
         fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
             for sub in cmd.get_subcommands() {
                 let name = format!("{path} {}", sub.get_name());
-                let help = sub.get_after_help().map(|h| h.to_string());
+                let help = sub.get_after_help().map(ToString::to_string);
                 if sub.get_name() != "help" && !help.is_some_and(|h| h.contains("bcctl ")) {
                     missing.push(name.clone());
                 }

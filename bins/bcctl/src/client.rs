@@ -91,8 +91,16 @@ impl Client {
         body.insert("limit".into(), json!(1000));
         loop {
             let page = self.call(method, body.clone()).await?;
-            out.extend(page["items"].as_array().cloned().unwrap_or_default());
-            match (page["hasMore"].as_bool(), page["nextCursor"].as_str()) {
+            out.extend(
+                page.get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            match (
+                page.get("hasMore").and_then(Value::as_bool),
+                page.get("nextCursor").and_then(Value::as_str),
+            ) {
                 (Some(true), Some(next)) => {
                     body.insert("after".into(), json!(next));
                 }
@@ -104,8 +112,9 @@ impl Client {
     /// The server's now (its manual clock in tests and demos).
     pub async fn now(&self) -> Result<i64, Failure> {
         let clock = self.call("clock.get", Map::new()).await?;
-        clock["now"]
-            .as_i64()
+        clock
+            .get("now")
+            .and_then(Value::as_i64)
             .ok_or_else(|| Failure::Unexpected(format!("clock.get answered {clock}")))
     }
 }
@@ -128,12 +137,18 @@ async fn read(answer: reqwest::Response) -> Result<Value, Failure> {
     if (200..300).contains(&status) {
         return Ok(value);
     }
-    let e = &value["error"];
+    let e = |key: &str| value.get("error").and_then(|e| e.get(key));
     Err(Failure::Api {
         status,
-        code: e["code"].as_str().unwrap_or("INTERNAL").to_owned(),
-        message: e["message"].as_str().unwrap_or("no message").to_owned(),
-        details: e.get("details").cloned().unwrap_or_else(|| json!({})),
+        code: e("code")
+            .and_then(Value::as_str)
+            .unwrap_or("INTERNAL")
+            .to_owned(),
+        message: e("message")
+            .and_then(Value::as_str)
+            .unwrap_or("no message")
+            .to_owned(),
+        details: e("details").cloned().unwrap_or_else(|| json!({})),
     })
 }
 

@@ -24,15 +24,17 @@ pub struct MethodSchema {
 impl MethodSchema {
     fn props(&self) -> &Map<String, Value> {
         static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-        self.schema["properties"]
-            .as_object()
+        self.schema
+            .get("properties")
+            .and_then(Value::as_object)
             .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
     }
 
     /// The required fields.
     pub fn required(&self) -> Vec<String> {
-        self.schema["required"]
-            .as_array()
+        self.schema
+            .get("required")
+            .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(|v| v.as_str().map(str::to_owned))
@@ -53,13 +55,21 @@ pub fn find(openapi: &Value, method: &str) -> Result<MethodSchema, Failure> {
         .split_once('.')
         .ok_or_else(|| usage(format!("{method:?} is not module.method")))?;
     let path = format!("/api/compute/{module}/{m}");
-    let op = &openapi["paths"][&path]["post"];
+    let op = openapi
+        .get("paths")
+        .and_then(|paths| paths.get(&path))
+        .and_then(|path| path.get("post"))
+        .unwrap_or(&Value::Null);
     if op.is_null() {
         let known: Vec<String> = openapi["paths"]
             .as_object()
             .into_iter()
             .flatten()
-            .filter_map(|(p, v)| v["post"]["operationId"].as_str().map(|id| (p, id)))
+            .filter_map(|(p, v)| {
+                v.pointer("/post/operationId")
+                    .and_then(Value::as_str)
+                    .map(|id| (p, id))
+            })
             .filter(|(p, _)| p.starts_with(&format!("/api/compute/{module}/")))
             .map(|(_, id)| id.to_owned())
             .collect();
@@ -76,7 +86,11 @@ pub fn find(openapi: &Value, method: &str) -> Result<MethodSchema, Failure> {
             .or_else(|| op["description"].as_str())
             .unwrap_or("")
             .to_owned(),
-        schema: op["requestBody"]["content"]["application/json"]["schema"].clone(),
+        // `~1` is how a JSON pointer writes the `/` of `application/json`.
+        schema: op
+            .pointer("/requestBody/content/application~1json/schema")
+            .cloned()
+            .unwrap_or(Value::Null),
     })
 }
 
@@ -98,7 +112,7 @@ fn constraints(prop: &Value) -> String {
             .collect();
         c.push(format!("one of {}", names.join("|")));
     }
-    if let Some(e) = prop["items"]["enum"].as_array() {
+    if let Some(e) = prop.pointer("/items/enum").and_then(Value::as_array) {
         let names: Vec<String> = e
             .iter()
             .map(|v| v.as_str().unwrap_or("?").to_owned())
@@ -269,7 +283,7 @@ pub fn body(
             m.name
         )));
     }
-    if m.schema["additionalProperties"] == json!(false) {
+    if m.schema.get("additionalProperties") == Some(&json!(false)) {
         let props = m.props();
         if let Some(unknown) = body.keys().find(|k| !props.contains_key(*k)) {
             return Err(usage(format!(

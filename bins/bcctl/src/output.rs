@@ -139,6 +139,7 @@ impl Printer {
 
     /// Prints the answer: in table mode `table` renders it (nothing is
     /// printed when it gives `None`); otherwise the whole answer.
+    #[expect(clippy::print_stdout, reason = "the answer is the command's output")]
     pub fn print(&self, answer: &Value, table: impl FnOnce(&Printer) -> Option<String>) {
         match self.format {
             Format::Table => {

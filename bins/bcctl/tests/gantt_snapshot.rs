@@ -1,6 +1,12 @@
 //! Snapshot tests of `bcctl::gantt::render`, and its width bound over many
 //! widths and scenarios.
 
+#![expect(
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "tests index answers and expect them; a panic fails the test"
+)]
+
 use bcctl::gantt::render;
 use serde_json::{Value, json};
 

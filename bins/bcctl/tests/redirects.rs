@@ -3,6 +3,11 @@
 //! `Location`) and the second listener receives no request, so a secret's
 //! value sent by `secrets put` never leaves for the redirect's target.
 
+#![expect(
+    clippy::expect_used,
+    reason = "tests expect answers; a panic fails the test"
+)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};

@@ -112,12 +112,16 @@ impl InstanceCtx {
     pub fn new(tag: &'static str, p: &Platform) -> InstanceCtx {
         InstanceCtx {
             tag,
-            targets: p.inst[tag].clone(),
+            targets: p.instance_targets(tag).to_vec(),
             now: p.now,
         }
     }
 
     /// The target of operation `i` (round robin).
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "the remainder is below the length, and setup gives every side targets"
+    )]
     pub fn target(&self, i: u64) -> &InstTarget {
         &self.targets[(i as usize) % self.targets.len()]
     }

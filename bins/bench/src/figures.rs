@@ -99,12 +99,12 @@ pub(crate) async fn figure_grants(
     dur: Duration,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let ctx = |tag: &'static str| GrantCtx::new(tag, p, &p.hot[tag]);
+    let ctx = |tag: &'static str| GrantCtx::new(tag, p, p.hot_reservation(tag));
     say(&format!(
         "figure 1h: {} earlier grants on the history reservation (SQL)",
         history::GRANTS
     ));
-    history::seed_grants(db, p, &p.hot["history"]).await?;
+    history::seed_grants(db, p, p.hot_reservation("history")).await?;
     say("figure 1: reservationGrants.create, one hot reservation, 16 clients");
     let rss = RssWatch::start(server, "1");
     let api = grants_http(server, ctx("http"), dur).await?;
@@ -157,7 +157,7 @@ pub(crate) async fn figure_instances_history(
          with {} deleted instances on each (SQL)",
         history::INSTANCES
     ));
-    history::seed_instances(db, p, &p.inst["hist-with"]).await?;
+    history::seed_instances(db, p, p.instance_targets("hist-with")).await?;
     let rss = RssWatch::start(server, "2h");
     let without = instances_http(server, p, InstanceCtx::new("hist-without", p), dur).await?;
     show("HTTP API, no deleted instances", &without);
@@ -303,14 +303,14 @@ pub(crate) async fn figure_reads(
         let get_body: BodyFn = {
             let ids = ids.clone();
             Arc::new(move |i| {
-                json!({ "tenantId": TENANT, "grantId": ids[(i as usize) % ids.len()] }).to_string()
+                json!({ "tenantId": TENANT, "grantId": load::round_robin(&ids, i) }).to_string()
             })
         };
         let sample = api
             .raw(
                 &p.tenant_token,
                 "reservationGrants/get",
-                &json!({ "tenantId": TENANT, "grantId": ids[0] }),
+                &json!({ "tenantId": TENANT, "grantId": <[String]>::first(&ids) }),
             )
             .await?;
         report.get_bytes = sample.len();
@@ -334,8 +334,9 @@ pub(crate) async fn figure_reads(
         let sample = api
             .raw(&p.tenant_token, "reservationGrants/list", &list_req)
             .await?;
-        report.list_items = serde_json::from_slice::<serde_json::Value>(&sample)?["items"]
-            .as_array()
+        report.list_items = serde_json::from_slice::<serde_json::Value>(&sample)?
+            .get("items")
+            .and_then(serde_json::Value::as_array)
             .map_or(0, Vec::len);
         report.list_bytes = sample.len();
         let list_body: BodyFn = {
@@ -376,7 +377,7 @@ pub(crate) async fn figure_reads(
 
 /// 1,200 grants on the hot SQL reservation, for the reads when figure 1 is skipped.
 pub(crate) async fn fill_grants(db: &Database, p: &setup::Platform) -> anyhow::Result<()> {
-    let ctx = GrantCtx::new("fill", p, &p.hot["sql"]);
+    let ctx = GrantCtx::new("fill", p, p.hot_reservation("sql"));
     let workers = db
         .connections(CLIENTS)
         .await?

@@ -39,6 +39,11 @@ pub struct Outcome {
     pub done_at: Vec<Duration>,
 }
 
+/// Operation `i`'s item of `items`, round robin; none of no items.
+pub fn round_robin<T>(items: &[T], i: u64) -> Option<&T> {
+    items.get(usize::try_from(i).ok()?.checked_rem(items.len())?)
+}
+
 impl Outcome {
     /// Operations per second.
     pub fn throughput(&self) -> f64 {
@@ -51,7 +56,8 @@ impl Outcome {
             return Duration::ZERO;
         }
         let rank = (q * self.latencies.len() as f64).ceil() as usize;
-        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+        let index = rank.clamp(1, self.latencies.len()) - 1;
+        self.latencies.get(index).copied().unwrap_or(Duration::ZERO)
     }
 
     /// Throughput between two fractions of the run (0.0..=1.0), by

@@ -249,6 +249,10 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
 }
 
 #[tokio::main]
+#[expect(
+    clippy::print_stdout,
+    reason = "the figures' summary is the bench's output"
+)]
 async fn main() -> anyhow::Result<()> {
     let server_url = std::env::var("DATABASE_URL")
         .context("DATABASE_URL must name a PostgreSQL server (`just bench` provides one)")?;

@@ -241,23 +241,23 @@ pub async fn run_worker_once(db_url: &str, pass: &str) -> anyhow::Result<WorkerR
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        if v["target"].as_str() == Some("storage::error") {
+        let text = |key: &str| v.get(key).and_then(serde_json::Value::as_str);
+        if text("target") == Some("storage::error") {
             // The storage layer logs the cause an INTERNAL error hides.
-            cause = v["error"].as_str().map(str::to_owned);
+            cause = text("error").map(str::to_owned);
         }
-        if v["pass"].as_str() != Some(pass) {
+        if text("pass") != Some(pass) {
             continue;
         }
-        run.pass = Duration::from_millis(v["elapsed_ms"].as_u64().unwrap_or(0));
-        let report = v["report"].as_str().unwrap_or_default();
+        let elapsed_ms = v.get("elapsed_ms").and_then(serde_json::Value::as_u64);
+        run.pass = Duration::from_millis(elapsed_ms.unwrap_or(0));
+        let report = text("report").unwrap_or_default();
         run.records = report
             .split(", ")
             .find_map(|kv| kv.strip_prefix("records="))
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        run.line = v["error"]
-            .as_str()
-            .map_or_else(|| report.to_owned(), |e| format!("error: {e}"));
+        run.line = text("error").map_or_else(|| report.to_owned(), |e| format!("error: {e}"));
     }
     if let Some(c) = cause {
         run.line = format!("{}: {c}", run.line);

@@ -57,7 +57,8 @@ impl Op for ReadSql {
             black_box(rows);
         } else {
             // grants::get
-            let id = &self.ids[(i as usize) % self.ids.len()];
+            let id = crate::load::round_robin(&self.ids, i)
+                .ok_or_else(|| anyhow::anyhow!("no grant to read"))?;
             let row = GrantRow::find(conn, id).await.map_err(sql)?;
             anyhow::ensure!(row.is_some(), "grant {id} not found");
         }

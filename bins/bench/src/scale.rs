@@ -217,14 +217,17 @@ async fn time_pages(
             String::from_utf8_lossy(&answer)
         );
         let v: Value = serde_json::from_slice(&answer)?;
-        let items = v["items"].as_array().map_or(0, Vec::len);
+        let items = v.get("items").and_then(Value::as_array).map_or(0, Vec::len);
         anyhow::ensure!(
-            matches!(kind, Kind::Grants) || items > 0 || v["hasMore"] == json!(false),
+            matches!(kind, Kind::Grants) || items > 0 || v.get("hasMore") == Some(&json!(false)),
             "{path} answered an empty page with more to come"
         );
     }
     took.sort();
-    let pick = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
+    let pick = |q: f64| {
+        let index = ((took.len() as f64 * q) as usize).min(took.len().saturating_sub(1));
+        took.get(index).copied().unwrap_or_default()
+    };
     Ok(Latency {
         p50: pick(0.50),
         p99: pick(0.99),
@@ -390,7 +393,9 @@ fn report(stages: &[Stage], requests: usize) -> String {
             s.vacuum.as_secs_f64()
         ));
     }
-    let (first, last) = (&stages[0], &stages[stages.len() - 1]);
+    let (Some(first), Some(last)) = (stages.first(), stages.last()) else {
+        return out;
+    };
     out.push_str(&format!(
         "\n| page | p50 at {a} (ms) | p50 at {b} (ms) | ratio | p99 at {a} (ms) | \
          p99 at {b} (ms) | ratio | within {TARGET}× |\n",
@@ -398,8 +403,10 @@ fn report(stages: &[Stage], requests: usize) -> String {
         b = last.name
     ));
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---|\n");
-    for (k, kind) in Kind::ALL.iter().enumerate() {
-        let (x, y) = (first.latency[k], last.latency[k]);
+    for (kind, (&x, &y)) in Kind::ALL
+        .iter()
+        .zip(first.latency.iter().zip(&last.latency))
+    {
         let r50 = y.p50.as_secs_f64() / x.p50.as_secs_f64();
         let r99 = y.p99.as_secs_f64() / x.p99.as_secs_f64();
         out.push_str(&format!(

@@ -117,8 +117,8 @@ impl Api {
 
     /// As root, in the root tenant.
     pub async fn root(&self, path: &str, mut body: Value) -> anyhow::Result<Value> {
-        if body.get("tenantId").is_none() {
-            body["tenantId"] = json!("root");
+        if let Some(fields) = body.as_object_mut() {
+            fields.entry("tenantId").or_insert_with(|| json!("root"));
         }
         self.call(ROOT_TOKEN, path, &body).await
     }
@@ -174,6 +174,26 @@ pub struct Platform {
     pub inst: BTreeMap<&'static str, Vec<InstTarget>>,
     /// `acme`'s admin secret.
     pub tenant_token: String,
+}
+
+impl Platform {
+    /// Side `tag`'s hot reservation.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "the figures name only sides setup made; another is a bug of the bench"
+    )]
+    pub fn hot_reservation(&self, tag: &str) -> &str {
+        &self.hot[tag]
+    }
+
+    /// Side `tag`'s instance targets.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "the figures name only sides setup made; another is a bug of the bench"
+    )]
+    pub fn instance_targets(&self, tag: &str) -> &[InstTarget] {
+        &self.inst[tag]
+    }
 }
 
 /// The sides every write figure runs on, each on rows of its own so each

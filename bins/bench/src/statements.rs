@@ -8,7 +8,7 @@
 //! statement storage gains, loses or changes fails the test until the
 //! replay (`direct.rs`, `reads.rs`) does the same.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use diesel::connection::InstrumentationEvent;
@@ -34,11 +34,14 @@ struct Log(Arc<Mutex<Vec<String>>>);
 
 impl Log {
     fn push(&self, sql: String) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(sql);
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(sql);
     }
 
     fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

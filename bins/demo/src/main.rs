@@ -55,8 +55,8 @@ impl World {
     /// `POST /api/compute/{method}` with `token`; an error answer is an
     /// error naming its code and message.
     async fn call_as(&self, token: &str, method: &str, mut body: Value) -> anyhow::Result<Value> {
-        if body.get("tenantId").is_none() {
-            body["tenantId"] = json!(self.root);
+        if let Some(fields) = body.as_object_mut() {
+            fields.entry("tenantId").or_insert_with(|| json!(self.root));
         }
         let answer = self
             .client
@@ -71,8 +71,8 @@ impl World {
         if !status.is_success() {
             bail!(
                 "{method} answered {status}: {} {}",
-                value["error"]["code"],
-                value["error"]["message"]
+                value.pointer("/error/code").unwrap_or(&Value::Null),
+                value.pointer("/error/message").unwrap_or(&Value::Null)
             );
         }
         Ok(value)
@@ -143,16 +143,23 @@ async fn main() -> anyhow::Result<()> {
         clock: 0,
     };
     let tenants = w.call("tenants/list", json!({})).await?;
-    let seeded = tenants["items"]
-        .as_array()
+    let seeded = tenants
+        .get("items")
+        .and_then(Value::as_array)
         .is_some_and(|items| items.iter().any(|t| t["tenantId"] == "acme"));
     if seeded {
         eprintln!("demo-seed: the demo world is already there (tenant acme exists)");
-        println!("{}", json!({ "seeded": false }));
+        #[expect(clippy::print_stdout, reason = "the seed's summary is its output")]
+        {
+            println!("{}", json!({ "seeded": false }));
+        }
         return Ok(());
     }
     let clock = w.call("clock/get", json!({})).await?;
-    w.clock = clock["now"].as_i64().context("clock.now")?;
+    w.clock = clock
+        .get("now")
+        .and_then(Value::as_i64)
+        .context("clock.now")?;
     let wall = i64::try_from(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -164,7 +171,7 @@ async fn main() -> anyhow::Result<()> {
     // back); otherwise the story starts at the clock's now, three days
     // "early".
     let history = (wall / HOUR) * HOUR - 3 * DAY;
-    w.manual = clock["mode"] == "manual" && w.clock <= history;
+    w.manual = clock.get("mode").is_some_and(|m| m == "manual") && w.clock <= history;
     let t = if w.manual {
         history + 3 * DAY
     } else {
@@ -240,7 +247,12 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
         )
         .await?;
     }
-    let key = |name: &str| keys[name].as_str().unwrap_or_default().to_owned();
+    let key = |name: &str| {
+        keys.get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
 
     let start = t - 3 * DAY;
     let grant = |tenant: &str, r: &str, slots: i64, from: i64, to: i64, k: &str| {
@@ -330,16 +342,19 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
         let body = json!({ "tenantId": "acme", "instanceId": first });
         w.call_as(&key("acme"), "instances/stop", body).await?;
     }
-    println!(
-        "{}",
-        json!({
-            "seeded": true,
-            "accountId": account,
-            "poolId": pool,
-            "reservations": [res_a, res_b],
-            "keys": keys,
-            "storyHour": t,
-        })
-    );
+    #[expect(clippy::print_stdout, reason = "the seed's summary is its output")]
+    {
+        println!(
+            "{}",
+            json!({
+                "seeded": true,
+                "accountId": account,
+                "poolId": pool,
+                "reservations": [res_a, res_b],
+                "keys": keys,
+                "storyHour": t,
+            })
+        );
+    }
     Ok(())
 }

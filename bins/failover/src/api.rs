@@ -25,7 +25,10 @@ pub struct Answer {
 impl Answer {
     /// The error code, if the body is an error envelope.
     pub fn code(&self) -> &str {
-        self.body["error"]["code"].as_str().unwrap_or("")
+        self.body
+            .pointer("/error/code")
+            .and_then(Value::as_str)
+            .unwrap_or("")
     }
 
     /// The body of a 200, or an error saying what came instead.
@@ -101,8 +104,10 @@ impl Api {
             answered: Instant::now(),
             status,
             code: answer.code().to_owned(),
-            message: answer.body["error"]["message"]
-                .as_str()
+            message: answer
+                .body
+                .pointer("/error/message")
+                .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),
             path: path.to_owned(),
@@ -129,8 +134,8 @@ impl Api {
 
     /// As root in the root tenant.
     pub async fn root(&self, path: &str, mut body: Value) -> anyhow::Result<Answer> {
-        if body.get("tenantId").is_none() {
-            body["tenantId"] = json!(ROOT);
+        if let Some(fields) = body.as_object_mut() {
+            fields.entry("tenantId").or_insert_with(|| json!(ROOT));
         }
         self.call(ROOT_TOKEN, path, body).await
     }
@@ -148,14 +153,20 @@ impl Api {
         mut body: Value,
     ) -> anyhow::Result<Vec<Value>> {
         let mut out = Vec::new();
-        body["limit"] = json!(1000);
+        let fields = body.as_object_mut().context("a list's body is an object")?;
+        fields.insert("limit".to_owned(), json!(1000));
         loop {
             let page = self.call(token, path, body.clone()).await?.ok(path)?;
-            let items = page["items"].as_array().context("items")?;
+            let items = page
+                .get("items")
+                .and_then(Value::as_array)
+                .context("items")?;
             out.extend(items.iter().cloned());
-            match page["nextCursor"].as_str() {
-                Some(c) if page["hasMore"] != json!(false) && !items.is_empty() => {
-                    body["after"] = json!(c);
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(c) if page.get("hasMore") != Some(&json!(false)) && !items.is_empty() => {
+                    if let Some(fields) = body.as_object_mut() {
+                        fields.insert("after".to_owned(), json!(c));
+                    }
                 }
                 _ => return Ok(out),
             }

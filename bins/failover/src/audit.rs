@@ -94,7 +94,7 @@ pub async fn acknowledged(api: &Api, load: &Load, audited: &mut Audited) -> anyh
             answer.status,
             answer.body
         );
-        let got = &answer.body["grant"];
+        let got = answer.body.get("grant").unwrap_or(&Value::Null);
         let term = (
             int(got, "slots")?,
             int(got, "startsAt")?,
@@ -124,7 +124,7 @@ pub async fn acknowledged(api: &Api, load: &Load, audited: &mut Audited) -> anyh
             answer.status,
             answer.body
         );
-        let state = text(&answer.body["instance"], "state")?;
+        let state = text(answer.body.get("instance").unwrap_or(&Value::Null), "state")?;
         ensure!(
             state == ack.state,
             "instance {id} is {state}; its last mutation answered {}",
@@ -168,7 +168,12 @@ pub async fn usage(api: &Api, load: &Load, audited: &mut Audited) -> anyhow::Res
         let (subject, target) = match meter.as_str() {
             "vm.grant.slot.hours" => (r["grantId"].clone(), r["grantId"].clone()),
             "vm.grant.usage.hours" => (r["instanceId"].clone(), r["grantId"].clone()),
-            "vm.reserved.hours" => (r["instanceId"].clone(), r["tags"]["reservationId"].clone()),
+            "vm.reserved.hours" => (
+                r["instanceId"].clone(),
+                r.pointer("/tags/reservationId")
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            ),
             _ => (r["instanceId"].clone(), json!("ondemand")),
         };
         let key = (

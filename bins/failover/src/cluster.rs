@@ -411,5 +411,8 @@ pub fn signal(sig: &str, pid: u32) -> anyhow::Result<()> {
 pub fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
+    let last = lines
+        .get(lines.len().saturating_sub(n)..)
+        .unwrap_or_default();
+    last.join("\n")
 }

@@ -111,8 +111,12 @@ pub async fn seed(api: &Api, gce_url: &str) -> anyhow::Result<(World, i64)> {
             resp.status()
         );
     }
-    let now = api.root("clock/get", json!({})).await?.ok("clock.get")?["now"]
-        .as_i64()
+    let now = api
+        .root("clock/get", json!({}))
+        .await?
+        .ok("clock.get")?
+        .get("now")
+        .and_then(Value::as_i64)
         .context("now")?;
     let clock = (now.div_euclid(HOUR) + 1) * HOUR;
     api.root("clock/set", json!({ "now": clock }))
@@ -129,8 +133,9 @@ pub async fn seed(api: &Api, gce_url: &str) -> anyhow::Result<(World, i64)> {
             }),
         )
         .await?
-        .ok("providerAccounts.create")?["account"]["accountId"]
-        .as_str()
+        .ok("providerAccounts.create")?
+        .pointer("/account/accountId")
+        .and_then(Value::as_str)
         .context("accountId")?
         .to_owned();
     let pool = api
@@ -147,8 +152,9 @@ pub async fn seed(api: &Api, gce_url: &str) -> anyhow::Result<(World, i64)> {
             }),
         )
         .await?
-        .ok("pools.create")?["pool"]["poolId"]
-        .as_str()
+        .ok("pools.create")?
+        .pointer("/pool/poolId")
+        .and_then(Value::as_str)
         .context("poolId")?
         .to_owned();
     api.root("providerAccounts/scan", json!({ "accountId": account }))
@@ -167,8 +173,9 @@ pub async fn seed(api: &Api, gce_url: &str) -> anyhow::Result<(World, i64)> {
             .root("tenants/create", json!({ "name": name }))
             .await?
             .ok("tenants.create")?;
-        let secret = created["adminKey"]["secret"]
-            .as_str()
+        let secret = created
+            .pointer("/adminKey/secret")
+            .and_then(Value::as_str)
             .context("adminKey.secret")?
             .to_owned();
         api.root(
@@ -269,7 +276,11 @@ impl Load {
         let mut n = 0u64;
         while !self.stopping() {
             n += 1;
-            let tenant = &self.world.tenants[usize::from(n.is_multiple_of(2))].0;
+            let (tenant, _) = self
+                .world
+                .tenants
+                .get(usize::from(n.is_multiple_of(2)))
+                .context("two tenants")?;
             let minutes = 60_000;
             let starts = (self.clock() / minutes) * minutes
                 + 30 * minutes
@@ -290,7 +301,7 @@ impl Load {
                 .await?;
             match (answer.status, answer.code()) {
                 (200, _) => {
-                    let g = &answer.body["grant"];
+                    let g = answer.body.get("grant").unwrap_or(&Value::Null);
                     let ack = GrantAck {
                         id: g["grantId"].as_str().context("grantId")?.to_owned(),
                         term: (
@@ -315,7 +326,7 @@ impl Load {
 
     /// One tenant creates, stops, starts and deletes its instances.
     pub async fn instances_task(self: Arc<Self>, which: usize) -> anyhow::Result<()> {
-        let (tenant, token) = self.world.tenants[which].clone();
+        let (tenant, token) = self.world.tenants.get(which).context("a tenant")?.clone();
         let mut rng = Rng(0x2545_f491_4f6c_dd1d + which as u64);
         // (id, state) of the instances not deleted.
         let mut live: Vec<(String, String)> = Vec::new();
@@ -333,19 +344,20 @@ impl Load {
                 ("instances/create", body, None)
             } else {
                 let i = usize::try_from(rng.below(live.len() as u64))?;
-                let method = match (live[i].1.as_str(), rng.below(4)) {
+                let (id, state) = live.get(i).context("a live instance")?;
+                let method = match (state.as_str(), rng.below(4)) {
                     (_, 0) => "instances/delete",
                     ("running", _) => "instances/stop",
                     _ => "instances/start",
                 };
-                let body = json!({ "tenantId": tenant, "instanceId": live[i].0 });
+                let body = json!({ "tenantId": tenant, "instanceId": id });
                 (method, body, Some(i))
             };
             let answer = self.until_answered(&token, path, &body).await?;
             if answer.status != 200 {
                 bail!("{path} answered {} {}", answer.status, answer.body);
             }
-            let inst = &answer.body["instance"];
+            let inst = answer.body.get("instance").unwrap_or(&Value::Null);
             let id = inst["instanceId"]
                 .as_str()
                 .context("instanceId")?
@@ -365,7 +377,11 @@ impl Load {
                 Some(i) if state == "deleted" => {
                     live.swap_remove(i);
                 }
-                Some(i) => live[i].1 = state,
+                Some(i) => {
+                    if let Some((_, live_state)) = live.get_mut(i) {
+                        *live_state = state;
+                    }
+                }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

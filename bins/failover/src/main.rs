@@ -55,6 +55,7 @@ async fn main() -> ExitCode {
         s = interrupted() => Err(anyhow::anyhow!("interrupted by {s}")),
     };
     let code = match result {
+        #[expect(clippy::print_stdout, reason = "the summary is the run's output")]
         Ok(summary) => {
             println!("{summary}");
             ExitCode::SUCCESS

@@ -91,8 +91,10 @@ impl FakeGce {
         };
         self.store().fail_next(count, failure);
         let mut shown = json!({ "count": count, "status": failure.status });
-        if let Some(s) = failure.retry_after_s {
-            shown["retryAfterS"] = s.into();
+        if let Some(s) = failure.retry_after_s
+            && let Some(shown) = shown.as_object_mut()
+        {
+            shown.insert("retryAfterS".to_owned(), s.into());
         }
         json_response(StatusCode::OK, &shown)
     }
@@ -197,7 +199,7 @@ fn parse_spec(body: &Map<String, Value>) -> Result<ReservationSpec, String> {
 pub(crate) fn valid_segment(what: &str, s: &str) -> bool {
     let b = s.as_bytes();
     let name = (1..=63).contains(&b.len())
-        && b[0].is_ascii_lowercase()
+        && b.first().is_some_and(u8::is_ascii_lowercase)
         && b.iter()
             .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         && b.last().is_some_and(|&c| c != b'-');

@@ -223,8 +223,14 @@ impl Store {
             "items": items,
             "selfLink": format!("{API_ROOT}/projects/{project}/aggregated/reservations"),
         });
-        if more && let Some(((zone, name), _)) = page.last() {
-            list["nextPageToken"] = Value::String(format!("{zone}.{name}"));
+        if more
+            && let Some(((zone, name), _)) = page.last()
+            && let Some(list) = list.as_object_mut()
+        {
+            list.insert(
+                "nextPageToken".to_owned(),
+                Value::String(format!("{zone}.{name}")),
+            );
         }
         Ok(list)
     }

@@ -27,7 +27,7 @@ impl FakeGce {
             .get(HOST)
             .and_then(|h| h.to_str().ok())
             .map(str::to_owned)
-            .or_else(|| request.uri().authority().map(|a| a.to_string()));
+            .or_else(|| request.uri().authority().map(ToString::to_string));
         let Some(host) = host else {
             return oauth_error("invalid_request", "the request has no Host header");
         };

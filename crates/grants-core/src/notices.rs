@@ -211,7 +211,7 @@ pub fn percentile_95(values: &[u32]) -> u32 {
     sorted.sort_unstable();
     // rank = ceil(0.95 n), 1-based.
     let rank = (sorted.len() * 95).div_ceil(100).max(1);
-    sorted[rank - 1]
+    sorted.get(rank - 1).copied().unwrap_or(0)
 }
 
 /// The most of `stints` that overlap at any instant of `span`.

@@ -346,6 +346,10 @@ pub fn place(
     ordered.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
     Ok(match place_in_order(&ordered, request)? {
         None => Placement::OnDemand,
+        #[expect(
+            clippy::indexing_slicing,
+            reason = "`place_in_order` answers an index into the candidates it was given"
+        )]
         Some((index, seat)) => Placement::Reserved {
             reservation_id: ordered[index].reservation_id.clone(),
             seat,

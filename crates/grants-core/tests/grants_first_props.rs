@@ -12,6 +12,12 @@
 //! grant slot asks [`place_on`] of that reservation, and a delete that frees
 //! a grant slot asks [`refill`].
 
+#![expect(
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "tests index answers and expect them; a panic fails the test"
+)]
+
 use grants_core::{
     Billing, GrantState, LiveGrant, PlacementRequest, Power, ReservationView, Seat, TimelineGrant,
     TimelineInstance, Transition, apply, place_in_order, place_on, refill, settle,

@@ -1,6 +1,11 @@
 //! Property tests of hourly metering: exact totals, ended buckets only,
 //! nothing beyond the term, and metering in steps equals metering at once.
 
+#![expect(
+    clippy::expect_used,
+    reason = "tests expect answers; a panic fails the test"
+)]
+
 use grants_core::{
     HOUR_MS, Record, Segment, cumulative_rounded_records, format_micros, grant_slot_records,
     hour_buckets,

@@ -2,6 +2,12 @@
 //! hand-over oldest first within free slots, and no grant ever holds more
 //! instances than it has slots.
 
+#![expect(
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "tests index answers and expect them; a panic fails the test"
+)]
+
 use grants_core::{
     Billing, Destination, EndReason, ForcedEnd, GrantState, Power, Seat, TimelineGrant,
     TimelineInstance, Transition, apply, force_end, has_due, refill, settle,

@@ -5,6 +5,12 @@
 //! grant's hour rows bill exactly its slot meter and never hold fewer hours
 //! than they ran.
 
+#![expect(
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "tests index answers and expect them; a panic fails the test"
+)]
+
 use grants_core::views::hours::{bucket_count, grant_hours};
 use grants_core::views::preview::{Stint, preview_settlement, project_stints};
 use grants_core::views::slots::slot_accounts;

@@ -91,8 +91,9 @@ pub fn classify_secret(value: &str) -> Result<SecretKind, SecretProblem> {
 
 /// The fingerprint of a value: the first 16 hex digits of its SHA-256.
 pub fn fingerprint(value: &str) -> String {
-    let digest = Sha256::digest(value.as_bytes());
-    data_encoding::HEXLOWER.encode(&digest[..8])
+    let mut hex = data_encoding::HEXLOWER.encode(&Sha256::digest(value.as_bytes()));
+    hex.truncate(16);
+    hex
 }
 
 /// A secret of the account's own tenant, decrypted for one listing. Never

@@ -529,7 +529,9 @@ fn parse_env_pattern(item: &str) -> Result<EnvPattern, &'static str> {
         return Err("is a lone *, which would expose every environment variable");
     }
     let b = name.as_bytes();
-    let ok = (b[0].is_ascii_uppercase() || b[0] == b'_')
+    let ok = b
+        .first()
+        .is_some_and(|&c| c.is_ascii_uppercase() || c == b'_')
         && b.iter()
             .all(|&c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_');
     if !ok {

@@ -162,7 +162,9 @@ fn is_high_entropy(run: &str) -> bool {
 fn shannon_bits_per_char(s: &str) -> f64 {
     let mut counts = [0u32; 256];
     for b in s.bytes() {
-        counts[usize::from(b)] += 1;
+        if let Some(count) = counts.get_mut(usize::from(b)) {
+            *count += 1;
+        }
     }
     let n = f64::from(u32::try_from(s.len()).unwrap_or(u32::MAX));
     counts

@@ -53,7 +53,9 @@ impl Key {
 }
 
 fn hex8(digest: &[u8]) -> String {
-    data_encoding::HEXLOWER.encode(&digest[..4])
+    let mut hex = data_encoding::HEXLOWER.encode(digest);
+    hex.truncate(8);
+    hex
 }
 
 /// A value as stored: the key id, the nonce and the ciphertext (with its tag).

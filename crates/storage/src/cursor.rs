@@ -42,7 +42,9 @@ impl Reader<'_> {
         }
         let d = h.finalize();
         let mut tag = [0u8; 8];
-        tag.copy_from_slice(&d[..8]);
+        for (t, b) in tag.iter_mut().zip(d) {
+            *t = b;
+        }
         tag
     }
 }
@@ -79,8 +81,10 @@ impl CursorSealer {
     /// base32hex characters.
     pub fn seal(&self, reader: Reader<'_>, seq: i64) -> String {
         let mut block = [0u8; 16];
-        block[..8].copy_from_slice(&seq.to_be_bytes());
-        block[8..].copy_from_slice(&reader.tag());
+        let bytes = seq.to_be_bytes().into_iter().chain(reader.tag());
+        for (b, byte) in block.iter_mut().zip(bytes) {
+            *b = byte;
+        }
         let mut block = GenericArray::from(block);
         self.0.encrypt_block(&mut block);
         let mut out = String::with_capacity(27);
@@ -103,12 +107,10 @@ impl CursorSealer {
         let bytes: [u8; 16] = bytes.try_into().ok()?;
         let mut block = GenericArray::from(bytes);
         self.0.decrypt_block(&mut block);
-        if block[8..] != reader.tag() {
+        if !block.ends_with(&reader.tag()) {
             return None;
         }
-        let mut seq = [0u8; 8];
-        seq.copy_from_slice(&block[..8]);
-        let seq = i64::from_be_bytes(seq);
+        let seq = i64::from_be_bytes(*block.first_chunk()?);
         (seq >= 0).then_some(seq)
     }
 }

@@ -85,7 +85,7 @@ pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
     let mut harness = AsyncMigrationHarness::new(conn);
     let applied: Result<Vec<String>, String> = harness
         .run_pending_migrations(MIGRATIONS)
-        .map(|v| v.iter().map(|m| m.to_string()).collect())
+        .map(|v| v.iter().map(ToString::to_string).collect())
         .map_err(|e| e.to_string());
     let mut conn = harness.into_inner();
     match applied {

@@ -102,6 +102,10 @@ async fn ensure_template(server: &str) -> anyhow::Result<String> {
 
 impl TestDatabase {
     /// A new migrated database of its own.
+    #[expect(
+        clippy::expect_used,
+        reason = "test support: a test that cannot get its database fails"
+    )]
     pub async fn new() -> TestDatabase {
         let server_url = server_url();
         let template = ensure_template(&server_url)

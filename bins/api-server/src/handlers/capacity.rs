@@ -200,7 +200,7 @@ const REGION: &str = "^[a-z][a-z0-9-]{1,62}$";
 
 async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiError> {
     for (i, f) in input.flavors.iter().enumerate() {
-        if input.flavors[..i].iter().any(|g| g.name == f.name) {
+        if input.flavors.iter().take(i).any(|g| g.name == f.name) {
             return Err(ApiError::invalid(
                 &format!("flavors[{i}].name"),
                 "duplicate",

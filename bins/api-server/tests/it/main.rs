@@ -5,6 +5,12 @@
 //! reconciler-worker, `system` the suites that span binaries); `support` is
 //! what they share.
 
+#![expect(
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "tests index answers and expect them; a panic fails the test"
+)]
+
 mod support;
 
 mod accounts;

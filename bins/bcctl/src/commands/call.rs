@@ -30,7 +30,13 @@ pub(super) async fn run_call(ctx: &Ctx, call: Call) -> Result<(), Failure> {
     let openapi = ctx.client.get("/api/openapi.json").await?;
     let m = fields::find(&openapi, &call.method)?;
     if call.describe {
-        println!("{}", fields::describe(&m));
+        #[expect(
+            clippy::print_stdout,
+            reason = "the description is the command's output"
+        )]
+        {
+            println!("{}", fields::describe(&m));
+        }
         return Ok(());
     }
     let now = if fields::needs_now(&call.fields) {
@@ -50,7 +56,7 @@ pub(super) async fn run_call(ctx: &Ctx, call: Call) -> Result<(), Failure> {
     let answer = ctx.client.call(&m.name, body).await?;
     ctx.out.print(&answer, |p| {
         // A list as a table of its items' scalar fields, else the object.
-        if let Some(items) = answer["items"].as_array() {
+        if let Some(items) = answer.get("items").and_then(Value::as_array) {
             let keys: Vec<String> = items
                 .first()
                 .and_then(Value::as_object)

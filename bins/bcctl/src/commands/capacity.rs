@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
-use super::{Ctx, opt};
+use super::{Ctx, opt, set};
 use crate::exit::{Failure, usage};
 use crate::output::{Col, text};
 
@@ -159,7 +159,7 @@ pub(super) async fn pools(ctx: &Ctx, p: Pools) -> Result<(), Failure> {
                 "flavors": flavors, "idempotencyKey": ctx.key(idempotency_key),
             });
             if !q.is_empty() {
-                body["quotas"] = quotas(&q)?;
+                set(&mut body, "quotas", quotas(&q)?);
             }
             let a = ctx.call("pools.create", body).await?;
             ctx.id(&a, "pool.poolId");

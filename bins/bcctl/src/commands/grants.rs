@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::{Ctx, opt};
+use super::{Ctx, opt, set};
 use crate::exit::{Failure, usage};
 use crate::output::{Col, text, time};
 use crate::when;
@@ -203,7 +203,7 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
                 print_preview(ctx, &a);
                 return Ok(());
             }
-            body["idempotencyKey"] = json!(ctx.key(idempotency_key));
+            set(&mut body, "idempotencyKey", json!(ctx.key(idempotency_key)));
             let a = ctx.call("reservationGrants.create", body).await?;
             ctx.id(&a, "grant.grantId");
         }
@@ -223,15 +223,15 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
         } => {
             let mut body = json!({});
             if all {
-                body["all"] = json!(true);
+                set(&mut body, "all", json!(true));
             }
             opt(&mut body, "accountId", account);
             opt(&mut body, "reservationId", reservation);
             if !states.is_empty() {
-                body["states"] = json!(states);
+                set(&mut body, "states", json!(states));
             }
             if let Some(t) = active_at {
-                body["activeAt"] = json!(ctx.instant(&t).await?);
+                set(&mut body, "activeAt", json!(ctx.instant(&t).await?));
             }
             opt(&mut body, "limit", limit);
             opt(&mut body, "after", after);
@@ -254,8 +254,8 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
                             json!({ "tenantId": "root", "grantId": grant_id }),
                         )
                         .await?;
-                    g["grant"]["accountId"]
-                        .as_str()
+                    g.pointer("/grant/accountId")
+                        .and_then(Value::as_str)
                         .ok_or_else(|| Failure::Unexpected(format!("no accountId in {g}")))?
                         .to_owned()
                 }
@@ -266,10 +266,10 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
         G::Usage { grant_id, from, to } => {
             let mut body = json!({ "grantId": grant_id });
             if let Some(f) = from {
-                body["from"] = json!(ctx.instant(&f).await?);
+                set(&mut body, "from", json!(ctx.instant(&f).await?));
             }
             if let Some(t) = to {
-                body["to"] = json!(ctx.instant(&t).await?);
+                set(&mut body, "to", json!(ctx.instant(&t).await?));
             }
             let a = ctx.call("reservationGrants.usage", body).await?;
             ctx.list(

@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{Ctx, opt};
+use super::{Ctx, opt, set};
 use crate::exit::Failure;
 use crate::output::{Col, text, time};
 
@@ -108,14 +108,14 @@ pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
         } => {
             let mut body = json!({});
             if all {
-                body["all"] = json!(true);
+                set(&mut body, "all", json!(true));
             }
             opt(&mut body, "poolId", pool);
             opt(&mut body, "reservationId", reservation);
             opt(&mut body, "grantId", grant);
             opt(&mut body, "projectId", project);
             if !states.is_empty() {
-                body["states"] = json!(states);
+                set(&mut body, "states", json!(states));
             }
             let a = ctx.call("instances.list", body).await?;
             ctx.list(&a, INSTANCE_COLS);

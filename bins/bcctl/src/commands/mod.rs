@@ -122,7 +122,14 @@ impl Ctx {
 /// Sets `key` in `body` when `value` is there.
 fn opt(body: &mut Value, key: &str, value: Option<impl Into<Value>>) {
     if let Some(v) = value {
-        body[key] = v.into();
+        set(body, key, v.into());
+    }
+}
+
+/// Sets `key` in the object `body`.
+fn set(body: &mut Value, key: &str, value: Value) {
+    if let Some(body) = body.as_object_mut() {
+        body.insert(key.to_owned(), value);
     }
 }
 

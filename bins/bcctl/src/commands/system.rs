@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use super::{Ctx, opt};
+use super::{Ctx, opt, set};
 use crate::exit::Failure;
 use crate::output::{Col, text, time};
 use crate::when;
@@ -161,7 +161,7 @@ pub(super) async fn usage_cmd(ctx: &Ctx, u: Usage) -> Result<(), Failure> {
                 "unit": unit,
             });
             if !key_name.is_empty() {
-                item[key_name] = json!(key);
+                set(&mut item, key_name, json!(key));
             }
             item
         })
@@ -189,10 +189,14 @@ fn grants_format(m: i64) -> String {
     format!("{sign}{}.{:06}", a / 1_000_000, a % 1_000_000)
 }
 
+#[expect(
+    clippy::print_stdout,
+    reason = "following the log prints each page as it arrives"
+)]
 pub(super) async fn events(ctx: &Ctx, e: Events) -> Result<(), Failure> {
     let mut body = json!({ "limit": 1000 });
     if !e.types.is_empty() {
-        body["types"] = json!(e.types);
+        set(&mut body, "types", json!(e.types));
     }
     opt(&mut body, "after", e.after.clone());
     if !e.follow {
@@ -205,7 +209,11 @@ pub(super) async fn events(ctx: &Ctx, e: Events) -> Result<(), Failure> {
     let mut first = true;
     loop {
         let page = ctx.call("events.list", body.clone()).await?;
-        let items = page["items"].as_array().cloned().unwrap_or_default();
+        let items = page
+            .get("items")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         if !items.is_empty() || first {
             match ctx.out.format {
                 crate::output::Format::Table => {
@@ -229,10 +237,10 @@ pub(super) async fn events(ctx: &Ctx, e: Events) -> Result<(), Failure> {
             let _ = std::io::stdout().flush();
         }
         first = false;
-        if let Some(next) = page["nextCursor"].as_str() {
-            body["after"] = json!(next);
+        if let Some(next) = page.get("nextCursor").and_then(Value::as_str) {
+            set(&mut body, "after", json!(next));
         }
-        if page["hasMore"] != json!(true) {
+        if page.get("hasMore") != Some(&json!(true)) {
             tokio::time::sleep(interval).await;
         }
     }
@@ -250,8 +258,11 @@ pub(super) async fn clock(ctx: &Ctx, c: Clock) -> Result<(), Failure> {
     ctx.out.print(&a, |p| {
         Some(format!(
             "{} ({})",
-            p.cell(&a["now"], crate::output::Kind::Time),
-            a["mode"].as_str().unwrap_or("")
+            p.cell(
+                a.get("now").unwrap_or(&Value::Null),
+                crate::output::Kind::Time
+            ),
+            a.get("mode").and_then(Value::as_str).unwrap_or("")
         ))
     });
     Ok(())

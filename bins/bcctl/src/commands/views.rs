@@ -37,7 +37,8 @@ pub(super) async fn timeline(ctx: &Ctx, t: Timeline) -> Result<(), Failure> {
         .or_else(|| terminal_size::terminal_size().map(|(w, _)| usize::from(w.0)))
         .unwrap_or(100);
     ctx.out.print(&a, |p| {
-        Some(crate::gantt::render(&a["timeline"], width, p.local))
+        let timeline = a.get("timeline").unwrap_or(&serde_json::Value::Null);
+        Some(crate::gantt::render(timeline, width, p.local))
     });
     Ok(())
 }

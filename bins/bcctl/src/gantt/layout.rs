@@ -49,15 +49,17 @@ impl Chart {
         let mut t = first;
         while t < grid.from + grid.span {
             let Some(c) = grid.column_of(t) else { break };
-            ruler[c] = '┬';
+            if let Some(tick) = ruler.get_mut(c) {
+                *tick = '┬';
+            }
             let text = i64::try_from(t)
                 .ok()
                 .and_then(|t| tick_label(t, format, local));
             if let Some(text) = text {
                 let len = text.chars().count();
                 if c >= free_from && c + len <= labels.len() {
-                    for (i, ch) in text.chars().enumerate() {
-                        labels[c + i] = ch;
+                    for (label, ch) in labels.iter_mut().skip(c).zip(text.chars()) {
+                        *label = ch;
                     }
                     free_from = c + len + 1;
                 }
@@ -129,7 +131,8 @@ fn tick_interval(grid: &Grid) -> Option<(i128, &'static str)> {
     if let Some(&(i, f)) = TICKS.iter().find(|(i, f)| fits(i128::from(*i), f)) {
         return Some((i128::from(i), f));
     }
-    let mut interval = i128::from(TICKS[TICKS.len() - 1].0);
+    let [.., (longest, _)] = TICKS;
+    let mut interval = i128::from(longest);
     for _ in 0..80 {
         interval *= 2;
         if fits(interval, "%Y-%m-%d") {

@@ -301,9 +301,10 @@ impl Chart {
             let mut cells = vec![' '; n];
             for &(at, alarm) in &self.events {
                 if let Some(c) = grid.column_of(i128::from(at))
-                    && (alarm || cells[c] == ' ')
+                    && let Some(cell) = cells.get_mut(c)
+                    && (alarm || *cell == ' ')
                 {
-                    cells[c] = if alarm { ABOVE } else { '•' };
+                    *cell = if alarm { ABOVE } else { '•' };
                 }
             }
             out.push(row("events", EDGE, &cells.iter().collect::<String>(), EDGE));
@@ -437,6 +438,10 @@ fn slots_cells(grid: &Grid, steps: &[Step], total: Option<i64>) -> String {
                 None => ' ',
                 Some(v) if v <= 0 => ZERO,
                 Some(v) if v > scale => ABOVE,
+                #[expect(
+                    clippy::indexing_slicing,
+                    reason = "the level is clamped to 1..=8 and there are eight levels"
+                )]
                 Some(v) => {
                     let level = (v * 8 + scale - 1) / scale;
                     LEVELS[usize::try_from(level.clamp(1, 8) - 1).unwrap_or(7)]

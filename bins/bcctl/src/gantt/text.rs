@@ -8,10 +8,10 @@ pub(super) fn short_id(id: &str) -> String {
         return id.to_owned();
     }
     let prefix: String = match chars.iter().position(|&c| c == '_') {
-        Some(p) if p < 8 => chars[..=p].iter().collect(),
-        _ => chars[..4].iter().collect(),
+        Some(p) if p < 8 => chars.iter().take(p + 1).collect(),
+        _ => chars.iter().take(4).collect(),
     };
-    let tail: String = chars[chars.len() - 4..].iter().collect();
+    let tail: String = chars.iter().skip(chars.len() - 4).collect();
     format!("{prefix}…{tail}")
 }
 

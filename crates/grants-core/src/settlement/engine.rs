@@ -74,19 +74,24 @@ impl Engine {
     /// Records the forced end `cause` at `at`; the snapshot must be settled up
     /// to `at`.
     pub(super) fn force(&mut self, cause: &ForcedEnd, at: i64) {
-        let mut covered: Vec<usize> = (0..self.grants.len())
-            .filter(|&i| {
-                let grant = &self.grants[i];
+        let mut covered: Vec<usize> = self
+            .grants
+            .iter()
+            .enumerate()
+            .filter(|(_, grant)| {
                 cause.covers(grant)
                     && matches!(grant.settled, GrantState::Scheduled | GrantState::Active)
             })
+            .map(|(i, _)| i)
             .collect();
         covered.sort_by_key(|&i| self.preference(i));
 
         // Every covered grant ends at `at` at once, so none of them is live at
         // `at` to take over another's instances.
         for &i in &covered {
-            let grant = &mut self.grants[i];
+            let Some(grant) = self.grants.get_mut(i) else {
+                continue;
+            };
             if grant.settled == GrantState::Active {
                 grant.ends_at = grant.ends_at.min(at);
             }
@@ -94,10 +99,11 @@ impl Engine {
 
         let (reason, fallback) = (cause.reason(), cause.fallback());
         for i in covered {
-            let transition = match self.grants[i].settled {
+            let grant = self.grant(i);
+            let transition = match grant.settled {
                 GrantState::Active => self.end(i, at, reason, &fallback),
                 GrantState::Scheduled => Transition::Cancel {
-                    grant_id: self.grants[i].grant_id.clone(),
+                    grant_id: grant.grant_id.clone(),
                     at,
                     reason,
                 },
@@ -118,21 +124,25 @@ impl Engine {
     /// (in placement order) with free slots and instances to take; the
     /// snapshot must be settled up to `at`.
     pub(super) fn refill(&mut self, at: i64) {
-        let mut live: Vec<usize> = (0..self.grants.len())
-            .filter(|&i| {
-                let g = &self.grants[i];
+        let mut live: Vec<usize> = self
+            .grants
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| {
                 g.settled == GrantState::Active
                     && g.starts_at <= at
                     && g.created_at <= at
                     && at < g.ends_at
             })
+            .map(|(i, _)| i)
             .collect();
         live.sort_by_key(|&i| self.preference(i));
         for grant in live {
-            let take_in = self.eligible(grant, at, self.free_slots(&self.grants[grant]));
+            let g = self.grant(grant);
+            let take_in = self.eligible(grant, at, self.free_slots(g));
             if !take_in.is_empty() {
                 self.record(Transition::Refill {
-                    grant_id: self.grants[grant].grant_id.clone(),
+                    grant_id: g.grant_id.clone(),
                     at,
                     take_in,
                 });
@@ -145,7 +155,7 @@ impl Engine {
     /// and that exist at `at`, oldest first. The one rule of take-in at a
     /// start and of a refill.
     fn eligible(&self, grant: usize, at: i64, room: usize) -> Vec<String> {
-        let g = &self.grants[grant];
+        let g = self.grant(grant);
         let mut eligible: Vec<&TimelineInstance> = self
             .instances
             .iter()
@@ -211,8 +221,17 @@ impl Engine {
             .then(a.step.cmp(&b.step))
     }
 
+    /// The grant at index `grant`.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "every index comes from enumerating `grants`, whose length never changes"
+    )]
+    fn grant(&self, grant: usize) -> &TimelineGrant {
+        &self.grants[grant]
+    }
+
     fn preference(&self, grant: usize) -> (bool, i64, &str) {
-        let g = &self.grants[grant];
+        let g = self.grant(grant);
         rules::grant_preference(g.project_id.as_deref(), g.starts_at, &g.grant_id)
     }
 
@@ -232,7 +251,7 @@ impl Engine {
     /// billed instances on ordinary slots that it serves, oldest first, up to
     /// its free slots, unless its term is already over.
     fn activation(&self, grant: usize, at: i64) -> Transition {
-        let g = &self.grants[grant];
+        let g = self.grant(grant);
         let room = if at < g.ends_at {
             self.free_slots(g)
         } else {
@@ -249,7 +268,7 @@ impl Engine {
     /// oldest first, move into the first renewal that serves them and has a
     /// free slot; the others go to `fallback` if running, nowhere if stopped.
     fn end(&self, grant: usize, at: i64, reason: EndReason, fallback: &Destination) -> Transition {
-        let g = &self.grants[grant];
+        let g = self.grant(grant);
         let mut holders: Vec<&TimelineInstance> = self
             .instances
             .iter()
@@ -262,13 +281,17 @@ impl Engine {
             )
         });
 
-        let mut renewals: Vec<usize> = (0..self.grants.len())
-            .filter(|&r| r != grant && is_renewal(g, &self.grants[r], at))
+        let mut renewals: Vec<usize> = self
+            .grants
+            .iter()
+            .enumerate()
+            .filter(|&(r, candidate)| r != grant && is_renewal(g, candidate, at))
+            .map(|(r, _)| r)
             .collect();
         renewals.sort_by_key(|&r| self.preference(r));
         let mut room: Vec<(&TimelineGrant, usize)> = renewals
             .into_iter()
-            .map(|r| (&self.grants[r], self.free_slots(&self.grants[r])))
+            .map(|r| (self.grant(r), self.free_slots(self.grant(r))))
             .collect();
 
         let moves = holders

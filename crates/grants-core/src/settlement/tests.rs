@@ -52,7 +52,7 @@ fn activate(grant_id: &str, at: i64, take_in: &[&str]) -> Transition {
     Transition::Activate {
         grant_id: grant_id.into(),
         at,
-        take_in: take_in.iter().map(|s| s.to_string()).collect(),
+        take_in: take_in.iter().map(ToString::to_string).collect(),
     }
 }
 

@@ -140,8 +140,10 @@ pub fn grant_hours_with(
         i128::from(slots) * (i128::from(t.clamp(term.start, term.end)) - i128::from(term.start))
     };
     let micros = |m: i128| i64::try_from(m).unwrap_or(i64::MAX);
-    (0..count)
-        .map(|k| {
+    held.iter()
+        .zip(&running)
+        .enumerate()
+        .map(|(k, (held, running))| {
             let period_start = first + HOUR_MS * k as i64;
             let period_end = period_start.saturating_add(HOUR_MS);
             let slot =
@@ -151,8 +153,8 @@ pub fn grant_hours_with(
                 period_end,
                 slots,
                 slot_micros: micros(slot),
-                held_micros: micros(round_to_micros(held[k])),
-                usage_micros: micros(round_to_micros(running[k])),
+                held_micros: micros(round_to_micros(*held)),
+                usage_micros: micros(round_to_micros(*running)),
             }
         })
         .collect()

@@ -94,9 +94,10 @@ pub fn project_stints(stints: &[Stint], transitions: &[Transition]) -> Vec<Stint
 }
 
 fn move_stint(stints: &mut Vec<Stint>, instance_id: &str, to: &Destination, at: i64) {
-    let Some(k) = stints
-        .iter()
-        .position(|s| s.instance_id == instance_id && s.to.is_none())
+    let Some((k, stint)) = stints
+        .iter_mut()
+        .enumerate()
+        .find(|(_, s)| s.instance_id == instance_id && s.to.is_none())
     else {
         return;
     };
@@ -106,10 +107,10 @@ fn move_stint(stints: &mut Vec<Stint>, instance_id: &str, to: &Destination, at: 
         Destination::Reservation => Some(None),
         Destination::OnDemand | Destination::None => None,
     };
-    if stints[k].from < at {
-        stints[k].to = Some(at);
+    if stint.from < at {
+        stint.to = Some(at);
         if let Some(grant_id) = next {
-            let running = stints[k].running;
+            let running = stint.running;
             stints.push(Stint {
                 instance_id: instance_id.to_owned(),
                 from: at,
@@ -121,7 +122,7 @@ fn move_stint(stints: &mut Vec<Stint>, instance_id: &str, to: &Destination, at: 
     } else {
         // An empty segment is replaced, as storage drops it.
         match next {
-            Some(grant_id) => stints[k].grant_id = grant_id,
+            Some(grant_id) => stint.grant_id = grant_id,
             None => {
                 stints.remove(k);
             }

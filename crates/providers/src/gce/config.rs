@@ -270,7 +270,7 @@ fn parse_project(s: &str) -> Result<String, ConfigError> {
     }
     let b = s.as_bytes();
     let ok = b.len() >= PROJECT_MIN
-        && b[0].is_ascii_lowercase()
+        && b.first().is_some_and(u8::is_ascii_lowercase)
         && b.iter()
             .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         && b.last().is_some_and(|&c| c != b'-');
@@ -309,7 +309,7 @@ fn parse_credentials(s: &str) -> Result<Credentials, ConfigError> {
     if let Some(name) = s.strip_prefix("secret:") {
         let b = name.as_bytes();
         let ok = (1..=SECRET_NAME_MAX).contains(&b.len())
-            && b[0].is_ascii_lowercase()
+            && b.first().is_some_and(u8::is_ascii_lowercase)
             && b.iter()
                 .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
         return if ok {

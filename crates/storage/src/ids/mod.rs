@@ -18,7 +18,12 @@ pub fn encode_suffix(value: u128) -> String {
         .map(|i| {
             let shift = 5 * (25 - i);
             let index = ((value >> shift) & 31) as usize;
-            char::from(ALPHABET[index])
+            #[expect(
+                clippy::indexing_slicing,
+                reason = "the index is masked to 0..=31 and the alphabet has 32 letters"
+            )]
+            let letter = ALPHABET[index];
+            char::from(letter)
         })
         .collect()
 }

@@ -72,15 +72,12 @@ pub async fn publish(
         return Ok(());
     }
     batch.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
-    let mut start = 0;
-    while start < batch.len() {
-        let tenant = batch[start].tenant_id.clone();
-        let end = batch[start..]
-            .iter()
-            .position(|e| e.tenant_id != tenant)
-            .map_or(batch.len(), |p| start + p);
-        let count = i64::try_from(end - start).map_err(StorageError::internal)?;
-        let group = &batch[start..end];
+    for group in batch.chunk_by(|a, b| a.tenant_id == b.tenant_id) {
+        let Some(first) = group.first() else {
+            continue;
+        };
+        let tenant = first.tenant_id.clone();
+        let count = i64::try_from(group.len()).map_err(StorageError::internal)?;
         let ids: Vec<String> = group.iter().map(|_| ids::new_id("evt", now)).collect();
         let types: Vec<&str> = group.iter().map(|e| e.data.event_type()).collect();
         let data = group
@@ -99,7 +96,6 @@ pub async fn publish(
             .bind::<Array<BigInt>, _>(&at)
             .execute(conn)
             .await?;
-        start = end;
     }
     Ok(())
 }

@@ -77,7 +77,7 @@ async fn decide(
     let mut views = Vec::new();
     let mut ordinary_found = false;
     for (k, (account_id, reservation_id)) in candidates.iter().enumerate() {
-        if ordinary_found && !hinted[k..].iter().any(|h| *h) {
+        if ordinary_found && !hinted.iter().skip(k).any(|h| *h) {
             break;
         }
         let Some(res) = locks::reservation(conn, account_id, reservation_id).await? else {
@@ -100,8 +100,16 @@ async fn decide(
     }
     match grants_core::place_in_order(&views, request) {
         Ok(None) => Ok(Target::OnDemand),
-        Ok(Some((index, seat))) => Ok(Target::from_seat(seat, &rows[index])),
-        Err(_) => Err(capacity_error(&views[0])),
+        Ok(Some((index, seat))) => {
+            let row = rows
+                .get(index)
+                .ok_or_else(|| StorageError::internal("placement chose no candidate"))?;
+            Ok(Target::from_seat(seat, row))
+        }
+        Err(_) => Err(<[_]>::first(&views).map_or_else(
+            || StorageError::internal("placement refused no candidate"),
+            capacity_error,
+        )),
     }
 }
 

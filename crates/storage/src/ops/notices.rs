@@ -46,6 +46,10 @@ pub struct NoticeRules {
 }
 
 impl Default for NoticeRules {
+    #[expect(
+        clippy::expect_used,
+        reason = "the defaults are constants, parsed by the unit tests"
+    )]
     fn default() -> Self {
         NoticeRules::parse(DEFAULT_EXPIRY_NOTICES, DEFAULT_UNDERUSE_RATIO)
             .expect("the defaults parse")

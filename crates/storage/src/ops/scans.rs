@@ -166,8 +166,9 @@ pub async fn apply_scan(
             settlement::force_end(conn, k, &ForcedEnd::ReservationGone, now, &mut events).await?;
             // Grants ended or cancelled by the loss (not the instances' move
             // off the reservation, nor term ends settled on the way).
-            let closed = events[queued..]
+            let closed = events
                 .iter()
+                .skip(queued)
                 .filter(|e| match &e.data {
                     EventData::GrantEnded(g) | EventData::GrantCancelled(g) => {
                         g.reason.as_deref()

@@ -305,7 +305,7 @@ async fn a_reader_paging_during_concurrent_writes_sees_every_event_once_in_order
     for r in readers {
         let (seen, during) = r.await.expect("reader");
         let ids: Vec<&Value> = seen.iter().map(|e| &e["eventId"]).collect();
-        let unique: BTreeSet<String> = ids.iter().map(|v| v.to_string()).collect();
+        let unique: BTreeSet<String> = ids.iter().map(ToString::to_string).collect();
         assert_eq!(unique.len(), ids.len(), "an event was seen twice");
         assert_eq!(
             ids.len(),
