@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    Platform, get_grant, get_grant_as, grant_on, instance, instance_op, instance_op_ok,
+    Platform, end_grant, get_grant, get_grant_as, grant_on, instance, instance_op, instance_op_ok,
     platform_at_t0, second_account, unbind,
 };
 use crate::support::gce::Gce;
@@ -52,6 +52,16 @@ fn detail_grant_ids(details: &Value) -> Vec<String> {
     v
 }
 
+/// `delete` of `account`, refused (`INVALID_STATE`) for `grant` alone.
+async fn refused_for(s: &Server, account: &str, grant: &str) -> Answer {
+    let a = delete(s, account).await;
+    assert_eq!(
+        detail_grant_ids(a.err(409, "INVALID_STATE")),
+        vec![grant.to_owned()]
+    );
+    a
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_instances_on_demand()
 {
@@ -85,40 +95,18 @@ async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_in
     let mut both = vec![g.clone(), sched.clone()];
     both.sort();
     assert_eq!(detail_grant_ids(a.err(409, "INVALID_STATE")), both);
-    let cancelled = s
-        .root(
-            "reservationGrants/end",
-            json!({ "accountId": d.account, "grantId": sched }),
-        )
-        .await
-        .ok();
+    let cancelled = end_grant(&s, &d.account, &sched).await.ok();
     assert_eq!(cancelled["grant"]["state"], "cancelled");
-    let a = delete(&s, &d.account).await;
-    assert_eq!(
-        detail_grant_ids(a.err(409, "INVALID_STATE")),
-        vec![g.clone()]
-    );
+    refused_for(&s, &d.account, &g).await;
 
     // Ended at 01:30 but not metered: refused until vps.grants has run past 02:00.
     s.set_clock(T0 + 100 * MIN).await;
-    let a = delete(&s, &d.account).await;
-    assert_eq!(
-        detail_grant_ids(a.err(409, "INVALID_STATE")),
-        vec![g.clone()]
-    );
+    refused_for(&s, &d.account, &g).await;
     worker::once(&s, &["vps.grants"]).await;
     assert_eq!(get_grant(&s, &g).await["meteredThrough"], T0 + HOUR);
-    let a = delete(&s, &d.account).await;
-    assert_eq!(
-        detail_grant_ids(a.err(409, "INVALID_STATE")),
-        vec![g.clone()]
-    );
+    refused_for(&s, &d.account, &g).await;
     s.set_clock(T0 + 2 * HOUR).await;
-    let a = delete(&s, &d.account).await;
-    assert_eq!(
-        detail_grant_ids(a.err(409, "INVALID_STATE")),
-        vec![g.clone()]
-    );
+    refused_for(&s, &d.account, &g).await;
     worker::once(&s, &["vps.grants"]).await;
     assert_eq!(get_grant(&s, &g).await["meteredThrough"], T0 + 90 * MIN);
     s.set_clock(T0 + 2 * HOUR + 10 * MIN).await;
@@ -230,12 +218,7 @@ async fn an_account_whose_grants_were_only_cancelled_is_deleted_at_once() {
         T0 + 3 * HOUR,
     )
     .await;
-    s.root(
-        "reservationGrants/end",
-        json!({ "accountId": d.account, "grantId": g }),
-    )
-    .await
-    .ok();
+    end_grant(&s, &d.account, &g).await.ok();
     delete(&s, &d.account).await.ok();
     s.root("reservationGrants/get", json!({ "grantId": g }))
         .await
@@ -256,11 +239,7 @@ async fn a_pool_outlives_its_account_once_the_accounts_grants_are_metered() {
 
     // The pool built on the account does not block it; the live grant does.
     s.set_clock(T0 + 30 * MIN).await;
-    let a = delete(&s, &p.account).await;
-    assert_eq!(
-        detail_grant_ids(a.err(409, "INVALID_STATE")),
-        vec![g.clone()]
-    );
+    let a = refused_for(&s, &p.account, &g).await;
     assert!(
         a.body["error"]["details"].get("poolIds").is_none(),
         "{}",

@@ -69,11 +69,7 @@ pub async fn service_account(gce: &Gce, email: &str) -> String {
 
 /// A server whose secret store has [`SECRETS_KEY`].
 pub async fn server_with_key() -> Server {
-    Server::start_with(Options {
-        env: vec![("BC_SECRETS_KEY".into(), SECRETS_KEY.into())],
-        ..Options::default()
-    })
-    .await
+    Server::start_with_env("BC_SECRETS_KEY", SECRETS_KEY).await
 }
 
 /// A `providerAccounts.create` body: an account of `tenant` on the fake
@@ -156,11 +152,7 @@ async fn a_root_key_file_is_exchanged_for_tokens() {
     let dir = tempfile::tempdir().expect("tempdir");
     let canonical = dir.path().canonicalize().expect("canonical");
     std::fs::write(canonical.join("key.json"), key).expect("write key");
-    let s = Server::start_with(Options {
-        env: vec![("BC_CREDENTIAL_DIR".into(), canonical.display().to_string())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("BC_CREDENTIAL_DIR", canonical.display().to_string()).await;
     let reference = format!("file:{}", canonical.join("key.json").display());
     let account = account_on(&s, ROOT_TOKEN, ROOT, &gce, &reference).await;
     assert_eq!(scan(&s, &account).await["items"][0]["total"], 5);
@@ -224,11 +216,7 @@ async fn a_tenant_key_may_not_send_its_assertion_inside_the_platform() {
 async fn adc_takes_its_token_from_the_metadata_server() {
     let gce = Gce::start_with(authenticated()).await;
     gce.put("res-a", 4, 0, "READY").await;
-    let s = Server::start_with(Options {
-        env: vec![("GCE_METADATA_HOST".into(), gce.host().into())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("GCE_METADATA_HOST", gce.host()).await;
     let account = account_on(&s, ROOT_TOKEN, ROOT, &gce, "adc").await;
     let found = scan(&s, &account).await;
     assert_eq!(found["items"][0]["total"], 4);
@@ -309,11 +297,7 @@ async fn https_to_the_provider_needs_the_operators_ca_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, ca).expect("write ca");
-    let s = Server::start_with(Options {
-        env: vec![("BC_PROVIDER_CA_FILE".into(), ca_file.display().to_string())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("BC_PROVIDER_CA_FILE", ca_file.display().to_string()).await;
     let account = account_on(&s, ROOT_TOKEN, ROOT, &gce, "none").await;
     assert_eq!(scan(&s, &account).await["items"][0]["total"], 2);
     assert_eq!(gce.listings().await, 1);

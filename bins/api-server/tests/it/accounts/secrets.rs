@@ -10,7 +10,9 @@ use serde_json::json;
 use crate::accounts::google_auth::{
     SECRETS_KEY, SECRETS_KEY_2, account_body_on, account_on, server_with_key, service_account,
 };
-use crate::support::calls::{delete_secret, list_accounts, list_secrets, put_secret, scan_as};
+use crate::support::calls::{
+    delete_secret, delete_tenant, list_accounts, list_secrets, put_secret, scan_as,
+};
 use crate::support::db::db;
 use crate::support::gce::Gce;
 use crate::support::server::{Options, Server};
@@ -358,9 +360,7 @@ async fn a_deleted_tenants_secrets_are_deleted_with_it() {
     put_secret(&s, &acme, "acme", "gce-token", TOKEN).await.ok();
     put_secret(&s, &acme, "acme", "spare", TOKEN).await.ok();
     account_on(&s, &acme, "acme", &gce, "secret:gce-token").await;
-    s.root("tenants/delete", json!({ "targetTenantId": "acme" }))
-        .await
-        .ok();
+    delete_tenant(&s, "acme").await.ok();
     let mut conn = db(&s).await;
     #[derive(QueryableByName)]
     struct Count {

@@ -2,7 +2,7 @@
 
 use crate::support::bodies::InstanceBody;
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::fixtures::{get_grant_as, grant_body, platform_at_t0};
+use crate::support::fixtures::{create_grant, get_grant_as, grant_body, platform_at_t0};
 use crate::support::gce::FLAVOR;
 use crate::support::meter::{q, usage};
 use crate::support::worker;
@@ -11,13 +11,12 @@ use crate::support::worker;
 async fn committed_slots_bill_every_ended_hour_used_or_not() {
     let (s, p) = platform_at_t0(4).await;
     // 3 slots from 00:30 to 02:15, nobody uses them.
-    let g = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 3, T0 + 30 * MIN, T0 + 2 * HOUR + 15 * MIN, "g"),
-        )
-        .await
-        .ok();
+    let g = create_grant(
+        &s,
+        grant_body(&p, 3, T0 + 30 * MIN, T0 + 2 * HOUR + 15 * MIN, "g"),
+    )
+    .await
+    .ok();
     let gid = g["grant"]["grantId"].as_str().expect("id").to_owned();
     // 01:10: only the first hour has ended.
     s.set_clock(T0 + HOUR + 10 * MIN).await;
@@ -53,12 +52,9 @@ async fn committed_slots_bill_every_ended_hour_used_or_not() {
 #[tokio::test(flavor = "multi_thread")]
 async fn instances_in_the_grant_record_only_grant_usage_and_beyond_it_the_reserved_rate() {
     let (s, p) = platform_at_t0(4).await;
-    s.root(
-        "reservationGrants/create",
-        grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"),
-    )
-    .await
-    .ok();
+    create_grant(&s, grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"))
+        .await
+        .ok();
     let t = &p.tenant_token;
     for key in ["a", "b"] {
         s.call(

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::support::bodies::QuotaBody;
-use crate::support::calls::{get_pool, get_quotas, list_pools};
+use crate::support::calls::{delete_tenant, get_pool, get_quotas, list_pools};
 use crate::support::fixtures::{
     account_in, acme_and_pool, create_pool, each, is_typeid, offer, offer_answer, pool_body,
     root_account, set_quota_answer,
@@ -250,9 +250,7 @@ async fn pools_offer_creates_and_updates_rows_with_events_in_that_tenant() {
     s.root("tenants/create", json!({ "name": "gone" }))
         .await
         .ok();
-    s.root("tenants/delete", json!({ "targetTenantId": "gone" }))
-        .await
-        .ok();
+    delete_tenant(&s, "gone").await.ok();
     offer_answer(&s, &pool, "gone", json!({ "vcpus": 1 }))
         .await
         .err(404, "NOT_FOUND");

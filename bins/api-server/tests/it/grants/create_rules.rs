@@ -5,11 +5,12 @@
 use serde_json::{Value, json};
 
 use crate::support::bodies::GrantBody;
+use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     bind, create_grant, create_grant_ok, end_grant, get_grant_as, grant_body, grant_body_for,
     grant_id, grant_ids, items, list_grants, no_such, offer, platform_at_t0, project, root_account,
-    scan, second_account, types_of, unbind,
+    scan, second_account, tenant_own_account, types_of, unbind,
 };
 use crate::support::gce::Gce;
 use crate::support::server::{ROOT_TOKEN, Server, of_type};
@@ -90,23 +91,7 @@ async fn an_unknown_or_foreign_account_is_not_found() {
     create_grant(&s, b).await.err(404, "NOT_FOUND");
 
     // acme's own provider account, named by root.
-    let acme_account = s
-        .call(
-            &p.tenant_token,
-            "providerAccounts/create",
-            json!({
-                "tenantId": "acme",
-                "name": "acme gce",
-                "provider": "gce",
-                "config": { "project": "acme-project", "credentials": "none" },
-                "idempotencyKey": "a1",
-            }),
-        )
-        .await
-        .ok()["account"]["accountId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let acme_account = tenant_own_account(&s, &p).await;
     let b = GrantBody::on(&p, 1)
         .term(T0, T0 + HOUR)
         .key("k2")
@@ -213,9 +198,7 @@ async fn an_unknown_or_deleted_grantee_is_not_found() {
         .err(404, "NOT_FOUND");
     s.tenant("beta").await;
     offer(&s, &p.pool, "beta", json!({ "instances": 10 })).await;
-    s.root("tenants/delete", json!({ "targetTenantId": "beta" }))
-        .await
-        .ok();
+    delete_tenant(&s, "beta").await.ok();
     create_grant(&s, grant_body_for(&p, "beta", 1, T0, T0 + HOUR, "k2"))
         .await
         .err(404, "NOT_FOUND");

@@ -13,12 +13,12 @@ use crate::support::bodies::{GrantBody, InstanceBody};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
 use crate::support::fixtures::{
-    Platform, bind, create_grant_ok, get_instance, grant, grant_id, grant_on, id, instance,
-    instance_op_ok, offer, platform_at_t0, project, scan, set_quota,
+    Platform, bind, create_grant_ok, create_instance_ok, get_instance, grant, grant_id, grant_on,
+    id, instance, instance_op_ok, offer, platform_at_t0, project, scan, set_quota,
 };
 use crate::support::gce::{FLAVOR, Gce};
 use crate::support::meter::{at, of_meter, q, round_micros, total, usage, usage_of_instance};
-use crate::support::server::{ROOT_TOKEN, Server};
+use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 use crate::support::worker;
 
 /// A second reservation `res-b` of `total` slots bound to the platform's pool.
@@ -177,14 +177,8 @@ async fn billing_none_never_refills_and_a_stop_keeps_the_slot_and_refills_nothin
     set_quota(&s, "root", &p.pool, "memoryGib", 1000).await;
     let g = grant(&s, &p, "root", 1, T0, T0 + 3 * HOUR).await;
     let a = id(&instance(&s, ROOT_TOKEN, "root", &p.pool).await);
-    let unbilled = s
-        .root(
-            "instances/create",
-            InstanceBody::new(&p.pool, "none-1").billing("none").json(),
-        )
-        .await
-        .ok()["instance"]
-        .clone();
+    let none = json!({ "billing": "none" });
+    let unbilled = create_instance_ok(&s, ROOT_TOKEN, ROOT, &p.pool, "none-1", none).await;
     assert_eq!(unbilled["placement"]["kind"], "reservation");
     s.set_clock(T0 + MIN).await;
     let waiting = id(&instance(&s, ROOT_TOKEN, "root", &p.pool).await);

@@ -15,7 +15,7 @@ use storage::model::idempotency::KeyedRequest;
 
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{db, hold_reservation, root_id};
-use crate::support::fixtures::{create_instance_ok, grant_body, platform_at_t0};
+use crate::support::fixtures::{create_grant, create_instance_ok, grant_body, platform_at_t0};
 use crate::support::gce::FLAVOR;
 use crate::support::server::Server;
 
@@ -136,19 +136,17 @@ async fn a_grant_create_reads_only_what_overlaps_its_term() {
     // The history still counts where it overlaps: a term reaching into the
     // first scheduled grant (10 slots of 10) is refused, over HTTP.
     let first_future = T0 + 30 * DAY + 60_000;
-    let refused = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 1, first_future - HOUR, first_future + MIN, "hot-2"),
-        )
-        .await;
+    let refused = create_grant(
+        &s,
+        grant_body(&p, 1, first_future - HOUR, first_future + MIN, "hot-2"),
+    )
+    .await;
     refused.err(409, "CAPACITY_UNAVAILABLE");
-    let fits = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 10, first_future - HOUR, first_future, "hot-3"),
-        )
-        .await;
+    let fits = create_grant(
+        &s,
+        grant_body(&p, 10, first_future - HOUR, first_future, "hot-3"),
+    )
+    .await;
     assert_eq!(fits.status, 200, "{:?}", fits.body);
 }
 
@@ -157,12 +155,7 @@ async fn an_instance_create_reads_only_the_seated_instances() {
     let (s, p) = platform_at_t0(10).await;
     // A live grant of 5 slots, and one instance in it to copy the history
     // from.
-    let granted = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 5, T0, T0 + 10 * DAY, "live"),
-        )
-        .await;
+    let granted = create_grant(&s, grant_body(&p, 5, T0, T0 + 10 * DAY, "live")).await;
     assert_eq!(granted.status, 200, "{:?}", granted.body);
     let first = create_instance_ok(
         &s,
@@ -252,10 +245,7 @@ async fn a_reservation_that_changes_while_a_create_waits_is_checked_again() {
     .execute(&mut holder)
     .await
     .expect("mark not ready");
-    let create = s.root(
-        "reservationGrants/create",
-        grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "waits"),
-    );
+    let create = create_grant(&s, grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "waits"));
     let release = async {
         // Once the create waits for the row lock it has passed the lockless
         // checks, which read the reservation as committed: still ready.

@@ -3,16 +3,14 @@
 use serde_json::json;
 
 use crate::support::clock::{HOUR, T0};
-use crate::support::fixtures::{get_grant_as, grant_body, list_grants, platform_at_t0, scan};
+use crate::support::fixtures::{
+    create_grant, end_grant, get_grant_as, grant_body, list_grants, platform_at_t0, scan,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_is_scheduled_then_active_then_ended_with_its_events() {
     let (s, p) = platform_at_t0(4).await;
-    let g = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 2, T0 + HOUR, T0 + 3 * HOUR, "g1"),
-        )
+    let g = create_grant(&s, grant_body(&p, 2, T0 + HOUR, T0 + 3 * HOUR, "g1"))
         .await
         .ok();
     let grant = &g["grant"];
@@ -34,12 +32,9 @@ async fn a_grant_is_scheduled_then_active_then_ended_with_its_events() {
     assert_eq!(got["grant"]["endedAt"], T0 + 3 * HOUR);
 
     // Settlement (here by a later create on the reservation) publishes each transition once.
-    s.root(
-        "reservationGrants/create",
-        grant_body(&p, 1, T0 + 3 * HOUR, T0 + 4 * HOUR, "g2"),
-    )
-    .await
-    .ok();
+    create_grant(&s, grant_body(&p, 1, T0 + 3 * HOUR, T0 + 4 * HOUR, "g2"))
+        .await
+        .ok();
     let types: Vec<String> = s
         .events(&p.tenant_token, "acme")
         .await
@@ -60,88 +55,48 @@ async fn a_grant_is_scheduled_then_active_then_ended_with_its_events() {
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_is_the_peak_overlap_of_non_cancelled_grants() {
     let (s, p) = platform_at_t0(4).await;
-    s.root(
-        "reservationGrants/create",
-        grant_body(&p, 3, T0, T0 + 2 * HOUR, "a"),
-    )
-    .await
-    .ok();
-    s.root(
-        "reservationGrants/create",
-        grant_body(&p, 1, T0 + HOUR, T0 + 3 * HOUR, "b"),
-    )
-    .await
-    .ok();
+    create_grant(&s, grant_body(&p, 3, T0, T0 + 2 * HOUR, "a"))
+        .await
+        .ok();
+    create_grant(&s, grant_body(&p, 1, T0 + HOUR, T0 + 3 * HOUR, "b"))
+        .await
+        .ok();
     // [T0+H, T0+2H) already holds 4.
-    let r = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 1, T0 + HOUR, T0 + HOUR + 1, "c"),
-        )
-        .await;
+    let r = create_grant(&s, grant_body(&p, 1, T0 + HOUR, T0 + HOUR + 1, "c")).await;
     let d = r.err(409, "CAPACITY_UNAVAILABLE");
     assert_eq!(d["total"], 4);
     assert_eq!(d["granted"], 4);
     // After the first grant's term there is room for 3.
-    s.root(
-        "reservationGrants/create",
-        grant_body(&p, 3, T0 + 2 * HOUR, T0 + 5 * HOUR, "d"),
-    )
-    .await
-    .ok();
+    create_grant(&s, grant_body(&p, 3, T0 + 2 * HOUR, T0 + 5 * HOUR, "d"))
+        .await
+        .ok();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ending_an_active_grant_sets_ends_at_to_now_and_a_scheduled_one_is_cancelled() {
     let (s, p) = platform_at_t0(4).await;
-    let a = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 1, T0, T0 + 5 * HOUR, "a"),
-        )
+    let a = create_grant(&s, grant_body(&p, 1, T0, T0 + 5 * HOUR, "a"))
         .await
         .ok();
-    let b = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 1, T0 + 2 * HOUR, T0 + 5 * HOUR, "b"),
-        )
+    let b = create_grant(&s, grant_body(&p, 1, T0 + 2 * HOUR, T0 + 5 * HOUR, "b"))
         .await
         .ok();
     let a_id = a["grant"]["grantId"].as_str().unwrap();
     let b_id = b["grant"]["grantId"].as_str().unwrap();
     assert_eq!(a["grant"]["state"], "active");
     s.set_clock(T0 + HOUR + 17).await;
-    let ended = s
-        .root(
-            "reservationGrants/end",
-            json!({ "accountId": p.account, "grantId": a_id }),
-        )
-        .await
-        .ok();
+    let ended = end_grant(&s, &p.account, a_id).await.ok();
     assert_eq!(ended["grant"]["state"], "ended");
     assert_eq!(ended["grant"]["reason"], "ended");
     assert_eq!(ended["grant"]["endsAt"], T0 + HOUR + 17);
-    let cancelled = s
-        .root(
-            "reservationGrants/end",
-            json!({ "accountId": p.account, "grantId": b_id }),
-        )
-        .await
-        .ok();
+    let cancelled = end_grant(&s, &p.account, b_id).await.ok();
     assert_eq!(cancelled["grant"]["state"], "cancelled");
     assert_eq!(cancelled["grant"]["startsAt"], T0 + 2 * HOUR);
     assert_eq!(cancelled["grant"]["endsAt"], T0 + 5 * HOUR);
     assert_eq!(cancelled["grant"]["endedAt"], T0 + HOUR + 17);
     // Ending again returns them unchanged.
     s.set_clock(T0 + 2 * HOUR).await;
-    let again = s
-        .root(
-            "reservationGrants/end",
-            json!({ "accountId": p.account, "grantId": a_id }),
-        )
-        .await
-        .ok();
+    let again = end_grant(&s, &p.account, a_id).await.ok();
     assert_eq!(again["grant"], ended["grant"]);
     let evs = s.events(&p.tenant_token, "acme").await;
     let ended_events: Vec<_> = evs
@@ -161,18 +116,12 @@ async fn ending_an_active_grant_sets_ends_at_to_now_and_a_scheduled_one_is_cance
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gone_reservation_ends_and_cancels_its_grants() {
     let (s, p) = platform_at_t0(4).await;
-    s.root(
-        "reservationGrants/create",
-        grant_body(&p, 1, T0, T0 + 5 * HOUR, "a"),
-    )
-    .await
-    .ok();
-    s.root(
-        "reservationGrants/create",
-        grant_body(&p, 1, T0 + 2 * HOUR, T0 + 5 * HOUR, "b"),
-    )
-    .await
-    .ok();
+    create_grant(&s, grant_body(&p, 1, T0, T0 + 5 * HOUR, "a"))
+        .await
+        .ok();
+    create_grant(&s, grant_body(&p, 1, T0 + 2 * HOUR, T0 + 5 * HOUR, "b"))
+        .await
+        .ok();
     s.set_clock(T0 + 30 * 60_000).await;
     p.gce.delete("res-a").await;
     let scanned = scan(&s, &p.account).await;

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::bodies::{GrantBody, InstanceBody};
+use crate::support::bodies::GrantBody;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
@@ -13,7 +13,7 @@ use crate::support::fixtures::{
     grant_body, grant_id, id, in_grant, instance_op_ok, list_instances, placement, placement_of,
     plain, platform_at_t0, poke, project, root_can_use, scan, tenant_with_pool,
 };
-use crate::support::server::Server;
+use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 
 /// The events of `tenant` of the `reservation-grant.*` family for `grant`,
 /// as `(type, reason, occurredAt)`, via `events.list`.
@@ -168,36 +168,18 @@ async fn a_project_grant_takes_in_only_its_projects_instances() {
 async fn unbilled_instances_are_never_taken_in() {
     let (s, p) = platform_at_t0(4).await;
     root_can_use(&s, &p.pool).await;
-    let none = s
-        .root(
-            "instances/create",
-            InstanceBody::new(&p.pool, "n").billing("none").json(),
-        )
-        .await
-        .ok()["instance"]
-        .clone();
+    let unbilled = json!({ "billing": "none" });
+    let none = create_instance_ok(&s, ROOT_TOKEN, ROOT, &p.pool, "n", unbilled).await;
     s.set_clock(T0 + MIN).await;
-    let std = s
-        .root("instances/create", InstanceBody::new(&p.pool, "s").json())
-        .await
-        .ok()["instance"]
-        .clone();
+    let std = create_instance_ok(&s, ROOT_TOKEN, ROOT, &p.pool, "s", json!({})).await;
     let g = grant(&s, &p, "root", 2, T0 + HOUR, T0 + 2 * HOUR).await;
     s.set_clock(T0 + HOUR + MIN).await;
     poke(&s, &p).await;
-    let get_root = |i: String| {
-        let s = &s;
-        async move {
-            s.root("instances/get", json!({ "instanceId": i }))
-                .await
-                .ok()["instance"]
-                .clone()
-        }
-    };
+    let get_root = async |i: &Value| get_instance(&s, ROOT_TOKEN, ROOT, &id(i)).await;
     // The older unbilled instance stays on its ordinary slot although the
     // grant has room; the billed one is taken in.
-    assert_eq!(placement(&get_root(id(&none)).await), plain("reservation"));
-    assert_eq!(placement(&get_root(id(&std)).await), in_grant(&g));
+    assert_eq!(placement(&get_root(&none).await), plain("reservation"));
+    assert_eq!(placement(&get_root(&std).await), in_grant(&g));
     assert_eq!(segments(&s, &id(&none)).await.len(), 1);
 }
 

@@ -8,7 +8,8 @@ use crate::support::calls::end_grant_as;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     create_grant_ok, end_grant, get_grant_as, grant_body, grant_body_for, grant_id, grant_ids,
-    items, list_grants, no_such, offer, platform_at_t0, project, scan, second_account, types_of,
+    items, list_grants, no_such, offer, platform_at_t0, project, scan, second_account,
+    tenant_own_account, types_of,
 };
 use crate::support::server::{ROOT_TOKEN, of_type};
 
@@ -205,23 +206,7 @@ async fn end_of_a_grant_on_another_account_is_not_found() {
         .on_reservation(&account_b, &res_b)
         .json();
     let on_b = grant_id(&create_grant_ok(&s, b).await);
-    let acme_account = s
-        .call(
-            &p.tenant_token,
-            "providerAccounts/create",
-            json!({
-                "tenantId": "acme",
-                "name": "acme gce",
-                "provider": "gce",
-                "config": { "project": "acme-project", "credentials": "none" },
-                "idempotencyKey": "a1",
-            }),
-        )
-        .await
-        .ok()["account"]["accountId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let acme_account = tenant_own_account(&s, &p).await;
 
     s.set_clock(T0 + HOUR).await;
     end_grant(&s, &account_b, &id).await.err(404, "NOT_FOUND");

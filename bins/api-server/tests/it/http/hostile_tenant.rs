@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::support::bodies::InstanceBody;
 use crate::support::calls::{list_accounts, list_reservations_as, scan_as};
 use crate::support::clock::T0;
-use crate::support::fixtures::{create_account, instance, platform_at_t0};
+use crate::support::fixtures::{bind, create_account, instance, platform_at_t0, scan};
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::server::{Options, ROOT_TOKEN, Server, rand_suffix};
 use crate::support::worker;
@@ -297,9 +297,7 @@ async fn root_accounts_send_only_the_credentials_the_operator_listed() {
     body["tenantId"] = json!("root");
     let a = s.root("providerAccounts/create", body).await.ok();
     let id = a["account"]["accountId"].as_str().expect("id").to_owned();
-    s.root("providerAccounts/scan", json!({ "accountId": id }))
-        .await
-        .ok();
+    scan(&s, &id).await;
     let seen = listener.requests();
     assert_eq!(seen.len(), 1);
     assert!(seen[0].contains("Bearer root-gce-token"), "{}", seen[0]);
@@ -339,11 +337,7 @@ async fn a_tenant_endpoint_inside_the_platform_is_refused_at_create_or_at_connec
     let name = internal_name();
     // The operator lists a name, by mistake or because DNS changed under it.
     let listed = format!("https://compute.googleapis.com,http://{name}:{port}");
-    let s = Server::start_with(Options {
-        env: vec![("BC_PROVIDER_ENDPOINTS".into(), listed.clone())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("BC_PROVIDER_ENDPOINTS", listed.clone()).await;
     let t = s.tenant("acme").await;
     // Not listed: refused at create, whatever the form.
     for endpoint in [
@@ -374,12 +368,12 @@ async fn a_tenant_endpoint_inside_the_platform_is_refused_at_create_or_at_connec
     // provider error that says nothing of the address.
     let endpoint = format!("http://{name}:{port}");
     let id = tenant_account(&s, &t, "dns", &endpoint, "none").await;
-    let scan = scan_as(&s, &t, "acme", &id).await;
+    let scanned = scan_as(&s, &t, "acme", &id).await;
     assert_eq!(
-        scan.err(503, "UNAVAILABLE"),
+        scanned.err(503, "UNAVAILABLE"),
         &json!({ "reason": "provider-error" })
     );
-    let text = scan.body.to_string();
+    let text = scanned.body.to_string();
     assert!(
         !text.contains(&port.to_string()) && !text.contains("127.0.0.1"),
         "{text}"
@@ -398,9 +392,7 @@ async fn a_tenant_endpoint_inside_the_platform_is_refused_at_create_or_at_connec
     body["tenantId"] = json!("root");
     let a = s.root("providerAccounts/create", body).await.ok();
     let rid = a["account"]["accountId"].as_str().expect("id").to_owned();
-    s.root("providerAccounts/scan", json!({ "accountId": rid }))
-        .await
-        .ok();
+    scan(&s, &rid).await;
     assert_eq!(listener.requests().len(), 1);
 }
 
@@ -413,24 +405,20 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
     )
     .await;
     let endpoint = format!("http://127.0.0.1:{}", listener.port());
-    let s = Server::start_with(Options {
-        env: vec![("BC_PROVIDER_ENDPOINTS".into(), endpoint.clone())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("BC_PROVIDER_ENDPOINTS", endpoint.clone()).await;
     let t = s.tenant("acme").await;
     let id = tenant_account(&s, &t, "listed", &endpoint, "none").await;
-    let scan = scan_as(&s, &t, "acme", &id).await;
+    let scanned = scan_as(&s, &t, "acme", &id).await;
     // Listed by IP: the call is made (the operator allowed that address).
     assert!(!listener.requests().is_empty());
     assert_eq!(
-        scan.err(503, "UNAVAILABLE"),
+        scanned.err(503, "UNAVAILABLE"),
         &json!({ "reason": "provider-error", "status": 500 })
     );
     assert!(
-        !scan.body.to_string().contains("10.20.30.40"),
+        !scanned.body.to_string().contains("10.20.30.40"),
         "{}",
-        scan.body
+        scanned.body
     );
     // A closed port answers the same way as an open one that fails: no
     // transport text, no status.
@@ -438,11 +426,7 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").port()
     };
-    let s2 = Server::start_with(Options {
-        env: vec![("BC_PROVIDER_ENDPOINTS".into(), "http://127.0.0.1:*".into())],
-        ..Options::default()
-    })
-    .await;
+    let s2 = Server::start_with_env("BC_PROVIDER_ENDPOINTS", "http://127.0.0.1:*").await;
     let t2 = s2.tenant("acme").await;
     let id = tenant_account(
         &s2,
@@ -452,12 +436,12 @@ async fn a_listed_loopback_address_is_reachable_and_provider_errors_echo_nothing
         "none",
     )
     .await;
-    let scan = scan_as(&s2, &t2, "acme", &id).await;
+    let scanned = scan_as(&s2, &t2, "acme", &id).await;
     assert_eq!(
-        scan.err(503, "UNAVAILABLE"),
+        scanned.err(503, "UNAVAILABLE"),
         &json!({ "reason": "provider-error" })
     );
-    let text = scan.body.to_string().to_ascii_lowercase();
+    let text = scanned.body.to_string().to_ascii_lowercase();
     assert!(
         !text.contains("refused") && !text.contains("connect"),
         "{text}"
@@ -483,18 +467,13 @@ async fn a_tenant_cannot_bind_its_own_reservation_into_a_platform_pool() {
         .as_str()
         .expect("reservation")
         .to_owned();
-    let bind = json!({ "tenantId": "acme", "accountId": acct, "reservationId": res,
+    let body = json!({ "tenantId": "acme", "accountId": acct, "reservationId": res,
                        "poolId": p.pool });
-    s.call(&t, "providerAccounts/bindReservation", bind)
+    s.call(&t, "providerAccounts/bindReservation", body)
         .await
         .err(403, "ACCESS_DENIED");
     // Root cannot bind it either: the account is not root's.
-    s.root(
-        "providerAccounts/bindReservation",
-        json!({ "accountId": acct, "reservationId": res, "poolId": p.pool }),
-    )
-    .await
-    .err(404, "NOT_FOUND");
+    bind(&s, &acct, &res, &p.pool).await.err(404, "NOT_FOUND");
     // Nothing changed: the reservation serves no pool, and once the
     // platform's own reservation is full, the pool has no slot to give.
     let listed = list_reservations_as(&s, &t, "acme", &acct).await.ok();

@@ -22,6 +22,15 @@ async fn server_with(vars: &[(&str, &str)]) -> Server {
     .await
 }
 
+/// Asserts that the server's `/metrics` report `n` as its connection cap.
+async fn assert_max_connections(s: &Server, n: u32) {
+    let (_, metrics) = s.get_text("/metrics").await;
+    assert!(
+        metrics.contains(&format!("\nbc_api_max_connections {n}\n")),
+        "{metrics}"
+    );
+}
+
 fn addr(s: &Server) -> String {
     s.url.trim_start_matches("http://").to_owned()
 }
@@ -143,11 +152,7 @@ async fn connections_over_the_cap_wait_in_the_backlog() {
         ("BC_HTTP_HEADER_TIMEOUT_MS", "3000"),
     ])
     .await;
-    let (_, metrics) = s.get_text("/metrics").await;
-    assert!(
-        metrics.contains("\nbc_api_max_connections 20\n"),
-        "{metrics}"
-    );
+    assert_max_connections(&s, 20).await;
     // The metrics request's connection is closed by the client's pool only
     // when it idles out: wait for the server to see every slot free.
     let a = addr(&s);
@@ -229,11 +234,7 @@ async fn a_low_descriptor_limit_is_never_exhausted_by_stalled_clients() {
         ..Options::default()
     })
     .await;
-    let (_, metrics) = s.get_text("/metrics").await;
-    assert!(
-        metrics.contains("\nbc_api_max_connections 128\n"),
-        "{metrics}"
-    );
+    assert_max_connections(&s, 128).await;
     let a = addr(&s);
     let mut stalled = Vec::new();
     for _ in 0..300 {

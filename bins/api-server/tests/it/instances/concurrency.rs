@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
+use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::{instances_in_db, quotas_in_db};
 use crate::support::fixtures::{
@@ -249,7 +250,7 @@ async fn tenant_deletion_racing_creates_and_starts_leaves_nothing_of_the_tenant_
         let creates = keys
             .iter()
             .map(|k| create_instance(&s, &token, &tenant, &p.pool, k, json!({})));
-        let delete = s.root("tenants/delete", json!({ "targetTenantId": tenant }));
+        let delete = delete_tenant(&s, &tenant);
         let (starts, creates, deleted) = tokio::join!(
             futures::future::join_all(starts),
             futures::future::join_all(creates),

@@ -6,17 +6,13 @@ use serde_json::json;
 use crate::support::calls::get_quotas;
 use crate::support::clock::{HOUR, T0};
 use crate::support::fixtures::{
-    create_instance, grant_body, instance_op, placement, platform_at_t0,
+    create_grant, create_instance, grant_body, instance_op, placement, platform_at_t0,
 };
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_grantee_fills_its_grant_then_ordinary_slots_and_a_full_reservation_refuses_everyone() {
     let (s, p) = platform_at_t0(3).await;
-    let g = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 2, T0, T0 + 10 * HOUR, "g"),
-        )
+    let g = create_grant(&s, grant_body(&p, 2, T0, T0 + 10 * HOUR, "g"))
         .await
         .ok();
     let gid = g["grant"]["grantId"].as_str().unwrap().to_owned();
@@ -60,12 +56,9 @@ async fn the_grantee_fills_its_grant_then_ordinary_slots_and_a_full_reservation_
 #[tokio::test(flavor = "multi_thread")]
 async fn others_never_take_an_unused_granted_slot() {
     let (s, p) = platform_at_t0(2).await;
-    s.root(
-        "reservationGrants/create",
-        grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"),
-    )
-    .await
-    .ok();
+    create_grant(&s, grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"))
+        .await
+        .ok();
     let other = s.tenant("globex").await;
     s.root(
         "pools/offer",
@@ -99,19 +92,11 @@ async fn a_grant_takes_in_running_instances_at_its_start_and_hands_them_over_at_
         .ok();
     let a_id = a["instance"]["instanceId"].as_str().unwrap().to_owned();
     assert_eq!(placement(&a["instance"]).0, "reservation");
-    let g = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "g"),
-        )
+    let g = create_grant(&s, grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "g"))
         .await
         .ok();
     let gid = g["grant"]["grantId"].as_str().unwrap().to_owned();
-    let renewal = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 1, T0 + 2 * HOUR, T0 + 3 * HOUR, "r"),
-        )
+    let renewal = create_grant(&s, grant_body(&p, 1, T0 + 2 * HOUR, T0 + 3 * HOUR, "r"))
         .await
         .ok();
     let rid = renewal["grant"]["grantId"].as_str().unwrap().to_owned();
@@ -141,11 +126,7 @@ async fn a_grant_takes_in_running_instances_at_its_start_and_hands_them_over_at_
 async fn stop_keeps_a_grant_slot_start_returns_to_it_and_delete_releases_quota() {
     let (s, p) = platform_at_t0(2).await;
     let t = &p.tenant_token;
-    let g = s
-        .root(
-            "reservationGrants/create",
-            grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"),
-        )
+    let g = create_grant(&s, grant_body(&p, 1, T0, T0 + 10 * HOUR, "g"))
         .await
         .ok();
     let gid = g["grant"]["grantId"].as_str().unwrap().to_owned();

@@ -9,9 +9,10 @@ use crate::support::bodies::{GrantBody, InstanceBody};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
-    create_grant_ok, create_instance, create_instance_ok, create_pool, gce_account, get_instance,
-    grant, grant_id, id, in_grant, instance_op, instance_op_ok, list_instances, placement,
-    placement_of, plain, platform_at_t0, project, root_can_use, scan, tenant_with_pool, used,
+    bind, create_grant_ok, create_instance, create_instance_ok, create_pool, gce_account,
+    get_instance, grant, grant_id, id, in_grant, instance_op, instance_op_ok, list_instances,
+    placement, placement_of, plain, platform_at_t0, project, root_can_use, scan, tenant_with_pool,
+    unbind, used,
 };
 use crate::support::gce::Gce;
 use crate::support::server::Server;
@@ -307,12 +308,7 @@ async fn without_a_bound_ready_reservation_an_instance_is_ondemand() {
     gce.put("res-b", 4, 0, "CREATING").await;
     scan(&s, &account).await;
     let rid = Gce::reservation_id("res-b");
-    s.root(
-        "providerAccounts/bindReservation",
-        json!({ "accountId": account, "reservationId": rid, "poolId": pool }),
-    )
-    .await
-    .ok();
+    bind(&s, &account, &rid, &pool).await.ok();
     let c = create_instance_ok(&s, &t, "acme", &pool, "c", json!({})).await;
     assert_eq!(placement(&c), plain("ondemand"));
 
@@ -328,12 +324,7 @@ async fn without_a_bound_ready_reservation_an_instance_is_ondemand() {
     );
 
     // Unbound again: on-demand; the instance already on it keeps its slot.
-    s.root(
-        "providerAccounts/unbindReservation",
-        json!({ "accountId": account, "reservationId": rid }),
-    )
-    .await
-    .ok();
+    unbind(&s, &account, &rid).await.ok();
     let e = create_instance_ok(&s, &t, "acme", &pool, "e", json!({})).await;
     assert_eq!(placement(&e), plain("ondemand"));
     assert_eq!(
@@ -466,12 +457,7 @@ async fn grants_come_first_across_candidates_then_ordinary_slots_in_id_order() {
     p.gce.put("res-b", 2, 0, "READY").await;
     scan(&s, &p.account).await;
     let res_b = Gce::reservation_id("res-b");
-    s.root(
-        "providerAccounts/bindReservation",
-        json!({ "accountId": p.account, "reservationId": res_b, "poolId": p.pool }),
-    )
-    .await
-    .ok();
+    bind(&s, &p.account, &res_b, &p.pool).await.ok();
     // acme has a grant on res-b only.
     let body = GrantBody::on(&p, 1)
         .term(T0, T0 + HOUR)

@@ -14,7 +14,7 @@ use crate::support::calls::{create_project, put_secret, revoke_key};
 use crate::support::clock::{MIN, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{account_body, create_account, create_pool};
-use crate::support::server::{Answer, Options, ROOT, ROOT_TOKEN, Server};
+use crate::support::server::{Answer, ROOT, ROOT_TOKEN, Server};
 
 /// One stored record, as the table holds it.
 #[derive(Debug, Clone, QueryableByName)]
@@ -409,11 +409,7 @@ async fn denied_replayed_failed_and_unauthenticated_calls() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_record_holds_a_secret_or_a_body() {
-    let s = Server::start_with(Options {
-        env: vec![("BC_SECRETS_KEY".to_owned(), SECRETS_KEY.to_owned())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("BC_SECRETS_KEY", SECRETS_KEY).await;
     let created = s
         .root("tenants/create", json!({ "name": "acme" }))
         .await

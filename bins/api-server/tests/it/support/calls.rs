@@ -68,7 +68,13 @@ pub async fn get_quotas(s: &Server, token: &str, tenant: &str, pool: Option<&str
     acting(s, token, tenant, "quotas/get", fields).await
 }
 
-// Tenancy: projects, keys and secrets.
+// Tenancy: tenants, projects, keys and secrets.
+
+/// `tenants.delete` of `tenant`, by root.
+pub async fn delete_tenant(s: &Server, tenant: &str) -> Answer {
+    let body = json!({ "targetTenantId": tenant });
+    s.root("tenants/delete", body).await
+}
 
 /// `projects.create`.
 pub async fn create_project(s: &Server, token: &str, tenant: &str, name: &str) -> Answer {

@@ -10,19 +10,13 @@ use serde_json::Value;
 
 use super::db::db;
 use super::gce::Gce;
-use super::server::{ROOT_TOKEN, Server};
+use super::server::{ROOT_TOKEN, Server, sibling_binary};
 use super::worker;
 
 /// The `demo-seed` executable beside the api-server binary under test
 /// (built by `cargo test --workspace`, as the worker is).
 pub fn path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_api-server")).with_file_name("demo-seed");
-    assert!(
-        path.is_file(),
-        "demo-seed binary not found at {}; run `cargo build --workspace --bins` or `just test`",
-        path.display()
-    );
-    path
+    sibling_binary("demo-seed", "cargo build --workspace --bins")
 }
 
 /// Runs `demo-seed` against `s` and `gce` and answers its JSON summary.

@@ -338,6 +338,19 @@ pub async fn platform_at_t0(total: i64) -> (Server, Platform) {
     (s, p)
 }
 
+/// A provider account of the platform's tenant, created with its admin
+/// secret (`acme gce`, on the project `acme-project`); returns its id.
+pub async fn tenant_own_account(s: &Server, p: &Platform) -> String {
+    let body = json!({
+        "tenantId": p.tenant,
+        "name": "acme gce",
+        "provider": "gce",
+        "config": { "project": "acme-project", "credentials": "none" },
+        "idempotencyKey": "a1",
+    });
+    create_account(s, &p.tenant_token, body).await
+}
+
 // Reservation grants.
 
 /// A grant request body on the platform's reservation for its tenant.

@@ -104,6 +104,16 @@ impl Server {
         Server::start_on(db, opts).await
     }
 
+    /// Starts a server with the manual clock on a fresh database, with one
+    /// more environment variable.
+    pub async fn start_with_env(key: &str, value: impl Into<String>) -> Server {
+        Server::start_with(Options {
+            env: vec![(key.to_owned(), value.into())],
+            ..Options::default()
+        })
+        .await
+    }
+
     /// Starts a server on an existing database.
     pub async fn start_on(db: TestDatabase, opts: Options) -> Server {
         let mut cmd = command(db.product_url(), &opts);
@@ -297,6 +307,18 @@ pub fn command(database_url: &str, opts: &Options) -> Command {
         cmd.env(k, v);
     }
     cmd
+}
+
+/// The executable `name` beside the api-server binary under test; `build`
+/// is the command that builds it, for the message when it is not there.
+pub fn sibling_binary(name: &str, build: &str) -> std::path::PathBuf {
+    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_api-server")).with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{name} binary not found at {}; run `{build}` or `just test`",
+        path.display()
+    );
+    path
 }
 
 /// A short random suffix for keys and names.

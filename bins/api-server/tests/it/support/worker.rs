@@ -10,20 +10,13 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
-use super::server::{Server, TEST_PROVIDER_ENDPOINTS};
+use super::server::{Server, TEST_PROVIDER_ENDPOINTS, sibling_binary};
 
 /// The `reconciler-worker` executable beside the api-server binary under
 /// test. The tests never build it: `cargo test --workspace` (and `just
 /// test`) build it for the reconciler-worker package's own tests.
 pub fn path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_api-server")).with_file_name("reconciler-worker");
-    assert!(
-        path.is_file(),
-        "reconciler-worker binary not found at {}; run `cargo build -p reconciler-worker` \
-         or `just test`",
-        path.display()
-    );
-    path
+    sibling_binary("reconciler-worker", "cargo build -p reconciler-worker")
 }
 
 /// A worker command for the server's database and manual clock.
@@ -126,6 +119,18 @@ impl Running {
             .expect("wait");
         let err = self.stderr.await.expect("stderr task");
         (status, err)
+    }
+
+    /// Terminates a replica that must exit 0 with no failed pass; returns
+    /// its stderr.
+    pub async fn terminate_clean(self) -> String {
+        let (status, err) = self.terminate().await;
+        assert!(status.success(), "replica exit {status:?}: {err}");
+        assert!(
+            !err.contains("pass failed"),
+            "a replica's pass failed: {err}"
+        );
+        err
     }
 
     /// Kills it with SIGKILL; returns its stderr so far.

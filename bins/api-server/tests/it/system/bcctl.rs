@@ -15,19 +15,13 @@ use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{Platform, grant, id, instance, platform, platform_at_t0};
 use crate::support::gce::Gce;
 use crate::support::meter::{micros, total, usage};
-use crate::support::server::{ROOT_TOKEN, Server};
+use crate::support::server::{ROOT_TOKEN, Server, sibling_binary};
 use crate::support::worker;
 
 /// The `bcctl` executable beside the api-server binary under test (`just
 /// test` builds every binary first).
 fn path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_api-server")).with_file_name("bcctl");
-    assert!(
-        path.is_file(),
-        "bcctl not found at {}; run `cargo build -p bcctl` or `just test`",
-        path.display()
-    );
-    path
+    sibling_binary("bcctl", "cargo build -p bcctl")
 }
 
 /// What one run printed.

@@ -17,7 +17,7 @@ use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
 use crate::support::fixtures::{grant, instance, platform, platform_at_t0, reservations};
 use crate::support::gce::Gce;
-use crate::support::server::{Options, ROOT_TOKEN, Server};
+use crate::support::server::{ROOT_TOKEN, Server};
 use crate::support::worker;
 
 /// One parsed sample.
@@ -145,11 +145,7 @@ pub(crate) async fn scrape_until(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
-    let s = Server::start_with(Options {
-        env: vec![("BC_DB_POOL_SIZE".into(), "2".into())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("BC_DB_POOL_SIZE", "2").await;
     s.set_clock(T0).await;
     let p = platform(&s, 8).await;
     let url = format!("{}/metrics", s.url);
@@ -419,11 +415,7 @@ async fn the_workers_metrics_count_token_refreshes_and_refusals() {
     })
     .await;
     gce.put("res-a", 4, 0, "READY").await;
-    let s = Server::start_with(Options {
-        env: vec![("GCE_METADATA_HOST".into(), gce.host().into())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("GCE_METADATA_HOST", gce.host()).await;
     s.set_clock(T0).await;
     account_on(&s, ROOT_TOKEN, "root", &gce, "adc").await;
     let port = worker::free_port();
@@ -525,11 +517,7 @@ async fn scrape_as(url: &str, accept: Option<&str>) -> (String, String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn expositions_follow_the_accept_header_and_move_to_their_own_listener() {
     let port = worker::free_port();
-    let s = Server::start_with(Options {
-        env: vec![("BC_METRICS_LISTEN".into(), format!("127.0.0.1:{port}"))],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("BC_METRICS_LISTEN", format!("127.0.0.1:{port}")).await;
     s.root("tenants/list", json!({})).await.ok();
     let (status, body) = s.get_text("/metrics").await;
     assert_eq!(status, 404, "/metrics is still on the API listener: {body}");

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::support::bodies::{KeyBody, QuotaBody};
 use crate::support::calls::{
-    create_project, get_quotas, list_accounts, list_keys, list_projects, revoke_key,
+    create_project, delete_tenant, get_quotas, list_accounts, list_keys, list_projects, revoke_key,
 };
 use crate::support::fixtures::{account_in, create_pool, is_typeid, offer, root_account};
 use crate::support::server::{ROOT, Server};
@@ -72,9 +72,7 @@ async fn tenant_names_are_never_reused() {
         .await
         .err(409, "CONFLICT");
     // Even once deleted.
-    s.root("tenants/delete", json!({ "targetTenantId": "acme" }))
-        .await
-        .ok();
+    delete_tenant(&s, "acme").await.ok();
     s.root(
         "tenants/create",
         json!({ "name": "acme", "displayName": "Acme again" }),
@@ -118,9 +116,7 @@ async fn tenants_list_shows_every_tenant_newest_first() {
     s.tenant("alpha").await;
     s.set_clock(t0 + 3_000).await;
     s.tenant("mid").await;
-    s.root("tenants/delete", json!({ "targetTenantId": "alpha" }))
-        .await
-        .ok();
+    delete_tenant(&s, "alpha").await.ok();
     let list = s.root("tenants/list", json!({})).await.ok();
     let items = list["items"].as_array().expect("items");
     let ids: Vec<&str> = items
@@ -145,10 +141,7 @@ async fn tenants_delete_revokes_keys_at_once_and_is_idempotent() {
     get_quotas(&s, &viewer, "acme", None).await.ok();
 
     let t0 = s.now().await;
-    let v = s
-        .root("tenants/delete", json!({ "targetTenantId": "acme" }))
-        .await
-        .ok();
+    let v = delete_tenant(&s, "acme").await.ok();
     assert_eq!(v["tenant"]["tenantId"], "acme");
     assert_eq!(v["tenant"]["state"], "deleted");
     assert_eq!(v["tenant"]["deletedAt"], t0);
@@ -160,10 +153,7 @@ async fn tenants_delete_revokes_keys_at_once_and_is_idempotent() {
     }
     // Deleting again returns it unchanged, even later.
     s.set_clock(t0 + 60_000).await;
-    let again = s
-        .root("tenants/delete", json!({ "targetTenantId": "acme" }))
-        .await
-        .ok();
+    let again = delete_tenant(&s, "acme").await.ok();
     assert_eq!(again, v);
     // A deleted tenant is gone for the methods that name it.
     s.root(
@@ -192,20 +182,14 @@ async fn tenants_delete_revokes_keys_at_once_and_is_idempotent() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tenants_delete_refuses_root_and_unknown_tenants() {
     let s = Server::start().await;
-    let d = s
-        .root("tenants/delete", json!({ "targetTenantId": ROOT }))
-        .await;
+    let d = delete_tenant(&s, ROOT).await;
     let d = d.err(400, "INVALID_INPUT");
     assert_eq!(d["field"], "targetTenantId");
     // Root is still there and its key still works.
     let list = s.root("tenants/list", json!({})).await.ok();
     assert_eq!(list["items"][0]["state"], "active");
-    s.root("tenants/delete", json!({ "targetTenantId": "nobody" }))
-        .await
-        .err(404, "NOT_FOUND");
-    let d = s
-        .root("tenants/delete", json!({ "targetTenantId": "bad name" }))
-        .await;
+    delete_tenant(&s, "nobody").await.err(404, "NOT_FOUND");
+    let d = delete_tenant(&s, "bad name").await;
     assert_eq!(d.err(400, "INVALID_INPUT")["field"], "targetTenantId");
     s.root("tenants/delete", json!({}))
         .await

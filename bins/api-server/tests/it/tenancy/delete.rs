@@ -6,6 +6,7 @@
 use serde_json::json;
 
 use crate::support::bodies::GrantBody;
+use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{
     events_in_db, instances_in_db, quotas_in_db, seg_grant, seg_off, seg_res, segments,
@@ -63,10 +64,7 @@ async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their
     // T0 + 30min is applied first (f goes to an ordinary slot, G1 being full).
     let at = T0 + HOUR;
     s.set_clock(at).await;
-    let deleted = s
-        .root("tenants/delete", json!({ "targetTenantId": "acme" }))
-        .await
-        .ok();
+    let deleted = delete_tenant(&s, "acme").await.ok();
     assert_eq!(deleted["tenant"]["tenantId"], "acme");
     assert_eq!(deleted["tenant"]["state"], "deleted");
 
@@ -224,10 +222,7 @@ async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their
         .err(404, "NOT_FOUND");
     // Deleting it again returns it unchanged.
     s.set_clock(at + MIN).await;
-    let again = s
-        .root("tenants/delete", json!({ "targetTenantId": "acme" }))
-        .await
-        .ok();
+    let again = delete_tenant(&s, "acme").await.ok();
     assert_eq!(again, deleted);
     assert_eq!(events_in_db(&s, "acme").await.len(), events.len());
 }
@@ -249,9 +244,7 @@ async fn deleting_a_tenant_without_grants_releases_its_ordinary_and_ondemand_ins
         .err(409, "CAPACITY_UNAVAILABLE");
 
     s.set_clock(T0 + MIN).await;
-    s.root("tenants/delete", json!({ "targetTenantId": "acme" }))
-        .await
-        .ok();
+    delete_tenant(&s, "acme").await.ok();
     assert!(quotas_in_db(&s, "acme").await.iter().all(|r| r.used == 0));
     assert_eq!(
         segments(&s, &id(&o)).await,

@@ -11,7 +11,7 @@ use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use crate::support::bodies::{GrantBody, KeyBody, QuotaBody};
-use crate::support::calls::create_project;
+use crate::support::calls::{create_project, delete_tenant};
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{Platform, create_instance, default_quotas, offer, platform_at_t0};
@@ -53,49 +53,46 @@ async fn race_once(s: &Server, p: &Platform, round: usize) -> (String, Answers) 
         .json();
     let t = name.as_str();
     let tok = token.as_str();
-    let (deleted, writes) = tokio::join!(
-        s.root("tenants/delete", json!({ "targetTenantId": t })),
-        async {
-            let (g, f, i, q, k, pr, a, o) = tokio::join!(
-                s.root("reservationGrants/create", grant.clone()),
-                s.root("reservationGrants/create", future_grant.clone()),
-                create_instance(s, tok, t, &p.pool, "i1", json!({})),
-                s.root(
-                    "quotas/set",
-                    QuotaBody::new(&p.pool, "gpus", 3).tenant(t).json(),
-                ),
-                s.call(
-                    tok,
-                    "apiKeys/create",
-                    KeyBody::new(t, "late", "member").json(),
-                ),
-                create_project(s, tok, t, "late"),
-                s.call(
-                    tok,
-                    "providerAccounts/create",
-                    json!({
-                        "tenantId": t, "name": "late", "provider": "gce",
-                        "config": { "project": "tenant-proj", "credentials": "none" },
-                        "idempotencyKey": "late",
-                    }),
-                ),
-                s.root(
-                    "pools/offer",
-                    json!({ "poolId": p.pool, "offerTenantId": t, "quotas": { "instances": 11 } }),
-                ),
-            );
-            vec![
-                ("grant", g),
-                ("futureGrant", f),
-                ("instance", i),
-                ("quota", q),
-                ("key", k),
-                ("project", pr),
-                ("account", a),
-                ("offer", o),
-            ]
-        }
-    );
+    let (deleted, writes) = tokio::join!(delete_tenant(s, t), async {
+        let (g, f, i, q, k, pr, a, o) = tokio::join!(
+            s.root("reservationGrants/create", grant.clone()),
+            s.root("reservationGrants/create", future_grant.clone()),
+            create_instance(s, tok, t, &p.pool, "i1", json!({})),
+            s.root(
+                "quotas/set",
+                QuotaBody::new(&p.pool, "gpus", 3).tenant(t).json(),
+            ),
+            s.call(
+                tok,
+                "apiKeys/create",
+                KeyBody::new(t, "late", "member").json(),
+            ),
+            create_project(s, tok, t, "late"),
+            s.call(
+                tok,
+                "providerAccounts/create",
+                json!({
+                    "tenantId": t, "name": "late", "provider": "gce",
+                    "config": { "project": "tenant-proj", "credentials": "none" },
+                    "idempotencyKey": "late",
+                }),
+            ),
+            s.root(
+                "pools/offer",
+                json!({ "poolId": p.pool, "offerTenantId": t, "quotas": { "instances": 11 } }),
+            ),
+        );
+        vec![
+            ("grant", g),
+            ("futureGrant", f),
+            ("instance", i),
+            ("quota", q),
+            ("key", k),
+            ("project", pr),
+            ("account", a),
+            ("offer", o),
+        ]
+    });
     assert_eq!(deleted.ok()["tenant"]["state"], "deleted");
     (name, writes)
 }

@@ -18,7 +18,7 @@ use storage::ops::gauges;
 use storage::ops::scans::{self, ClaimRules};
 
 use crate::accounts::google_auth::SECRETS_KEY;
-use crate::support::calls::{list_accounts, put_secret, scan_as};
+use crate::support::calls::{delete_tenant, list_accounts, put_secret, scan_as};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::root_id;
 use crate::support::fixtures::{
@@ -205,10 +205,7 @@ async fn a_deleted_tenants_accounts_and_secrets_are_deleted_and_never_scanned_ag
     assert_eq!(fake.listings().await, 3);
     assert_eq!(rows_of_tenant(&s, "secrets", "acme").await, 1);
 
-    let deleted = s
-        .root("tenants/delete", json!({ "targetTenantId": "acme" }))
-        .await
-        .ok();
+    let deleted = delete_tenant(&s, "acme").await.ok();
     assert_eq!(deleted["tenant"]["state"], "deleted");
     // Gone from the database: accounts, their reservations, the secrets.
     assert_eq!(rows_of_tenant(&s, "provider_accounts", "acme").await, 0);
@@ -558,11 +555,7 @@ async fn the_ordinary_in_use_gauge_counts_instances_outside_grants() {
 /// answered meanwhile.
 #[tokio::test(flavor = "multi_thread")]
 async fn explicit_scans_of_a_stalling_account_are_few_and_time_limited() {
-    let s = Server::start_with(Options {
-        env: vec![("BC_SCAN_TIMEOUT_MS".into(), "3000".into())],
-        ..Options::default()
-    })
-    .await;
+    let s = Server::start_with_env("BC_SCAN_TIMEOUT_MS", "3000").await;
     s.set_clock(T0).await;
     let stall = Stall::start().await;
     let hostile = s.tenant("hostile").await;

@@ -14,7 +14,8 @@ use storage::ops::scans::ListedReservation;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{hold_reservation, root_id};
 use crate::support::fixtures::{
-    create_pool, gce_account, get_grant, grant_on, reservations, root_account, scan,
+    bind, create_grant, create_pool, gce_account, get_grant, grant_on, reservations, root_account,
+    scan,
 };
 use crate::support::gce::{FLAVOR, Gce, PROJECT, ZONE};
 use crate::support::meter::{total, usage};
@@ -171,20 +172,15 @@ async fn one_accounts_grants_never_crowd_another_accounts_out_of_a_metering_batc
         let account = gce_account(&s, &fake).await;
         let pool = create_pool(&s, &account).await;
         scan(&s, &account).await;
-        s.root(
-            "providerAccounts/bindReservation",
-            json!({ "accountId": account, "reservationId": reservation, "poolId": pool }),
-        )
-        .await
-        .ok();
+        bind(&s, &account, &reservation, &pool).await.ok();
         accounts.push(account);
     }
     let (busy, quiet) = (accounts[0].clone(), accounts[1].clone());
     // A full batch (1000) of short grants on the busy account, created first
     // so their ids sort first; one grant on the quiet account.
     for i in 0..1000i64 {
-        s.root(
-            "reservationGrants/create",
+        create_grant(
+            &s,
             json!({
                 "accountId": busy, "reservationId": reservation, "grantTenantId": "root",
                 "slots": 1, "startsAt": T0 + i * MIN, "endsAt": T0 + (i + 1) * MIN,
