@@ -268,18 +268,18 @@ async fn a_grant_created_at_or_after_its_start_takes_in_from_its_creation_instan
 
 // ------------------------------------------------------------- hand-over
 
-/// acme with grant G1 of 3 slots over `[T0, T0 + 2h)` holding, oldest first,
-/// `s1` (stopped at T0 + 3min), `r1` and `r2` (running).
+/// Grant G1 of acme and the instances it holds, oldest first: `s1`
+/// (stopped at T0 + 3min), `r1` and `r2` (running).
 struct Ending {
-    s: Server,
-    p: Platform,
     g1: String,
     s1: String,
     r1: String,
     r2: String,
 }
 
-async fn ending(total: i64) -> Ending {
+/// A platform of `total` slots where acme holds [`Ending`]: G1 of 3 slots
+/// over `[T0, T0 + 2h)`.
+async fn ending(total: i64) -> (Server, Platform, Ending) {
     let (s, p) = platform_at_t0(total).await;
     let t = p.tenant_token.clone();
     let g1 = grant(&s, &p, "acme", 3, T0, T0 + 2 * HOUR).await;
@@ -293,26 +293,12 @@ async fn ending(total: i64) -> Ending {
     for i in [&s1, &r1, &r2] {
         assert_eq!(placement_of(&s, &t, "acme", i).await, in_grant(&g1));
     }
-    Ending {
-        s,
-        p,
-        g1,
-        s1,
-        r1,
-        r2,
-    }
+    (s, p, Ending { g1, s1, r1, r2 })
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn at_ends_at_a_renewal_takes_oldest_running_instance_rest_go_to_reservation_or_lose_slot() {
-    let Ending {
-        s,
-        p,
-        g1,
-        s1,
-        r1,
-        r2,
-    } = ending(6).await;
+    let (s, p, Ending { g1, s1, r1, r2 }) = ending(6).await;
     let t = &p.tenant_token;
     let end = T0 + 2 * HOUR;
     // The renewal starts exactly when G1 ends, with one slot.
@@ -378,14 +364,7 @@ async fn at_ends_at_a_renewal_takes_oldest_running_instance_rest_go_to_reservati
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_takes_running_instances_before_stopped_ones_up_to_its_free_slots() {
-    let Ending {
-        s,
-        p,
-        g1,
-        s1,
-        r1,
-        r2,
-    } = ending(7).await;
+    let (s, p, Ending { g1, s1, r1, r2 }) = ending(7).await;
     let t = &p.tenant_token;
     let end = T0 + 2 * HOUR;
     // The renewal overlaps G1 with three slots; one is taken by a new
@@ -417,14 +396,7 @@ async fn a_renewal_takes_running_instances_before_stopped_ones_up_to_its_free_sl
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_with_room_for_all_keeps_the_stopped_instance_in_a_granted_slot() {
-    let Ending {
-        s,
-        p,
-        g1,
-        s1,
-        r1,
-        r2,
-    } = ending(6).await;
+    let (s, p, Ending { g1, s1, r1, r2 }) = ending(6).await;
     let t = &p.tenant_token;
     let end = T0 + 2 * HOUR;
     let g2 = grant(&s, &p, "acme", 3, T0 + HOUR, T0 + 4 * HOUR).await;
@@ -640,14 +612,7 @@ async fn a_gone_reservation_moves_its_instances_ondemand_at_the_scan_instant() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_starting_after_the_end_is_no_renewal_but_takes_in_at_its_start() {
-    let Ending {
-        s,
-        p,
-        g1,
-        s1,
-        r1,
-        r2,
-    } = ending(6).await;
+    let (s, p, Ending { g1, s1, r1, r2 }) = ending(6).await;
     let t = &p.tenant_token;
     let end = T0 + 2 * HOUR;
     let later = end + MIN;
@@ -676,14 +641,7 @@ async fn a_grant_starting_after_the_end_is_no_renewal_but_takes_in_at_its_start(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_and_delete_after_an_unsettled_end_keep_the_history_exact() {
-    let Ending {
-        s,
-        p,
-        g1,
-        s1,
-        r1,
-        r2,
-    } = ending(6).await;
+    let (s, p, Ending { g1, s1, r1, r2 }) = ending(6).await;
     let t = &p.tenant_token;
     let end = T0 + 2 * HOUR;
     // Nothing settles the end until these requests, an hour later.
