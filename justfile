@@ -90,8 +90,8 @@ db:
 db-stop:
     scripts/db.sh stop
 
-# Failover under load: a primary and a synchronous standby (ports 54350,
-# 54351), the primary SIGKILLed and the standby promoted (docs/operations.md).
+# Failover under load: a primary and a synchronous standby (ports 29350,
+# 29351), the primary SIGKILLed and the standby promoted (docs/operations.md).
 failover:
     #!/usr/bin/env bash
     set -euo pipefail

@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-/// The primary's port.
-pub const PRIMARY_PORT: u16 = 54350;
+/// The primary's port. Both ports are below Linux's ephemeral range
+/// (32768-60999), so no client connection of an earlier step (a pooler's
+/// server connections, say) can hold them as its local port.
+pub const PRIMARY_PORT: u16 = 29350;
 /// The standby's port.
-pub const STANDBY_PORT: u16 = 54351;
+pub const STANDBY_PORT: u16 = 29351;
 /// The standby's `application_name`, the one `synchronous_standby_names`
 /// waits for.
 pub const STANDBY_NAME: &str = "standby1";

@@ -12,7 +12,7 @@
 //!
 //! Needs the workspace's binaries beside this one (`cargo build --workspace
 //! --bins`) and PostgreSQL's server binaries (`PG_BIN`, else the newest
-//! `/usr/lib/postgresql/*/bin`); ports 54350 and 54351 on 127.0.0.1.
+//! `/usr/lib/postgresql/*/bin`); ports 29350 and 29351 on 127.0.0.1.
 
 mod api;
 mod audit;

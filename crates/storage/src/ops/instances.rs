@@ -1,10 +1,8 @@
 //! Instances: admission (quota, then placement), stop/start/delete, and the
 //! placement segments billing reads (contract 3.7, 4, 5.1).
 //!
-//! Lock order, shared by every operation so none can deadlock another: the
-//! tenant's row, then its quota rows of the pool (by resource), then
-//! reservation rows (in reservation id, then account id order), then
-//! instance rows.
+//! The rows are locked in the one order of [`crate::locks`], so no operation
+//! here can deadlock another.
 
 use std::collections::HashSet;
 
