@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
-# The pure core crates must not depend on I/O crates, and storage must not
-# depend on the providers (nor on an HTTP stack): it never calls a provider.
+# The pure core crates must not depend on I/O crates nor on serde (their types
+# are not serializable; the wire names live in api-server only), and storage
+# must not depend on the providers nor on an HTTP stack: it never calls a
+# provider. A failing `cargo tree` (a stale lock file, say) fails the script.
 set -euo pipefail
+shopt -s inherit_errexit
 status=0
+
+# The crates `$1`'s normal dependency tree holds among the pattern `$2`.
+found() {
+  local tree
+  tree=$(cargo tree -q -p "$1" -e normal --locked)
+  grep -oE "\\b($2)\\b" <<<"$tree" | sort -u || true
+}
+
 for c in grants-core quotas-core iam-check; do
-  bad=$(cargo tree -q -p "$c" -e normal --locked | grep -oE '\b(diesel|diesel-async|tokio|hyper|reqwest|mio)\b' | sort -u || true)
+  bad=$(found "$c" 'diesel|diesel-async|tokio|hyper|reqwest|mio')
   if [ -n "$bad" ]; then
     echo "$c depends on I/O crates: $bad" >&2
     status=1
   fi
-done
-# Nor on serde: their types are not serializable, the wire names live in
-# api-server only. (A failing `cargo tree`, a stale lock file, fails the script.)
-for c in grants-core quotas-core iam-check; do
-  tree=$(cargo tree -q -p "$c" -e normal --locked)
-  bad=$(grep -oE '\b(serde|serde_json|serde_derive|serde_core)\b' <<<"$tree" | sort -u || true)
+  bad=$(found "$c" 'serde|serde_json|serde_derive|serde_core')
   if [ -n "$bad" ]; then
     echo "$c depends on serde: $bad" >&2
     status=1
   fi
 done
-bad=$(cargo tree -q -p storage -e normal --locked | grep -oE '\b(providers|reqwest|hyper)\b' | sort -u || true)
+bad=$(found storage 'providers|reqwest|hyper')
 if [ -n "$bad" ]; then
   echo "storage depends on provider or HTTP crates: $bad" >&2
   status=1

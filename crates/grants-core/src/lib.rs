@@ -20,6 +20,6 @@ pub use placement::{
     Seat, place, place_in_order, place_on,
 };
 pub use settlement::{
-    Destination, EndReason, ForcedEnd, GrantState, Move, Power, TimelineGrant, TimelineInstance,
-    Transition, apply, force_end, grant_state, has_due, refill, settle,
+    Destination, EndReason, ForcedEnd, GrantState, Move, Power, SettlementGrant,
+    SettlementInstance, Transition, apply, force_end, grant_state, has_due, refill, settle,
 };

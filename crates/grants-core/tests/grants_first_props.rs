@@ -19,8 +19,9 @@
 )]
 
 use grants_core::{
-    Billing, GrantState, LiveGrant, PlacementRequest, Power, ReservationView, Seat, TimelineGrant,
-    TimelineInstance, Transition, apply, place_in_order, place_on, refill, settle,
+    Billing, GrantState, LiveGrant, PlacementRequest, Power, ReservationView, Seat,
+    SettlementGrant, SettlementInstance, Transition, apply, place_in_order, place_on, refill,
+    settle,
 };
 use proptest::prelude::*;
 
@@ -31,9 +32,9 @@ const PROJECTS: [Option<&str>; 2] = [None, Some("prj_a")];
 struct Reservation {
     id: String,
     total: u64,
-    grants: Vec<TimelineGrant>,
+    grants: Vec<SettlementGrant>,
     /// The instances holding a seat on it.
-    seated: Vec<TimelineInstance>,
+    seated: Vec<SettlementInstance>,
 }
 
 impl Reservation {
@@ -45,7 +46,7 @@ impl Reservation {
         self.seated.retain(|i| i.seat.is_some());
     }
 
-    fn settle(&mut self, now: i64) -> Vec<TimelineInstance> {
+    fn settle(&mut self, now: i64) -> Vec<SettlementInstance> {
         let due = settle(&self.grants, &self.seated, now);
         for t in &due {
             apply(&mut self.grants, &mut self.seated, t);
@@ -55,7 +56,7 @@ impl Reservation {
         left
     }
 
-    fn live(&self, now: i64) -> impl Iterator<Item = &TimelineGrant> {
+    fn live(&self, now: i64) -> impl Iterator<Item = &SettlementGrant> {
         self.grants.iter().filter(move |g| {
             g.settled == GrantState::Active
                 && g.created_at <= now
@@ -74,7 +75,7 @@ impl Reservation {
     }
 
     fn view(&self, now: i64) -> ReservationView {
-        let running = |f: &dyn Fn(&TimelineInstance) -> bool| {
+        let running = |f: &dyn Fn(&SettlementInstance) -> bool| {
             self.seated
                 .iter()
                 .filter(|i| i.power == Power::Running && f(i))
@@ -128,8 +129,8 @@ fn op() -> impl Strategy<Value = Op> {
 prop_compose! {
     fn grant(r: usize, i: usize)(tenant in 0..TENANTS.len(), project in 0..PROJECTS.len(),
         slots in 1u32..3, starts_at in 0i64..60, len in 1i64..60, early in 0i64..20)
-        -> TimelineGrant {
-        TimelineGrant {
+        -> SettlementGrant {
+        SettlementGrant {
             grant_id: format!("rgrant_{r}_{i}"),
             tenant_id: TENANTS[tenant].into(),
             project_id: PROJECTS[project].map(Into::into),
@@ -164,7 +165,7 @@ struct World {
     now: i64,
     reservations: Vec<Reservation>,
     /// Stopped instances holding no seat.
-    off: Vec<TimelineInstance>,
+    off: Vec<SettlementInstance>,
     next: usize,
 }
 
@@ -179,7 +180,7 @@ impl World {
 
     /// Places a running instance across all candidates, as storage's
     /// `decide` does. Returns whether it got a seat.
-    fn place(&mut self, mut instance: TimelineInstance) -> bool {
+    fn place(&mut self, mut instance: SettlementInstance) -> bool {
         self.settle_all();
         let views: Vec<ReservationView> =
             self.reservations.iter().map(|r| r.view(self.now)).collect();
@@ -229,7 +230,7 @@ impl World {
         out
     }
 
-    fn take(&mut self, at: (Option<usize>, usize)) -> TimelineInstance {
+    fn take(&mut self, at: (Option<usize>, usize)) -> SettlementInstance {
         match at {
             (Some(r), i) => self.reservations[r].seated.remove(i),
             (None, i) => self.off.remove(i),
@@ -248,7 +249,7 @@ impl World {
                 unbilled,
             } => {
                 self.next += 1;
-                let instance = TimelineInstance {
+                let instance = SettlementInstance {
                     instance_id: format!("inst_{:03}", self.next),
                     tenant_id: TENANTS[tenant].into(),
                     project_id: PROJECTS[project].map(Into::into),

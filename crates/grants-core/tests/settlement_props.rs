@@ -9,8 +9,8 @@
 )]
 
 use grants_core::{
-    Billing, Destination, EndReason, ForcedEnd, GrantState, Power, Seat, TimelineGrant,
-    TimelineInstance, Transition, apply, force_end, has_due, refill, settle,
+    Billing, Destination, EndReason, ForcedEnd, GrantState, Power, Seat, SettlementGrant,
+    SettlementInstance, Transition, apply, force_end, has_due, refill, settle,
 };
 use proptest::prelude::*;
 
@@ -22,8 +22,8 @@ const PROJECTS: [Option<&str>; 3] = [None, Some("prj_a"), Some("prj_b")];
 
 #[derive(Debug, Clone)]
 struct Snapshot {
-    grants: Vec<TimelineGrant>,
-    instances: Vec<TimelineInstance>,
+    grants: Vec<SettlementGrant>,
+    instances: Vec<SettlementInstance>,
 }
 
 impl Snapshot {
@@ -33,14 +33,14 @@ impl Snapshot {
         }
     }
 
-    fn grant(&self, id: &str) -> &TimelineGrant {
+    fn grant(&self, id: &str) -> &SettlementGrant {
         self.grants
             .iter()
             .find(|g| g.grant_id == id)
             .expect("known grant")
     }
 
-    fn instance(&self, id: &str) -> &TimelineInstance {
+    fn instance(&self, id: &str) -> &SettlementInstance {
         self.instances
             .iter()
             .find(|i| i.instance_id == id)
@@ -54,14 +54,14 @@ impl Snapshot {
             .count()
     }
 
-    fn free(&self, grant: &TimelineGrant) -> usize {
+    fn free(&self, grant: &SettlementGrant) -> usize {
         (grant.slots as usize).saturating_sub(self.held(&grant.grant_id))
     }
 
     /// The instances `grant` may take in at `at`, oldest first: running on
     /// ordinary slots, created by then and served by it.
-    fn eligible(&self, grant: &TimelineGrant, at: i64) -> Vec<&TimelineInstance> {
-        let mut eligible: Vec<&TimelineInstance> = self
+    fn eligible(&self, grant: &SettlementGrant, at: i64) -> Vec<&SettlementInstance> {
+        let mut eligible: Vec<&SettlementInstance> = self
             .instances
             .iter()
             .filter(|i| {
@@ -76,19 +76,19 @@ impl Snapshot {
     }
 }
 
-fn serves(grant: &TimelineGrant, instance: &TimelineInstance) -> bool {
+fn serves(grant: &SettlementGrant, instance: &SettlementInstance) -> bool {
     instance.billing == Billing::Standard
         && grant.tenant_id == instance.tenant_id
         && (grant.project_id.is_none() || grant.project_id == instance.project_id)
 }
 
-fn age(instance: &TimelineInstance) -> (i64, &str) {
+fn age(instance: &SettlementInstance) -> (i64, &str) {
     (instance.created_at, &instance.instance_id)
 }
 
 prop_compose! {
     fn grant(i: usize)(tenant in 0..TENANTS.len(), project in 0..PROJECTS.len(), slots in 1u32..4,
-        starts_at in 0i64..40, len in 0i64..30, created_early in -3i64..10) -> TimelineGrant {
+        starts_at in 0i64..40, len in 0i64..30, created_early in -3i64..10) -> SettlementGrant {
         let owner = (TENANTS[tenant], PROJECTS[project]);
         scheduled_grant(format!("rgrant_{i}"), owner, slots, starts_at, len, created_early)
     }
@@ -97,17 +97,17 @@ prop_compose! {
 prop_compose! {
     fn instance(i: usize)(tenant in 0..TENANTS.len(), project in 0..PROJECTS.len(),
         billing in prop_oneof![4 => Just(Billing::Standard), 1 => Just(Billing::None)],
-        running in any::<bool>(), created_at in -10i64..40) -> TimelineInstance {
+        running in any::<bool>(), created_at in -10i64..40) -> SettlementInstance {
         let owner = (TENANTS[tenant], PROJECTS[project]);
         new_instance(format!("inst_{i}"), owner, billing, running, created_at)
     }
 }
 
-fn grants() -> impl Strategy<Value = Vec<TimelineGrant>> {
+fn grants() -> impl Strategy<Value = Vec<SettlementGrant>> {
     (0usize..6).prop_flat_map(|n| (0..n).map(grant).collect::<Vec<_>>())
 }
 
-fn instances() -> impl Strategy<Value = Vec<TimelineInstance>> {
+fn instances() -> impl Strategy<Value = Vec<SettlementInstance>> {
     (0usize..9).prop_flat_map(|n| (0..n).map(instance).collect::<Vec<_>>())
 }
 
@@ -349,7 +349,7 @@ fn check_only_active_grants_hold(state: &Snapshot) -> Result<(), TestCaseError> 
 
 /// The grants storage hands settlement at `at`: the ones that exist by then
 /// (created at or before `at`), open, and started by `at`.
-fn started_by(grants: &[TimelineGrant], at: i64) -> Vec<TimelineGrant> {
+fn started_by(grants: &[SettlementGrant], at: i64) -> Vec<SettlementGrant> {
     grants
         .iter()
         .filter(|g| g.created_at <= at && g.starts_at <= at)
@@ -358,7 +358,7 @@ fn started_by(grants: &[TimelineGrant], at: i64) -> Vec<TimelineGrant> {
         .collect()
 }
 
-fn existing_by(grants: &[TimelineGrant], at: i64) -> Vec<TimelineGrant> {
+fn existing_by(grants: &[SettlementGrant], at: i64) -> Vec<SettlementGrant> {
     grants
         .iter()
         .filter(|g| g.created_at <= at)

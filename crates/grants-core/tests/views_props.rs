@@ -19,8 +19,8 @@ use grants_core::views::timeline::{
     ListedGrant, ShownGrant, TimelineEvent, TimelineInput, Viewer, reservation_timeline,
 };
 use grants_core::{
-    Billing, Commitment, GrantState, HOUR_MS, Power, Seat, Term, TimelineGrant, TimelineInstance,
-    grant_slot_records,
+    Billing, Commitment, GrantState, HOUR_MS, Power, Seat, SettlementGrant, SettlementInstance,
+    Term, grant_slot_records,
 };
 use proptest::prelude::*;
 
@@ -170,7 +170,7 @@ proptest! {
 
 prop_compose! {
     fn grant(i: usize)(tenant in 0..2usize, slots in 1u32..4, starts_at in 0i64..40,
-        len in 0i64..30, created_early in -3i64..10) -> TimelineGrant {
+        len in 0i64..30, created_early in -3i64..10) -> SettlementGrant {
         let owner = (TENANTS[tenant], None);
         scheduled_grant(format!("rgrant_{i:03}"), owner, slots, starts_at, len, created_early)
     }
@@ -179,7 +179,7 @@ prop_compose! {
 prop_compose! {
     fn instance(i: usize)(tenant in 0..2usize,
         billing in prop_oneof![4 => Just(Billing::Standard), 1 => Just(Billing::None)],
-        running in any::<bool>(), created_at in -10i64..40) -> TimelineInstance {
+        running in any::<bool>(), created_at in -10i64..40) -> SettlementInstance {
         new_instance(format!("inst_{i:03}"), (TENANTS[tenant], None), billing, running, created_at)
     }
 }
@@ -192,7 +192,7 @@ prop_compose! {
         instances in (0usize..9).prop_flat_map(|n| (0..n).map(instance).collect::<Vec<_>>()),
         t0 in 0i64..40, later in 0i64..40,
         toggles in prop::collection::vec(any::<bool>(), 9),
-    ) -> (Vec<TimelineGrant>, Vec<TimelineInstance>, i64, i64) {
+    ) -> (Vec<SettlementGrant>, Vec<SettlementInstance>, i64, i64) {
         let settled = preview_settlement(&grants, &instances, t0);
         let (grants, mut instances) = (settled.grants, settled.instances);
         toggle(&mut instances, toggles);
@@ -201,7 +201,7 @@ prop_compose! {
 }
 
 /// Open segments for the seated instances, from before anything happened.
-fn open_stints(instances: &[TimelineInstance]) -> Vec<Stint> {
+fn open_stints(instances: &[SettlementInstance]) -> Vec<Stint> {
     instances
         .iter()
         .filter_map(|i| {
@@ -232,17 +232,17 @@ proptest! {
         let after = slot_accounts(total, provider_in_use, &settled.grants, &settled.instances, t1);
         prop_assert_eq!(unsettled, after);
         // Contract 4, from the settled snapshot directly.
-        let live: Vec<&TimelineGrant> = settled
+        let live: Vec<&SettlementGrant> = settled
             .grants
             .iter()
             .filter(|g| g.settled != GrantState::Cancelled && g.starts_at <= t1 && t1 < g.ends_at)
             .collect();
         let granted: u64 = live.iter().map(|g| u64::from(g.slots)).sum();
-        let in_live = |i: &TimelineInstance| {
+        let in_live = |i: &SettlementInstance| {
             matches!(&i.seat, Some(Seat::Grant(g)) if live.iter().any(|l| &l.grant_id == g))
         };
         let held = settled.instances.iter().filter(|i| in_live(i)).count() as u64;
-        let running = |i: &&TimelineInstance| i.power == Power::Running;
+        let running = |i: &&SettlementInstance| i.power == Power::Running;
         let ordinary = settled
             .instances
             .iter()

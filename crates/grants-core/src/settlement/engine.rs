@@ -4,8 +4,8 @@
 use std::cmp::Ordering;
 
 use super::{
-    Destination, EndReason, ForcedEnd, GrantState, Move, Power, TimelineGrant, TimelineInstance,
-    Transition, apply,
+    Destination, EndReason, ForcedEnd, GrantState, Move, Power, SettlementGrant,
+    SettlementInstance, Transition, apply,
 };
 use crate::placement::Seat;
 use crate::rules;
@@ -13,8 +13,8 @@ use crate::rules;
 /// A copy of the reservation's grants and instances, and the transitions
 /// recorded on it so far.
 pub(super) struct Engine {
-    grants: Vec<TimelineGrant>,
-    instances: Vec<TimelineInstance>,
+    grants: Vec<SettlementGrant>,
+    instances: Vec<SettlementInstance>,
     transitions: Vec<Transition>,
 }
 
@@ -43,7 +43,7 @@ struct Due {
 }
 
 impl Engine {
-    pub(super) fn new(grants: &[TimelineGrant], instances: &[TimelineInstance]) -> Engine {
+    pub(super) fn new(grants: &[SettlementGrant], instances: &[SettlementInstance]) -> Engine {
         Engine {
             grants: grants.to_vec(),
             instances: instances.to_vec(),
@@ -156,7 +156,7 @@ impl Engine {
     /// start and of a refill.
     fn eligible(&self, grant: usize, at: i64, room: usize) -> Vec<String> {
         let g = self.grant(grant);
-        let mut eligible: Vec<&TimelineInstance> = self
+        let mut eligible: Vec<&SettlementInstance> = self
             .instances
             .iter()
             .filter(|i| {
@@ -226,7 +226,7 @@ impl Engine {
         clippy::indexing_slicing,
         reason = "every index comes from enumerating `grants`, whose length never changes"
     )]
-    fn grant(&self, grant: usize) -> &TimelineGrant {
+    fn grant(&self, grant: usize) -> &SettlementGrant {
         &self.grants[grant]
     }
 
@@ -243,7 +243,7 @@ impl Engine {
             .count()
     }
 
-    fn free_slots(&self, grant: &TimelineGrant) -> usize {
+    fn free_slots(&self, grant: &SettlementGrant) -> usize {
         slot_count(grant.slots).saturating_sub(self.held(&grant.grant_id))
     }
 
@@ -269,7 +269,7 @@ impl Engine {
     /// free slot; the others go to `fallback` if running, nowhere if stopped.
     fn end(&self, grant: usize, at: i64, reason: EndReason, fallback: &Destination) -> Transition {
         let g = self.grant(grant);
-        let mut holders: Vec<&TimelineInstance> = self
+        let mut holders: Vec<&SettlementInstance> = self
             .instances
             .iter()
             .filter(|i| matches!(&i.seat, Some(Seat::Grant(id)) if *id == g.grant_id))
@@ -289,7 +289,7 @@ impl Engine {
             .map(|(r, _)| r)
             .collect();
         renewals.sort_by_key(|&r| self.preference(r));
-        let mut room: Vec<(&TimelineGrant, usize)> = renewals
+        let mut room: Vec<(&SettlementGrant, usize)> = renewals
             .into_iter()
             .map(|r| (self.grant(r), self.free_slots(self.grant(r))))
             .collect();
@@ -326,7 +326,7 @@ impl Engine {
     /// The instances on ordinary slots, oldest first, leaving the reservation:
     /// running ones on-demand, stopped ones nowhere.
     fn evict_ordinary(&self) -> Vec<Move> {
-        let mut ordinary: Vec<&TimelineInstance> = self
+        let mut ordinary: Vec<&SettlementInstance> = self
             .instances
             .iter()
             .filter(|i| i.seat == Some(Seat::Ordinary))
@@ -347,7 +347,7 @@ impl Engine {
 
 /// Whether `candidate` can take over instances of `ending` at `at`: a grant of
 /// the same tenant, not cancelled nor ended, existing and live at `at`.
-fn is_renewal(ending: &TimelineGrant, candidate: &TimelineGrant, at: i64) -> bool {
+fn is_renewal(ending: &SettlementGrant, candidate: &SettlementGrant, at: i64) -> bool {
     candidate.tenant_id == ending.tenant_id
         && matches!(
             candidate.settled,
@@ -360,7 +360,7 @@ fn is_renewal(ending: &TimelineGrant, candidate: &TimelineGrant, at: i64) -> boo
 
 /// The instant from which `grant` takes in instances: its `startsAt`, or its
 /// `createdAt` if it was created later, but never after its `endsAt`.
-pub(super) fn take_in_instant(grant: &TimelineGrant) -> i64 {
+pub(super) fn take_in_instant(grant: &SettlementGrant) -> i64 {
     grant.starts_at.max(grant.created_at).min(grant.ends_at)
 }
 

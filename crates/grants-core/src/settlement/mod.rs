@@ -190,7 +190,7 @@ pub enum Power {
 
 /// A grant on the reservation, as settlement sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TimelineGrant {
+pub struct SettlementGrant {
     /// The grant's id.
     pub grant_id: String,
     /// The grantee.
@@ -208,11 +208,11 @@ pub struct TimelineGrant {
     /// What settlement has recorded so far: `Scheduled` until its activation
     /// is applied, `Active` until its end is, then `Ended`; `Cancelled` grants
     /// are left alone. This is the stored state, which may lag behind
-    /// [`TimelineGrant::state_at`].
+    /// [`SettlementGrant::state_at`].
     pub settled: GrantState,
 }
 
-impl TimelineGrant {
+impl SettlementGrant {
     /// The grant's true state at `now` (see [`grant_state`]).
     pub fn state_at(&self, now: i64) -> GrantState {
         grant_state(
@@ -236,7 +236,7 @@ impl TimelineGrant {
 /// Only instances holding a slot of the reservation matter; others may be
 /// passed with `seat: None` and are left alone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TimelineInstance {
+pub struct SettlementInstance {
     /// The instance's id.
     pub instance_id: String,
     /// Its tenant.
@@ -253,7 +253,7 @@ pub struct TimelineInstance {
     pub seat: Option<Seat>,
 }
 
-impl TimelineInstance {
+impl SettlementInstance {
     fn owner(&self) -> Owner<'_> {
         Owner {
             tenant_id: &self.tenant_id,
@@ -422,7 +422,7 @@ impl ForcedEnd {
         }
     }
 
-    fn covers(&self, grant: &TimelineGrant) -> bool {
+    fn covers(&self, grant: &SettlementGrant) -> bool {
         match self {
             ForcedEnd::Root { grant_id } => grant.grant_id == *grant_id,
             ForcedEnd::TenantDeleted { tenant_id } => grant.tenant_id == *tenant_id,
@@ -442,10 +442,10 @@ impl ForcedEnd {
 ///
 /// ```
 /// use grants_core::{
-///     settle, Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance, Transition,
+///     settle, Billing, GrantState, Power, Seat, SettlementGrant, SettlementInstance, Transition,
 /// };
 ///
-/// let grant = TimelineGrant {
+/// let grant = SettlementGrant {
 ///     grant_id: "rgrant_1".into(),
 ///     tenant_id: "acme".into(),
 ///     project_id: None,
@@ -455,7 +455,7 @@ impl ForcedEnd {
 ///     created_at: 0,
 ///     settled: GrantState::Scheduled,
 /// };
-/// let vm = TimelineInstance {
+/// let vm = SettlementInstance {
 ///     instance_id: "inst_1".into(),
 ///     tenant_id: "acme".into(),
 ///     project_id: None,
@@ -472,8 +472,8 @@ impl ForcedEnd {
 /// }]);
 /// ```
 pub fn settle(
-    grants: &[TimelineGrant],
-    instances: &[TimelineInstance],
+    grants: &[SettlementGrant],
+    instances: &[SettlementInstance],
     now: i64,
 ) -> Vec<Transition> {
     let mut engine = Engine::new(grants, instances);
@@ -490,7 +490,7 @@ pub fn settle(
 /// the same for the open grants that have started as for all of them: a
 /// grant starting later is neither activated, nor ended, nor live to take an
 /// instance over (`tests/settlement_props.rs` checks both).
-pub fn has_due(grants: &[TimelineGrant], now: i64) -> bool {
+pub fn has_due(grants: &[SettlementGrant], now: i64) -> bool {
     grants.iter().any(|g| match g.settled {
         GrantState::Scheduled => take_in_instant(g) <= now,
         GrantState::Active => g.ends_at <= now,
@@ -509,8 +509,8 @@ pub fn has_due(grants: &[TimelineGrant], now: i64) -> bool {
 /// Like [`settle`], applying the answer and asking again for the same `at`
 /// yields nothing.
 pub fn force_end(
-    grants: &[TimelineGrant],
-    instances: &[TimelineInstance],
+    grants: &[SettlementGrant],
+    instances: &[SettlementInstance],
     cause: &ForcedEnd,
     at: i64,
 ) -> Vec<Transition> {
@@ -535,10 +535,10 @@ pub fn force_end(
 ///
 /// ```
 /// use grants_core::{
-///     refill, Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance, Transition,
+///     refill, Billing, GrantState, Power, Seat, SettlementGrant, SettlementInstance, Transition,
 /// };
 ///
-/// let grant = TimelineGrant {
+/// let grant = SettlementGrant {
 ///     grant_id: "rgrant_1".into(),
 ///     tenant_id: "acme".into(),
 ///     project_id: None,
@@ -550,7 +550,7 @@ pub fn force_end(
 /// };
 /// // The grant's instance was just deleted; an older and a newer one are on
 /// // ordinary slots.
-/// let ordinary = |id: &str, created_at| TimelineInstance {
+/// let ordinary = |id: &str, created_at| SettlementInstance {
 ///     instance_id: id.into(),
 ///     tenant_id: "acme".into(),
 ///     project_id: None,
@@ -567,8 +567,8 @@ pub fn force_end(
 /// }]);
 /// ```
 pub fn refill(
-    grants: &[TimelineGrant],
-    instances: &[TimelineInstance],
+    grants: &[SettlementGrant],
+    instances: &[SettlementInstance],
     at: i64,
 ) -> Vec<Transition> {
     let mut engine = Engine::new(grants, instances);
@@ -582,8 +582,8 @@ pub fn refill(
 /// instance it moves. Grants and instances it names that are not in the
 /// snapshot are ignored.
 pub fn apply(
-    grants: &mut [TimelineGrant],
-    instances: &mut [TimelineInstance],
+    grants: &mut [SettlementGrant],
+    instances: &mut [SettlementInstance],
     transition: &Transition,
 ) {
     match transition {
@@ -626,22 +626,22 @@ pub fn apply(
 }
 
 fn update_grant(
-    grants: &mut [TimelineGrant],
+    grants: &mut [SettlementGrant],
     grant_id: &str,
-    update: impl FnOnce(&mut TimelineGrant),
+    update: impl FnOnce(&mut SettlementGrant),
 ) {
     if let Some(grant) = grants.iter_mut().find(|grant| grant.grant_id == grant_id) {
         update(grant);
     }
 }
 
-fn apply_moves(instances: &mut [TimelineInstance], moves: &[Move]) {
+fn apply_moves(instances: &mut [SettlementInstance], moves: &[Move]) {
     for Move { instance_id, to } in moves {
         set_seat(instances, instance_id, to.seat());
     }
 }
 
-fn set_seat(instances: &mut [TimelineInstance], instance_id: &str, seat: Option<Seat>) {
+fn set_seat(instances: &mut [SettlementInstance], instance_id: &str, seat: Option<Seat>) {
     if let Some(instance) = instances
         .iter_mut()
         .find(|instance| instance.instance_id == instance_id)

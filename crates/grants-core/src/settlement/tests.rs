@@ -1,7 +1,7 @@
 use super::*;
 
-fn grant(id: &str, tenant: &str, slots: u32, starts_at: i64, ends_at: i64) -> TimelineGrant {
-    TimelineGrant {
+fn grant(id: &str, tenant: &str, slots: u32, starts_at: i64, ends_at: i64) -> SettlementGrant {
+    SettlementGrant {
         grant_id: id.into(),
         tenant_id: tenant.into(),
         project_id: None,
@@ -13,18 +13,18 @@ fn grant(id: &str, tenant: &str, slots: u32, starts_at: i64, ends_at: i64) -> Ti
     }
 }
 
-fn in_project(mut grant: TimelineGrant, project: &str) -> TimelineGrant {
+fn in_project(mut grant: SettlementGrant, project: &str) -> SettlementGrant {
     grant.project_id = Some(project.into());
     grant
 }
 
-fn active(mut grant: TimelineGrant) -> TimelineGrant {
+fn active(mut grant: SettlementGrant) -> SettlementGrant {
     grant.settled = GrantState::Active;
     grant
 }
 
-fn instance(id: &str, tenant: &str, created_at: i64, seat: Option<Seat>) -> TimelineInstance {
-    TimelineInstance {
+fn instance(id: &str, tenant: &str, created_at: i64, seat: Option<Seat>) -> SettlementInstance {
+    SettlementInstance {
         instance_id: id.into(),
         tenant_id: tenant.into(),
         project_id: None,
@@ -35,15 +35,15 @@ fn instance(id: &str, tenant: &str, created_at: i64, seat: Option<Seat>) -> Time
     }
 }
 
-fn ordinary(id: &str, tenant: &str, created_at: i64) -> TimelineInstance {
+fn ordinary(id: &str, tenant: &str, created_at: i64) -> SettlementInstance {
     instance(id, tenant, created_at, Some(Seat::Ordinary))
 }
 
-fn held(id: &str, tenant: &str, created_at: i64, grant_id: &str) -> TimelineInstance {
+fn held(id: &str, tenant: &str, created_at: i64, grant_id: &str) -> SettlementInstance {
     instance(id, tenant, created_at, Some(Seat::Grant(grant_id.into())))
 }
 
-fn stopped(mut instance: TimelineInstance) -> TimelineInstance {
+fn stopped(mut instance: SettlementInstance) -> SettlementInstance {
     instance.power = Power::Stopped;
     instance
 }
@@ -78,10 +78,10 @@ fn end(grant_id: &str, at: i64, reason: EndReason, moves: Vec<Move>) -> Transiti
 
 /// Applies `transitions` to copies of the snapshot.
 fn applied(
-    grants: &[TimelineGrant],
-    instances: &[TimelineInstance],
+    grants: &[SettlementGrant],
+    instances: &[SettlementInstance],
     transitions: &[Transition],
-) -> (Vec<TimelineGrant>, Vec<TimelineInstance>) {
+) -> (Vec<SettlementGrant>, Vec<SettlementInstance>) {
     let (mut grants, mut instances) = (grants.to_vec(), instances.to_vec());
     for transition in transitions {
         apply(&mut grants, &mut instances, transition);

@@ -4,16 +4,18 @@
 //! ([`project_stints`]).
 
 use crate::capacity::Term;
-use crate::settlement::{Destination, TimelineGrant, TimelineInstance, Transition, apply, settle};
+use crate::settlement::{
+    Destination, SettlementGrant, SettlementInstance, Transition, apply, settle,
+};
 
 /// A reservation's snapshot as settlement at an instant would leave it: the
 /// transitions due, and the grants and instances once they are applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettlementPreview {
     /// The grants afterwards.
-    pub grants: Vec<TimelineGrant>,
+    pub grants: Vec<SettlementGrant>,
     /// The instances afterwards.
-    pub instances: Vec<TimelineInstance>,
+    pub instances: Vec<SettlementInstance>,
     /// What settlement would record, in order.
     pub transitions: Vec<Transition>,
 }
@@ -21,8 +23,8 @@ pub struct SettlementPreview {
 /// What [`settle`] up to `now` would do to the snapshot, applied to a copy
 /// of it: the read-only twin of storage's settlement.
 pub fn preview_settlement(
-    grants: &[TimelineGrant],
-    instances: &[TimelineInstance],
+    grants: &[SettlementGrant],
+    instances: &[SettlementInstance],
     now: i64,
 ) -> SettlementPreview {
     let transitions = settle(grants, instances, now);

@@ -3,7 +3,7 @@
 //! the settlement due at that instant applied in memory.
 
 use crate::placement::{LiveGrant, ReservationView, Seat};
-use crate::settlement::{GrantState, Power, TimelineGrant, TimelineInstance};
+use crate::settlement::{GrantState, Power, SettlementGrant, SettlementInstance};
 use crate::views::preview::preview_settlement;
 
 /// A reservation's slot accounts at one instant (contract 3.10 and 4).
@@ -31,9 +31,9 @@ pub struct SlotAccounts {
 ///
 /// ```
 /// use grants_core::views::slots::{slot_accounts, SlotAccounts};
-/// use grants_core::{Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance};
+/// use grants_core::{Billing, GrantState, Power, Seat, SettlementGrant, SettlementInstance};
 ///
-/// let grant = TimelineGrant {
+/// let grant = SettlementGrant {
 ///     grant_id: "rgrant_1".into(),
 ///     tenant_id: "acme".into(),
 ///     project_id: None,
@@ -43,7 +43,7 @@ pub struct SlotAccounts {
 ///     created_at: 0,
 ///     settled: GrantState::Scheduled,
 /// };
-/// let vm = |id: &str| TimelineInstance {
+/// let vm = |id: &str| SettlementInstance {
 ///     instance_id: id.into(),
 ///     tenant_id: "acme".into(),
 ///     project_id: None,
@@ -71,8 +71,8 @@ pub struct SlotAccounts {
 pub fn slot_accounts(
     total: u64,
     provider_in_use: u64,
-    grants: &[TimelineGrant],
-    instances: &[TimelineInstance],
+    grants: &[SettlementGrant],
+    instances: &[SettlementInstance],
     now: i64,
 ) -> SlotAccounts {
     let settled = preview_settlement(grants, instances, now);

@@ -3,7 +3,7 @@
 use crate::capacity::{Commitment, Term};
 use crate::metering::{HOUR_MS, hour_buckets};
 use crate::placement::{Billing, Seat};
-use crate::settlement::{Destination, Power, TimelineInstance, Transition};
+use crate::settlement::{Destination, Power, SettlementInstance, Transition};
 use crate::views::hours::{BucketMs, grant_hours, grant_hours_with};
 use crate::views::preview::{Stint, project_stints};
 use crate::views::slots::slot_accounts;
@@ -126,7 +126,7 @@ fn a_stopped_instance_losing_its_slot_leaves_the_reservation() {
 
 #[test]
 fn slot_accounts_floor_ordinary_free_at_zero() {
-    let vm = |id: &str| TimelineInstance {
+    let vm = |id: &str| SettlementInstance {
         instance_id: id.into(),
         tenant_id: "acme".into(),
         project_id: None,

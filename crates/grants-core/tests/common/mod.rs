@@ -2,7 +2,7 @@
 //! rows made of generated values, and the stops and starts that happen
 //! between two settlements.
 
-use grants_core::{Billing, GrantState, Power, Seat, TimelineGrant, TimelineInstance};
+use grants_core::{Billing, GrantState, Power, Seat, SettlementGrant, SettlementInstance};
 
 /// A scheduled grant of `tenant` (and `project`) of `slots` over
 /// `[starts_at, starts_at + len)`, created `created_early` before its start.
@@ -13,8 +13,8 @@ pub fn scheduled_grant(
     starts_at: i64,
     len: i64,
     created_early: i64,
-) -> TimelineGrant {
-    TimelineGrant {
+) -> SettlementGrant {
+    SettlementGrant {
         grant_id,
         tenant_id: tenant.into(),
         project_id: project.map(Into::into),
@@ -34,8 +34,8 @@ pub fn new_instance(
     billing: Billing,
     running: bool,
     created_at: i64,
-) -> TimelineInstance {
-    TimelineInstance {
+) -> SettlementInstance {
+    SettlementInstance {
         instance_id,
         tenant_id: tenant.into(),
         project_id: project.map(Into::into),
@@ -53,7 +53,7 @@ pub fn new_instance(
 /// Stops the running and starts the stopped `instances` whose toggle is
 /// set: stopped, an instance on an ordinary slot gives it up; started, one
 /// without a seat takes an ordinary slot; one in a grant keeps its seat.
-pub fn toggle(instances: &mut [TimelineInstance], toggles: Vec<bool>) {
+pub fn toggle(instances: &mut [SettlementInstance], toggles: Vec<bool>) {
     for (instance, toggle) in instances.iter_mut().zip(toggles) {
         if !toggle {
             continue;

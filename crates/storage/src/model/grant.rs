@@ -4,7 +4,7 @@ use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use grants_core::{GrantState, TimelineGrant};
+use grants_core::{GrantState, SettlementGrant};
 
 use crate::error::Result;
 use crate::model::event_data::GrantChange;
@@ -143,8 +143,8 @@ impl GrantRow {
     }
 
     /// As settlement sees it.
-    pub fn to_timeline(&self) -> TimelineGrant {
-        TimelineGrant {
+    pub fn to_settlement(&self) -> SettlementGrant {
+        SettlementGrant {
             grant_id: self.grant_id.clone(),
             tenant_id: self.tenant_id.clone(),
             project_id: self.project_id.clone(),

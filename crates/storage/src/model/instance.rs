@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use grants_core::{Billing, Power, Seat, TimelineInstance};
+use grants_core::{Billing, Power, Seat, SettlementInstance};
 
 use crate::error::Result;
 use crate::model::keyset::Position;
@@ -100,8 +100,8 @@ impl InstanceRow {
     }
 
     /// As settlement sees it.
-    pub fn to_timeline(&self) -> TimelineInstance {
-        TimelineInstance {
+    pub fn to_settlement(&self) -> SettlementInstance {
+        SettlementInstance {
             instance_id: self.instance_id.clone(),
             tenant_id: self.tenant_id.clone(),
             project_id: self.project_id.clone(),

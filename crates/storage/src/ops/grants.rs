@@ -4,7 +4,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::{Commitment, ForcedEnd, GrantState, Term, TimelineGrant, Transition};
+use grants_core::{Commitment, ForcedEnd, GrantState, SettlementGrant, Term, Transition};
 
 use crate::actor::Actor;
 use crate::error::{Detail, ErrorKind, Field, Reason, Result, StorageError};
@@ -400,7 +400,7 @@ async fn would_take_in(
     // Transitions already due come first, as in create.
     let settled = grants_core::views::preview::preview_settlement(&open, &seated, now);
     let mut grants = settled.grants;
-    grants.push(TimelineGrant {
+    grants.push(SettlementGrant {
         grant_id: PREVIEW_GRANT.to_owned(),
         tenant_id: new.grant_tenant_id.to_owned(),
         project_id: new.project_id.map(str::to_owned),

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::views::slots::SlotAccounts;
-use grants_core::{TimelineGrant, TimelineInstance};
+use grants_core::{SettlementGrant, SettlementInstance};
 
 use crate::error::{Detail, Field, Reason, Result, StorageError};
 use crate::ids::{AccountId, PoolId, ReservationId, TenantId};
@@ -47,12 +47,12 @@ pub async fn with_accounts(
     };
     let accounts: BTreeSet<String> = rows.iter().map(|r| r.account_id.clone()).collect();
     type Key = (String, String);
-    let mut grants_of: HashMap<Key, Vec<TimelineGrant>> = HashMap::new();
-    let mut instances_of: HashMap<Key, Vec<TimelineInstance>> = HashMap::new();
+    let mut grants_of: HashMap<Key, Vec<SettlementGrant>> = HashMap::new();
+    let mut instances_of: HashMap<Key, Vec<SettlementInstance>> = HashMap::new();
     for account in &accounts {
         for g in GrantRow::open_on_account(conn, account, only.as_deref()).await? {
             let key = (g.account_id.clone(), g.reservation_id.clone());
-            grants_of.entry(key).or_default().push(g.to_timeline());
+            grants_of.entry(key).or_default().push(g.to_settlement());
         }
         for i in InstanceRow::seated_on_account(conn, account, only.as_deref()).await? {
             let (Some(a), Some(r)) = (i.account_id.clone(), i.reservation_id.clone()) else {
@@ -61,7 +61,7 @@ pub async fn with_accounts(
             instances_of
                 .entry((a, r))
                 .or_default()
-                .push(i.to_timeline());
+                .push(i.to_settlement());
         }
     }
     Ok(rows

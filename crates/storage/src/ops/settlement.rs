@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use grants_core::{ForcedEnd, GrantState, TimelineGrant, TimelineInstance, Transition};
+use grants_core::{ForcedEnd, GrantState, SettlementGrant, SettlementInstance, Transition};
 
 use crate::error::{Result, StorageError};
 use crate::locks;
@@ -28,11 +28,11 @@ use crate::schema::grants;
 pub(crate) async fn seated_instances(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
-) -> Result<Vec<TimelineInstance>> {
+) -> Result<Vec<SettlementInstance>> {
     Ok(InstanceRow::seated(conn, res)
         .await?
         .iter()
-        .map(InstanceRow::to_timeline)
+        .map(InstanceRow::to_settlement)
         .collect())
 }
 
@@ -41,12 +41,12 @@ pub(crate) async fn seated_instances(
 pub(crate) async fn open_grants_unlocked(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
-) -> Result<Vec<TimelineGrant>> {
+) -> Result<Vec<SettlementGrant>> {
     Ok(
         GrantRow::open_on_account(conn, &res.account_id, Some(&res.reservation_id))
             .await?
             .iter()
-            .map(GrantRow::to_timeline)
+            .map(GrantRow::to_settlement)
             .collect(),
     )
 }
@@ -97,11 +97,11 @@ async fn settle_reading(
     events: &mut Vec<NewEvent>,
 ) -> Result<(usize, Option<Vec<GrantRow>>)> {
     let grants = locks::started_grants(conn, res, now).await?;
-    let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
-    if !grants_core::has_due(&timeline, now) {
+    let snapshot: Vec<SettlementGrant> = grants.iter().map(GrantRow::to_settlement).collect();
+    if !grants_core::has_due(&snapshot, now) {
         return Ok((0, Some(grants)));
     }
-    let n = run(conn, res, &grants, timeline, events, |g, i| {
+    let n = run(conn, res, &grants, snapshot, events, |g, i| {
         grants_core::settle(g, i, now)
     })
     .await?;
@@ -122,8 +122,8 @@ pub async fn refill(
     if grants.is_empty() {
         return Ok(0);
     }
-    let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
-    run(conn, res, &grants, timeline, events, |g, i| {
+    let snapshot: Vec<SettlementGrant> = grants.iter().map(GrantRow::to_settlement).collect();
+    run(conn, res, &grants, snapshot, events, |g, i| {
         grants_core::refill(g, i, at)
     })
     .await
@@ -137,12 +137,12 @@ async fn run(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     grants: &[GrantRow],
-    timeline: Vec<TimelineGrant>,
+    snapshot: Vec<SettlementGrant>,
     events: &mut Vec<NewEvent>,
-    decide: impl FnOnce(&[TimelineGrant], &[TimelineInstance]) -> Vec<Transition>,
+    decide: impl FnOnce(&[SettlementGrant], &[SettlementInstance]) -> Vec<Transition>,
 ) -> Result<usize> {
     let instances = seated_instances(conn, res).await?;
-    let due = decide(&timeline, &instances);
+    let due = decide(&snapshot, &instances);
     write(conn, res, grants, &due, events).await?;
     Ok(due.len())
 }
@@ -158,8 +158,8 @@ pub async fn force_end(
 ) -> Result<usize> {
     let grants = locks::open_grants(conn, res).await?;
     let instances = seated_instances(conn, res).await?;
-    let timeline: Vec<TimelineGrant> = grants.iter().map(GrantRow::to_timeline).collect();
-    let due = grants_core::force_end(&timeline, &instances, cause, at);
+    let snapshot: Vec<SettlementGrant> = grants.iter().map(GrantRow::to_settlement).collect();
+    let due = grants_core::force_end(&snapshot, &instances, cause, at);
     write(conn, res, &grants, &due, events).await?;
     Ok(due.len())
 }
