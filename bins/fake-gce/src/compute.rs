@@ -14,7 +14,7 @@ use crate::store::{Failure, MAX_PAGE_SIZE, PageError};
 use crate::wire::{error, json_response};
 
 /// Why a read call's credentials were refused.
-enum Unauthenticated {
+pub(crate) enum Unauthenticated {
     Missing,
     Invalid,
 }
@@ -66,7 +66,7 @@ impl FakeGce {
     }
 
     /// Checks a read call's `Authorization` against what is configured.
-    fn authenticate<B>(&self, request: &Request<B>) -> Result<(), Unauthenticated> {
+    pub(crate) fn authenticate<B>(&self, request: &Request<B>) -> Result<(), Unauthenticated> {
         if self.required_authorization.is_none() && !self.require_auth {
             return Ok(());
         }
@@ -122,7 +122,7 @@ fn injected_failure(failure: Failure) -> Response<Full<Bytes>> {
 }
 
 /// 401 in Google's shape, with the challenge.
-fn unauthenticated(why: &Unauthenticated) -> Response<Full<Bytes>> {
+pub(crate) fn unauthenticated(why: &Unauthenticated) -> Response<Full<Bytes>> {
     const SEE: &str = "Expected OAuth 2 access token, login cookie or other valid \
                        authentication credential. See \
                        https://developers.google.com/identity/sign-in/web/devconsole-project.";

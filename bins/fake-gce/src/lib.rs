@@ -121,10 +121,12 @@
 mod auth;
 mod compute;
 mod hooks;
+mod instances;
 mod server;
 mod store;
 mod tls;
 mod tokens;
+mod vms;
 mod wire;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -143,6 +145,7 @@ pub use server::{serve, shutdown_signal};
 use store::Store;
 pub use store::{MAX_PAGE_SIZE, ReservationSpec};
 pub use tls::{TlsError, TlsIdentity};
+use vms::Vms;
 use wire::{error, json_response, method_not_allowed, not_found, read_json};
 
 /// Where the binary listens when `BC_FAKE_GCE_LISTEN` is not set.
@@ -153,6 +156,8 @@ pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(3600);
 pub const MAX_TOKEN_TTL_S: u64 = 365 * 86_400;
 /// The path of the metadata server's token endpoint.
 pub const METADATA_TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
+/// How many reads of a zone operation it takes to finish, unless configured.
+pub const DEFAULT_OPERATION_POLLS: u32 = 1;
 
 /// How the fake behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,6 +193,9 @@ impl Default for FakeGceConfig {
 pub struct FakeGce {
     store: Arc<Mutex<Store>>,
     auth: Arc<Mutex<Auth>>,
+    /// Locked before `store` when both are held.
+    vms: Arc<Mutex<Vms>>,
+    operation_polls: u32,
     required_authorization: Option<Arc<str>>,
     require_auth: bool,
     token_ttl: Duration,
@@ -206,11 +214,21 @@ impl FakeGce {
         FakeGce {
             store: Arc::default(),
             auth: Arc::default(),
+            vms: Arc::default(),
+            operation_polls: DEFAULT_OPERATION_POLLS,
             required_authorization: config.required_token.map(|t| format!("Bearer {t}").into()),
             require_auth: config.require_auth,
             token_ttl: config.token_ttl,
             tls: config.tls,
         }
+    }
+
+    /// Zone operations finish on their `polls`-th read; every earlier read
+    /// answers them `RUNNING` (0: they are `DONE` in the call's own answer).
+    #[must_use]
+    pub fn with_operation_polls(mut self, polls: u32) -> Self {
+        self.operation_polls = polls;
+        self
     }
 
     /// `https` when the fake is configured with TLS, else `http`.
@@ -222,6 +240,11 @@ impl FakeGce {
         // The store is left consistent by every critical section, so a panic
         // elsewhere does not make it unusable.
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn vms(&self) -> MutexGuard<'_, Vms> {
+        // As for the store: every critical section leaves it consistent.
+        self.vms.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn auth(&self) -> MutexGuard<'_, Auth> {
@@ -266,6 +289,20 @@ impl FakeGce {
                     tokio::time::sleep(delay).await;
                 }
                 self.list(project, &request)
+            }
+            [
+                "compute",
+                "v1",
+                "projects",
+                _,
+                "zones",
+                _,
+                "instances" | "operations",
+                ..,
+            ]
+            | ["compute", "v1", "projects", _, "aggregated", "instances"]
+            | ["fake", "instances" | "fail-instances" | "requests", ..] => {
+                self.instances(request).await
             }
             ["token"] => {
                 if request.method() != Method::POST {

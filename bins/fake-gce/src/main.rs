@@ -6,7 +6,9 @@
 //! reads), `BC_FAKE_GCE_REQUIRE_AUTH` (`1`/`true`: reads need a token this
 //! fake issued), `BC_FAKE_GCE_TOKEN_TTL_S` (issued tokens' lifetime, 1 to
 //! 31536000 s, default 3600), `BC_FAKE_GCE_TLS_CERT` and `BC_FAKE_GCE_TLS_KEY`
-//! (PEM files; both or neither: serve HTTPS), `RUST_LOG` (default `info`;
+//! (PEM files; both or neither: serve HTTPS), `BC_FAKE_GCE_OPERATION_POLLS`
+//! (reads of a zone operation until it is `DONE`, 0 to 1000, default 1),
+//! `RUST_LOG` (default `info`;
 //! logs go to stderr). When ready it prints one line to stdout:
 //! `fake-gce listening on http://ADDR` (`https://` with TLS).
 
@@ -17,7 +19,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use fake_gce::{
-    DEFAULT_LISTEN, DEFAULT_TOKEN_TTL, FakeGce, FakeGceConfig, MAX_TOKEN_TTL_S, TlsIdentity,
+    DEFAULT_LISTEN, DEFAULT_OPERATION_POLLS, DEFAULT_TOKEN_TTL, FakeGce, FakeGceConfig,
+    MAX_TOKEN_TTL_S, TlsIdentity,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -78,6 +81,13 @@ async fn main() -> anyhow::Result<()> {
         .parse()
         .with_context(|| format!("BC_FAKE_GCE_LISTEN={listen:?} is not an ip:port address"))?;
     let config = config_from_env()?;
+    let operation_polls = match var("BC_FAKE_GCE_OPERATION_POLLS")? {
+        None => DEFAULT_OPERATION_POLLS,
+        Some(s) => match s.parse::<u32>() {
+            Ok(n) if n <= 1000 => n,
+            _ => bail!("BC_FAKE_GCE_OPERATION_POLLS={s:?} must be a whole number from 0 to 1000"),
+        },
+    };
 
     let shutdown = fake_gce::shutdown_signal().context("installing signal handlers")?;
     let listener = tokio::net::TcpListener::bind(addr)
@@ -87,13 +97,14 @@ async fn main() -> anyhow::Result<()> {
     if !local.ip().is_loopback() {
         tracing::warn!(%local, "fake-gce is meant for loopback; it has no real authentication");
     }
-    let fake = FakeGce::new(config.clone());
+    let fake = FakeGce::new(config.clone()).with_operation_polls(operation_polls);
     tracing::info!(
         %local,
         token_required = config.required_token.is_some(),
         require_auth = config.require_auth,
         token_ttl_s = config.token_ttl.as_secs(),
         tls = config.tls.is_some(),
+        operation_polls,
         "fake-gce ready"
     );
     let mut stdout = std::io::stdout().lock();

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 /// The page size when the caller sends no `maxResults` (also GCE's maximum).
 pub const MAX_PAGE_SIZE: usize = 500;
 
-const API_ROOT: &str = "https://www.googleapis.com/compute/v1";
+pub(crate) const API_ROOT: &str = "https://www.googleapis.com/compute/v1";
 
 /// What a `PUT /fake/...` stores.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +85,15 @@ impl Default for Store {
     }
 }
 
+/// Why a VM cannot take a slot of a specific reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotError {
+    /// No such reservation in that project and zone.
+    Missing,
+    /// Its `inUseCount` has reached its `count`.
+    Full,
+}
+
 /// Why a page could not be served.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PageError {
@@ -127,6 +136,31 @@ impl Store {
             .get_mut(project)
             .and_then(|p| p.reservations.remove(&(zone.to_owned(), name.to_owned())))
             .is_some()
+    }
+
+    /// Counts one more VM in a reservation's `inUseCount`, if it has room.
+    pub fn take_slot(&mut self, project: &str, zone: &str, name: &str) -> Result<(), SlotError> {
+        let stored = self
+            .projects
+            .get_mut(project)
+            .and_then(|p| p.reservations.get_mut(&(zone.to_owned(), name.to_owned())))
+            .ok_or(SlotError::Missing)?;
+        if stored.spec.in_use_count >= stored.spec.count {
+            return Err(SlotError::Full);
+        }
+        stored.spec.in_use_count += 1;
+        Ok(())
+    }
+
+    /// Counts one VM less in a reservation's `inUseCount` (if it still exists).
+    pub fn free_slot(&mut self, project: &str, zone: &str, name: &str) {
+        if let Some(stored) = self
+            .projects
+            .get_mut(project)
+            .and_then(|p| p.reservations.get_mut(&(zone.to_owned(), name.to_owned())))
+        {
+            stored.spec.in_use_count = (stored.spec.in_use_count - 1).max(0);
+        }
     }
 
     /// Makes the next `count` read calls fail as `failure` says (replacing

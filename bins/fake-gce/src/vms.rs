@@ -1,0 +1,635 @@
+//! The in-memory VMs and their zone operations, shown in GCE's shapes.
+//!
+//! A mutating call decides its outcome when it arrives (a create takes its
+//! reservation slot then, or fails) and answers an operation `RUNNING`; the
+//! operation finishes on its `polls`-th read, and only then does the VM reach
+//! the status it aims at (`RUNNING`, `TERMINATED`, gone).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use crate::store::{API_ROOT, SlotError, Store};
+
+/// The kinds of zone operation the fake runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpType {
+    Insert,
+    Stop,
+    Start,
+    Delete,
+}
+
+impl OpType {
+    fn as_str(self) -> &'static str {
+        match self {
+            OpType::Insert => "insert",
+            OpType::Stop => "stop",
+            OpType::Start => "start",
+            OpType::Delete => "delete",
+        }
+    }
+}
+
+/// What finishing an operation does to its VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    None,
+    Run,
+    Terminate,
+    Remove,
+}
+
+/// What a create asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct VmSpec {
+    pub name: String,
+    /// A full URL.
+    pub machine_type: String,
+    pub labels: Map<String, Value>,
+    pub affinity: Value,
+    /// The reservation named by a `SPECIFIC_RESERVATION` affinity.
+    pub reservation: Option<String>,
+}
+
+#[derive(Debug)]
+struct Vm {
+    id: u64,
+    spec: VmSpec,
+    /// Whether it is counted in its reservation's `inUseCount`.
+    counted: bool,
+    status: &'static str,
+    created: String,
+}
+
+#[derive(Debug)]
+struct Operation {
+    id: u64,
+    op_type: OpType,
+    target: String,
+    target_id: u64,
+    polls_left: u32,
+    done: bool,
+    error: Option<(String, String)>,
+    effect: Effect,
+    insert_time: String,
+    end_time: Option<String>,
+}
+
+/// A call refused outright (an HTTP error, not an operation error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    NotFound,
+    AlreadyExists,
+    NotReady,
+}
+
+/// `(project, zone, name)`.
+type Key = (String, String, String);
+
+/// All projects' VMs, their operations, the creates still to fail and the
+/// mutating requests seen.
+#[derive(Debug)]
+pub(crate) struct Vms {
+    vms: BTreeMap<Key, Vm>,
+    /// Every zone of a project that ever held a VM (listed on every page).
+    zones: BTreeMap<String, BTreeSet<String>>,
+    ops: BTreeMap<Key, Operation>,
+    /// `(project, requestId)` → `(zone, operation name)`.
+    by_request: HashMap<(String, String), (String, String)>,
+    failures_left: u64,
+    failure_code: String,
+    requests: Vec<Value>,
+    next_id: u64,
+}
+
+impl Default for Vms {
+    fn default() -> Self {
+        Vms {
+            vms: BTreeMap::new(),
+            zones: BTreeMap::new(),
+            ops: BTreeMap::new(),
+            by_request: HashMap::new(),
+            failures_left: 0,
+            failure_code: String::new(),
+            requests: Vec::new(),
+            next_id: 2_000_000_000_000_000_001,
+        }
+    }
+}
+
+fn key(project: &str, zone: &str, name: &str) -> Key {
+    (project.to_owned(), zone.to_owned(), name.to_owned())
+}
+
+fn zone_url(project: &str, zone: &str) -> String {
+    format!("{API_ROOT}/projects/{project}/zones/{zone}")
+}
+
+/// The HTTP status GCE reports with an operation's error code.
+fn http_error(code: &str) -> (u16, &'static str) {
+    match code {
+        "RESOURCE_NOT_FOUND" => (404, "NOT FOUND"),
+        "CONDITION_NOT_MET" => (412, "PRECONDITION FAILED"),
+        "QUOTA_EXCEEDED" => (403, "FORBIDDEN"),
+        c if c.ends_with("_EXHAUSTED") => (503, "SERVICE UNAVAILABLE"),
+        _ => (400, "BAD REQUEST"),
+    }
+}
+
+impl Vms {
+    fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Notes a mutating request as `GET /fake/requests` shows it.
+    pub fn record(&mut self, method: &str, path: &str, request_id: Option<&str>) {
+        self.requests.push(json!({
+            "method": method,
+            "path": path,
+            "requestId": request_id,
+        }));
+    }
+
+    pub fn requests(&self) -> &[Value] {
+        &self.requests
+    }
+
+    pub fn reset_requests(&mut self) {
+        self.requests.clear();
+    }
+
+    /// Makes the next `count` creates' operations end with `code`.
+    pub fn fail_next(&mut self, count: u64, code: &str) {
+        self.failures_left = count;
+        code.clone_into(&mut self.failure_code);
+    }
+
+    /// The operation a `requestId` already started, if any.
+    fn replay(&self, project: &str, request_id: Option<&str>) -> Option<Value> {
+        let (zone, name) = self
+            .by_request
+            .get(&(project.to_owned(), request_id?.to_owned()))?;
+        let op = self.ops.get(&key(project, zone, name))?;
+        Some(op_json(project, zone, name, op))
+    }
+
+    /// Starts an operation; answers it.
+    #[expect(clippy::too_many_arguments, reason = "one operation's parts")]
+    fn start_op(
+        &mut self,
+        store: &mut Store,
+        project: &str,
+        zone: &str,
+        request_id: Option<&str>,
+        op_type: OpType,
+        target: &str,
+        target_id: u64,
+        error: Option<(String, String)>,
+        effect: Effect,
+        polls: u32,
+    ) -> Value {
+        let id = self.fresh_id();
+        let name = format!("operation-{}-{id:x}", now_millis());
+        let op = Operation {
+            id,
+            op_type,
+            target: target.to_owned(),
+            target_id,
+            polls_left: polls,
+            done: false,
+            error,
+            effect,
+            insert_time: rfc3339(now_millis()),
+            end_time: None,
+        };
+        let k = key(project, zone, &name);
+        self.ops.insert(k.clone(), op);
+        if let Some(rid) = request_id {
+            self.by_request.insert(
+                (project.to_owned(), rid.to_owned()),
+                (zone.to_owned(), name.clone()),
+            );
+        }
+        if polls == 0 {
+            self.finish(store, &k);
+        }
+        match self.ops.get(&k) {
+            Some(op) => op_json(project, zone, &name, op),
+            None => Value::Null,
+        }
+    }
+
+    /// `instances.insert`.
+    pub fn insert(
+        &mut self,
+        store: &mut Store,
+        project: &str,
+        zone: &str,
+        request_id: Option<&str>,
+        spec: VmSpec,
+        polls: u32,
+    ) -> Result<Value, Refusal> {
+        if let Some(op) = self.replay(project, request_id) {
+            return Ok(op);
+        }
+        let k = key(project, zone, &spec.name);
+        if self.vms.contains_key(&k) {
+            return Err(Refusal::AlreadyExists);
+        }
+        let name = spec.name.clone();
+        let mut error = None;
+        if self.failures_left > 0 {
+            self.failures_left -= 1;
+            let message = "fake-gce: injected failure (POST /fake/fail-instances)";
+            error = Some((self.failure_code.clone(), message.to_owned()));
+        } else if let Some(reservation) = &spec.reservation {
+            error = match store.take_slot(project, zone, reservation) {
+                Ok(()) => None,
+                Err(SlotError::Missing) => Some((
+                    "RESOURCE_NOT_FOUND".to_owned(),
+                    format!(
+                        "The resource 'projects/{project}/zones/{zone}/reservations/\
+                         {reservation}' was not found"
+                    ),
+                )),
+                Err(SlotError::Full) => Some((
+                    "CONDITION_NOT_MET".to_owned(),
+                    format!(
+                        "Specified reservation '{reservation}' does not have available resources for the request."
+                    ),
+                )),
+            };
+        }
+        let (target_id, effect) = if error.is_some() {
+            (self.fresh_id(), Effect::None)
+        } else {
+            let id = self.fresh_id();
+            let counted = spec.reservation.is_some();
+            let vm = Vm {
+                id,
+                spec,
+                counted,
+                status: "PROVISIONING",
+                created: rfc3339(now_millis()),
+            };
+            self.vms.insert(k, vm);
+            self.zones
+                .entry(project.to_owned())
+                .or_default()
+                .insert(zone.to_owned());
+            (id, Effect::Run)
+        };
+        Ok(self.start_op(
+            store,
+            project,
+            zone,
+            request_id,
+            OpType::Insert,
+            &name,
+            target_id,
+            error,
+            effect,
+            polls,
+        ))
+    }
+
+    /// `instances.stop`, `instances.start` and `instances.delete`.
+    #[expect(clippy::too_many_arguments, reason = "one call's parts")]
+    pub fn change(
+        &mut self,
+        store: &mut Store,
+        project: &str,
+        zone: &str,
+        name: &str,
+        request_id: Option<&str>,
+        op_type: OpType,
+        polls: u32,
+    ) -> Result<Value, Refusal> {
+        if let Some(op) = self.replay(project, request_id) {
+            return Ok(op);
+        }
+        let k = key(project, zone, name);
+        let vm = self.vms.get_mut(&k).ok_or(Refusal::NotFound)?;
+        let settled = matches!(vm.status, "RUNNING" | "TERMINATED");
+        let target_id = vm.id;
+        let mut error = None;
+        let effect = match op_type {
+            OpType::Delete => {
+                vm.status = "STOPPING";
+                Effect::Remove
+            }
+            _ if !settled => return Err(Refusal::NotReady),
+            OpType::Stop if vm.status == "RUNNING" => {
+                vm.status = "STOPPING";
+                Effect::Terminate
+            }
+            OpType::Start if vm.status == "TERMINATED" => {
+                let taken = match &vm.spec.reservation {
+                    Some(r) => store.take_slot(project, zone, r),
+                    None => Ok(()),
+                };
+                match taken {
+                    Ok(()) => {
+                        vm.counted = vm.spec.reservation.is_some();
+                        vm.status = "STAGING";
+                        Effect::Run
+                    }
+                    Err(why) => {
+                        let code = match why {
+                            SlotError::Missing => "RESOURCE_NOT_FOUND",
+                            SlotError::Full => "CONDITION_NOT_MET",
+                        };
+                        error = Some((code.to_owned(), "the reservation has no room".to_owned()));
+                        Effect::None
+                    }
+                }
+            }
+            _ => Effect::None,
+        };
+        Ok(self.start_op(
+            store, project, zone, request_id, op_type, name, target_id, error, effect, polls,
+        ))
+    }
+
+    /// Finishes an operation and applies its effect.
+    fn finish(&mut self, store: &mut Store, k: &Key) {
+        let Some(op) = self.ops.get_mut(k) else {
+            return;
+        };
+        op.done = true;
+        op.end_time = Some(rfc3339(now_millis()));
+        let effect = if op.error.is_some() {
+            Effect::None
+        } else {
+            op.effect
+        };
+        let vm_key = key(&k.0, &k.1, &op.target);
+        let Some(vm) = self.vms.get_mut(&vm_key).filter(|vm| vm.id == op.target_id) else {
+            return;
+        };
+        match effect {
+            Effect::None => {}
+            Effect::Run if matches!(vm.status, "PROVISIONING" | "STAGING") => vm.status = "RUNNING",
+            Effect::Run => {}
+            Effect::Terminate => {
+                if vm.status == "STOPPING" {
+                    vm.status = "TERMINATED";
+                }
+                release(store, &vm_key, vm);
+            }
+            Effect::Remove => {
+                release(store, &vm_key, vm);
+                self.vms.remove(&vm_key);
+            }
+        }
+    }
+
+    /// `zoneOperations.get`: counts the read; answers the operation.
+    pub fn poll(
+        &mut self,
+        store: &mut Store,
+        project: &str,
+        zone: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let k = key(project, zone, name);
+        let op = self.ops.get_mut(&k)?;
+        if !op.done {
+            op.polls_left = op.polls_left.saturating_sub(1);
+            if op.polls_left == 0 {
+                self.finish(store, &k);
+            }
+        }
+        let op = self.ops.get(&k)?;
+        Some(op_json(project, zone, name, op))
+    }
+
+    /// `instances.get`.
+    pub fn get(&self, project: &str, zone: &str, name: &str) -> Option<Value> {
+        let vm = self.vms.get(&key(project, zone, name))?;
+        Some(vm_json(project, zone, name, vm))
+    }
+
+    /// A change made outside the platform (`POST /fake/instances/...`), to
+    /// the VM of that zone and name in any project; answers it afterwards
+    /// (`Null` once deleted).
+    pub fn outside(
+        &mut self,
+        store: &mut Store,
+        zone: &str,
+        name: &str,
+        action: &str,
+    ) -> Result<Value, Refusal> {
+        let k = self
+            .vms
+            .keys()
+            .find(|(_, z, n)| z == zone && n == name)
+            .cloned()
+            .ok_or(Refusal::NotFound)?;
+        let vm = self.vms.get_mut(&k).ok_or(Refusal::NotFound)?;
+        match action {
+            "stop" => {
+                vm.status = "TERMINATED";
+                release(store, &k, vm);
+            }
+            "start" => {
+                if !vm.counted
+                    && let Some(r) = &vm.spec.reservation
+                {
+                    store
+                        .take_slot(&k.0, zone, r)
+                        .map_err(|_| Refusal::NotReady)?;
+                    vm.counted = true;
+                }
+                vm.status = "RUNNING";
+            }
+            _ => {
+                release(store, &k, vm);
+                self.vms.remove(&k);
+                return Ok(Value::Null);
+            }
+        }
+        Ok(vm_json(&k.0, &k.1, &k.2, vm))
+    }
+
+    /// One page of `aggregated/instances`, only VMs whose labels hold every
+    /// `(key, value)` of `filter`. The token is the last VM's `zone.name`.
+    pub fn aggregated_page(
+        &self,
+        project: &str,
+        filter: &[(String, String)],
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> Option<Value> {
+        let start = match page_token {
+            None => Bound::Unbounded,
+            Some(token) => {
+                let (zone, name) = token.split_once('.')?;
+                if zone.is_empty() || name.is_empty() {
+                    return None;
+                }
+                Bound::Excluded(key(project, zone, name))
+            }
+        };
+        let end = Bound::Excluded((format!("{project}\0"), String::new(), String::new()));
+        let mut rest = self
+            .vms
+            .range((start, end))
+            .filter(|(k, _)| k.0 == project)
+            .filter(|(_, vm)| {
+                filter
+                    .iter()
+                    .all(|(fk, fv)| vm.spec.labels.get(fk).and_then(Value::as_str) == Some(fv))
+            });
+        let page: Vec<(&Key, &Vm)> = rest.by_ref().take(page_size).collect();
+        let more = rest.next().is_some();
+        let mut items: BTreeMap<String, Vec<Value>> = self
+            .zones
+            .get(project)
+            .into_iter()
+            .flatten()
+            .map(|z| (format!("zones/{z}"), Vec::new()))
+            .collect();
+        for ((p, zone, name), vm) in &page {
+            items
+                .entry(format!("zones/{zone}"))
+                .or_default()
+                .push(vm_json(p, zone, name, vm));
+        }
+        let items: Map<String, Value> = items
+            .into_iter()
+            .map(|(scope, vms)| {
+                let scoped = if vms.is_empty() {
+                    json!({ "warning": {
+                        "code": "NO_RESULTS_ON_PAGE",
+                        "message": format!("There are no results for scope '{scope}' on this page."),
+                        "data": [{ "key": "scope", "value": scope }]
+                    } })
+                } else {
+                    json!({ "instances": vms })
+                };
+                (scope, scoped)
+            })
+            .collect();
+        let mut list = json!({
+            "kind": "compute#instanceAggregatedList",
+            "id": format!("projects/{project}/aggregated/instances"),
+            "items": items,
+            "selfLink": format!("{API_ROOT}/projects/{project}/aggregated/instances"),
+        });
+        if more
+            && let Some(((_, zone, name), _)) = page.last()
+            && let Some(list) = list.as_object_mut()
+        {
+            list.insert("nextPageToken".to_owned(), format!("{zone}.{name}").into());
+        }
+        Some(list)
+    }
+}
+
+/// Frees the VM's reservation slot if it holds one.
+fn release(store: &mut Store, k: &Key, vm: &mut Vm) {
+    if vm.counted
+        && let Some(r) = &vm.spec.reservation
+    {
+        store.free_slot(&k.0, &k.1, r);
+    }
+    vm.counted = false;
+}
+
+fn vm_json(project: &str, zone: &str, name: &str, vm: &Vm) -> Value {
+    let zone_url = zone_url(project, zone);
+    json!({
+        "kind": "compute#instance",
+        "id": vm.id.to_string(),
+        "name": name,
+        "zone": zone_url,
+        "machineType": vm.spec.machine_type,
+        "status": vm.status,
+        "labels": vm.spec.labels,
+        "reservationAffinity": vm.spec.affinity,
+        "creationTimestamp": vm.created,
+        "selfLink": format!("{zone_url}/instances/{name}"),
+    })
+}
+
+fn op_json(project: &str, zone: &str, name: &str, op: &Operation) -> Value {
+    let zone_url = zone_url(project, zone);
+    let mut shown = json!({
+        "kind": "compute#operation",
+        "id": op.id.to_string(),
+        "name": name,
+        "zone": zone_url,
+        "operationType": op.op_type.as_str(),
+        "targetLink": format!("{zone_url}/instances/{}", op.target),
+        "targetId": op.target_id.to_string(),
+        "status": if op.done { "DONE" } else { "RUNNING" },
+        "progress": if op.done { 100 } else { 0 },
+        "insertTime": op.insert_time,
+        "startTime": op.insert_time,
+        "selfLink": format!("{zone_url}/operations/{name}"),
+    });
+    if let Some(map) = shown.as_object_mut() {
+        if let Some(end) = &op.end_time {
+            map.insert("endTime".to_owned(), end.clone().into());
+        }
+        if op.done
+            && let Some((code, message)) = &op.error
+        {
+            let (status, status_message) = http_error(code);
+            map.insert(
+                "error".to_owned(),
+                json!({ "errors": [{ "code": code, "message": message }] }),
+            );
+            map.insert("httpErrorStatusCode".to_owned(), status.into());
+            map.insert("httpErrorMessage".to_owned(), status_message.into());
+        }
+    }
+    shown
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `2026-12-02T15:04:05.123+00:00`, as GCE writes its timestamps.
+fn rfc3339(millis: u64) -> String {
+    let secs = millis / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}+00:00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        millis % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000+00:00");
+        assert_eq!(rfc3339(1_796_224_645_123), "2026-12-02T15:17:25.123+00:00");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000+00:00");
+    }
+}
