@@ -31,6 +31,53 @@
 //! the error's reason is `required`, with a refused one it is `authError` and
 //! the header also carries `, error="invalid_token"`.
 //!
+//! # The Compute Engine instances API
+//!
+//! Under `/compute/v1/projects/{project}/`, with VMs in memory and the same
+//! authentication as read calls (a static or an issued token when
+//! configured; the fake does not track tokens' scopes, so a token granted
+//! for `compute.readonly` also passes here). These calls are not read calls:
+//! `/fake/fail`, `/fake/delay` and `/fake/calls` leave them alone.
+//!
+//! - `POST zones/{zone}/instances?requestId=` with `{ name, machineType,
+//!   labels?, reservationAffinity?, ... }` (other fields are accepted and
+//!   ignored), `POST zones/{zone}/instances/{name}/stop?requestId=`,
+//!   `POST .../start?requestId=` and `DELETE zones/{zone}/instances/{name}?requestId=`
+//!   answer a `compute#operation` (`RUNNING`, or `DONE` with
+//!   `BC_FAKE_GCE_OPERATION_POLLS=0`). The same `requestId` (a UUID) again
+//!   answers the same operation and changes nothing. A create of a name that
+//!   exists answers 409 `alreadyExists`; a stop, start or delete of a VM that
+//!   does not exist, 404 `notFound`; a stop or start while the VM is between
+//!   states, 400 `resourceNotReady`.
+//! - `GET zones/{zone}/operations/{operation}`: the operation; its
+//!   `BC_FAKE_GCE_OPERATION_POLLS`-th read (default 1) finishes it (`DONE`,
+//!   with `error: { errors: [{ code, message }] }` and `httpErrorStatusCode`
+//!   when it failed), every earlier read answers it `RUNNING`. Finishing it
+//!   moves the VM to `RUNNING`, `TERMINATED` or away; until then it is
+//!   `PROVISIONING`, `STAGING` or `STOPPING`.
+//! - `GET zones/{zone}/instances/{name}`: a `compute#instance` (404
+//!   `notFound` when absent).
+//! - `GET aggregated/instances?filter=labels.KEY%3DVALUE&maxResults=&pageToken=`:
+//!   paged like the reservations list; the filter takes `labels.KEY=VALUE`
+//!   terms (all must hold), anything else answers 400.
+//!
+//! A VM with a `SPECIFIC_RESERVATION` affinity holds one of that
+//! reservation's `inUseCount` from its create (or start) until it is stopped
+//! or deleted. A create on a full reservation ends its operation with
+//! `CONDITION_NOT_MET`, on a reservation that does not exist with
+//! `RESOURCE_NOT_FOUND`; no VM is made either way.
+//!
+//! Hooks:
+//! - `POST /fake/instances/{zone}/{name}/stop|start|delete`: a change made
+//!   outside the platform, at once (the VM of that zone and name in any
+//!   project; 404 when none). Answers the VM, or `{ "deleted": true }`.
+//! - `POST /fake/fail-instances { count, code? }`: the next `count` creates'
+//!   operations end with error `code` (default
+//!   `ZONE_RESOURCE_POOL_EXHAUSTED`); a new call replaces the count left.
+//! - `GET /fake/requests` → `{ "requests": [{ method, path, requestId }] }`:
+//!   every mutating instances call received, in order, whatever it answered;
+//!   `DELETE /fake/requests` forgets them.
+//!
 //! # Google authentication
 //!
 //! - `POST /token`: the OAuth 2.0 JWT bearer grant (RFC 7523) as Google's
@@ -112,6 +159,8 @@
 //!   certificate chain (leaf first) and its private key; both or neither.
 //!   With them it serves HTTPS only (TLS 1.2/1.3, HTTP/1.1); a failed
 //!   handshake drops that connection only.
+//! - `BC_FAKE_GCE_OPERATION_POLLS`: reads of a zone operation until it is
+//!   `DONE`, 0 to 1000 (default 1; see [`FakeGce::with_operation_polls`]).
 //! - `RUST_LOG` (default `info`; logs go to stderr).
 //!
 //! When ready it prints one line to stdout: `fake-gce listening on

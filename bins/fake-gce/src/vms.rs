@@ -259,7 +259,8 @@ impl Vms {
                 Err(SlotError::Full) => Some((
                     "CONDITION_NOT_MET".to_owned(),
                     format!(
-                        "Specified reservation '{reservation}' does not have available resources for the request."
+                        "Specified reservation '{reservation}' does not have available \
+                         resources for the request."
                     ),
                 )),
             };
@@ -504,9 +505,10 @@ impl Vms {
             .into_iter()
             .map(|(scope, vms)| {
                 let scoped = if vms.is_empty() {
+                    let message = format!("There are no results for scope '{scope}' on this page.");
                     json!({ "warning": {
                         "code": "NO_RESULTS_ON_PAGE",
-                        "message": format!("There are no results for scope '{scope}' on this page."),
+                        "message": message,
                         "data": [{ "key": "scope", "value": scope }]
                     } })
                 } else {

@@ -13,4 +13,5 @@ mod auth;
 mod common;
 mod endpoints;
 mod gce_adapter;
+mod instances;
 mod tls;
