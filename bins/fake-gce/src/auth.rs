@@ -11,6 +11,8 @@ use serde_json::Value;
 pub const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 /// The scope a read call needs.
 pub const COMPUTE_READONLY_SCOPE: &str = "https://www.googleapis.com/auth/compute.readonly";
+/// The scope of calls that change VMs (it also covers reads).
+pub const COMPUTE_SCOPE: &str = "https://www.googleapis.com/auth/compute";
 /// How far in the future `iat` may be (clock skew).
 const IAT_SKEW_S: i64 = 60;
 /// The longest `exp - iat` Google accepts.
@@ -193,9 +195,13 @@ pub fn check_assertion(
         ));
     }
     let scopes = claims.get("scope").and_then(Value::as_str).unwrap_or("");
-    if !scopes.split(' ').any(|s| s == COMPUTE_READONLY_SCOPE) {
+    if !scopes
+        .split(' ')
+        .any(|s| s == COMPUTE_READONLY_SCOPE || s == COMPUTE_SCOPE)
+    {
         return Err(format!(
-            "Invalid OAuth scope: 'scope' must include {COMPUTE_READONLY_SCOPE}"
+            "Invalid OAuth scope: 'scope' must include {COMPUTE_READONLY_SCOPE} or \
+             {COMPUTE_SCOPE}"
         ));
     }
     Ok(())

@@ -87,7 +87,8 @@
 //!   its `iss`, with `aud` exactly `<scheme>://<Host header>/token` (`https`
 //!   when serving TLS, else `http`), `exp` in the future, `iat` at most 60 s
 //!   ahead, `exp - iat` from 1 to 3600 s, and a space-separated `scope`
-//!   holding `https://www.googleapis.com/auth/compute.readonly`. Answers 200
+//!   holding `https://www.googleapis.com/auth/compute.readonly` or
+//!   `https://www.googleapis.com/auth/compute`. Answers 200
 //!   `{ "access_token": "fake-ya29.<48 hex>", "expires_in": <TTL s>,
 //!   "token_type": "Bearer" }`, the token valid for the TTL from now.
 //!   Refusals answer 400 `{ "error", "error_description" }` with `error`:

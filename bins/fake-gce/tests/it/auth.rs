@@ -210,6 +210,18 @@ async fn a_granted_token_reads_when_auth_is_required() {
 }
 
 #[tokio::test]
+async fn the_scope_of_vm_changes_is_granted_too() {
+    let fake = FakeGceProcess::start_with(&[("BC_FAKE_GCE_REQUIRE_AUTH", "1")]);
+    register(&fake, EMAIL, key()).await;
+    let mut claims = claims(&fake.url("/token"));
+    claims["scope"] = json!("https://www.googleapis.com/auth/compute");
+    let (status, body) = grant(&fake, &sign(key(), &claims)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let token = body["access_token"].as_str().expect("access_token");
+    assert_eq!(read(&fake, Some(token)).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn bad_grants_are_refused_in_googles_shape() {
     let fake = FakeGceProcess::start();
     register(&fake, EMAIL, key()).await;
