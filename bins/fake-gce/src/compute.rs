@@ -39,16 +39,9 @@ impl FakeGce {
             .map(|p| p.split_once('=').unwrap_or((p, "")))
         {
             match key {
-                "maxResults" => match value.parse::<usize>() {
-                    Ok(0) => page_size = MAX_PAGE_SIZE,
-                    Ok(n) => page_size = n.min(MAX_PAGE_SIZE),
-                    Err(_) => {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            "invalid",
-                            "Invalid value for field 'maxResults'.",
-                        );
-                    }
+                "maxResults" => match page_size_of(value) {
+                    Ok(n) => page_size = n,
+                    Err(refused) => return refused,
                 },
                 "pageToken" => page_token = Some(value).filter(|t| !t.is_empty()),
                 // Other GCE parameters (filter, orderBy, returnPartialSuccess, ...) are ignored.
@@ -159,4 +152,19 @@ pub(crate) fn unauthenticated(why: &Unauthenticated) -> Response<Full<Bytes>> {
         .headers_mut()
         .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
     response
+}
+
+/// A list call's `maxResults`: 0 or more than the most a page holds means
+/// the most; anything but a number is refused as Google refuses it.
+#[expect(clippy::result_large_err, reason = "the refusal is the answer itself")]
+pub(crate) fn page_size_of(value: &str) -> Result<usize, Response<Full<Bytes>>> {
+    match value.parse::<usize>() {
+        Ok(0) => Ok(MAX_PAGE_SIZE),
+        Ok(n) => Ok(n.min(MAX_PAGE_SIZE)),
+        Err(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            "Invalid value for field 'maxResults'.",
+        )),
+    }
 }

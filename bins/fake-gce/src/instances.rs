@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::FakeGce;
 use crate::auth::percent_decode;
-use crate::compute::unauthenticated;
+use crate::compute::{page_size_of, unauthenticated};
 use crate::hooks::valid_segment;
 use crate::store::{API_ROOT, MAX_PAGE_SIZE};
 use crate::vms::{OpType, Refusal, VmSpec};
@@ -218,16 +218,9 @@ impl FakeGce {
         let mut page_token = None;
         for (key, value) in query {
             match key.as_str() {
-                "maxResults" => match value.parse::<usize>() {
-                    Ok(0) => page_size = MAX_PAGE_SIZE,
-                    Ok(n) => page_size = n.min(MAX_PAGE_SIZE),
-                    Err(_) => {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            "invalid",
-                            "Invalid value for field 'maxResults'.",
-                        );
-                    }
+                "maxResults" => match page_size_of(value) {
+                    Ok(n) => page_size = n,
+                    Err(refused) => return refused,
                 },
                 "pageToken" => page_token = Some(value.as_str()).filter(|t| !t.is_empty()),
                 _ => {}

@@ -602,26 +602,11 @@ fn now_millis() -> u64 {
 
 /// `2026-12-02T15:04:05.123+00:00`, as GCE writes its timestamps.
 fn rfc3339(millis: u64) -> String {
-    let secs = millis / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}+00:00",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        millis % 1000
-    )
+    let at = i64::try_from(millis)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .unwrap_or_default();
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
 }
 
 #[cfg(test)]
