@@ -27,11 +27,12 @@ impl TryFrom<events::Event> for Event {
     type Error = storage::StorageError;
 
     fn try_from(e: events::Event) -> Result<Event, Self::Error> {
+        let (event_id, tenant_id, payload, occurred_at) = e.into_parts()?;
         Ok(Event {
-            payload: e.payload()?,
-            event_id: e.event_id,
-            tenant_id: e.tenant_id,
-            occurred_at: e.occurred_at,
+            event_id,
+            tenant_id,
+            payload,
+            occurred_at,
         })
     }
 }

@@ -53,9 +53,17 @@ pub struct Event {
 }
 
 impl Event {
-    /// Its type and payload, typed.
+    /// Its type and payload, typed (the payload is copied; see
+    /// [`Event::into_parts`] to take it).
     pub fn payload(&self) -> Result<EventData> {
         Ok(EventData::from_parts(&self.event_type, self.data.clone())?)
+    }
+
+    /// Its id, tenant, typed payload and instant, the payload taken
+    /// without a copy (a page of `events.list` is answered this way).
+    pub fn into_parts(self) -> Result<(String, String, EventData, i64)> {
+        let payload = EventData::from_parts(&self.event_type, self.data)?;
+        Ok((self.event_id, self.tenant_id, payload, self.occurred_at))
     }
 }
 
