@@ -7,6 +7,7 @@ pub mod notices;
 pub mod placement;
 pub mod settlement;
 pub mod views;
+pub mod vm;
 
 mod rules;
 
