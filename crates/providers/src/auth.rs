@@ -8,8 +8,12 @@
 //!   `token_uri` goes through the same address guard as its endpoint.
 //! - `adc` without a key file asks the metadata server
 //!   (`GCE_METADATA_HOST`, default `metadata.google.internal`).
-//! - Tokens are cached per account and key fingerprint in a [`TokenCache`]
-//!   shared by every adapter of the process, until 60 s before they expire.
+//! - Tokens are asked for one scope: [`TOKEN_SCOPE`] (`compute.readonly`)
+//!   for reservation listings, [`COMPUTE_SCOPE`] for the calls on managed
+//!   instances (contract 7, r3).
+//! - Tokens are cached per account, key fingerprint and scope in a
+//!   [`TokenCache`] shared by every adapter of the process, until 60 s
+//!   before they expire.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,8 +27,11 @@ use sha2::{Digest, Sha256};
 use crate::ProviderError;
 use crate::credentials::BearerToken;
 
-/// The scope every token is asked for: reading reservations.
+/// The scope of the tokens that list reservations.
 pub const TOKEN_SCOPE: &str = "https://www.googleapis.com/auth/compute.readonly";
+/// The scope of the tokens that create, stop, start, delete and read
+/// managed instances.
+pub const COMPUTE_SCOPE: &str = "https://www.googleapis.com/auth/compute";
 /// Google's token endpoint, the one a tenant's key may name without it being
 /// listed in `BC_PROVIDER_ENDPOINTS`.
 pub const GOOGLE_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
@@ -178,13 +185,14 @@ impl ServiceAccountKey {
             key,
         };
         parsed
-            .assertion(0)
+            .assertion(0, TOKEN_SCOPE)
             .map_err(|_| invalid("private_key cannot sign"))?;
         Ok(parsed)
     }
 
-    /// The signed JWT of the bearer grant, issued at `iat` (epoch seconds).
-    fn assertion(&self, iat: u64) -> Result<String, jsonwebtoken::errors::Error> {
+    /// The signed JWT of the bearer grant for `scope`, issued at `iat`
+    /// (epoch seconds).
+    fn assertion(&self, iat: u64, scope: &str) -> Result<String, jsonwebtoken::errors::Error> {
         #[derive(Serialize)]
         struct Claims<'a> {
             iss: &'a str,
@@ -197,7 +205,7 @@ impl ServiceAccountKey {
         header.kid = self.private_key_id.clone();
         let claims = Claims {
             iss: &self.client_email,
-            scope: TOKEN_SCOPE,
+            scope,
             aud: &self.token_uri,
             iat,
             exp: iat + ASSERTION_LIFETIME_S,
@@ -211,11 +219,14 @@ struct Cached {
     usable_until: Instant,
 }
 
-/// Access tokens of the process, per account and key fingerprint. Shared by
-/// every adapter the process builds (one per scan).
+/// `(account, key fingerprint, scope)`.
+type CacheKey = (String, String, String);
+
+/// Access tokens of the process, per account, key fingerprint and scope.
+/// Shared by every adapter the process builds (one per scan).
 #[derive(Default)]
 pub struct TokenCache {
-    entries: Mutex<HashMap<(String, String), Cached>>,
+    entries: Mutex<HashMap<CacheKey, Cached>>,
 }
 
 impl fmt::Debug for TokenCache {
@@ -226,20 +237,31 @@ impl fmt::Debug for TokenCache {
 }
 
 impl TokenCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Cached>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, Cached>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn get(&self, account: &str, fingerprint: &str) -> Option<BearerToken> {
+    fn key(account: &str, fingerprint: &str, scope: &str) -> CacheKey {
+        (account.to_owned(), fingerprint.to_owned(), scope.to_owned())
+    }
+
+    pub(crate) fn get(&self, account: &str, fingerprint: &str, scope: &str) -> Option<BearerToken> {
         let entries = self.lock();
-        let cached = entries.get(&(account.to_owned(), fingerprint.to_owned()))?;
+        let cached = entries.get(&Self::key(account, fingerprint, scope))?;
         (Instant::now() < cached.usable_until).then(|| BearerToken::new(cached.token.clone()))
     }
 
-    pub(crate) fn put(&self, account: &str, fingerprint: &str, token: &str, expires_in: u64) {
+    pub(crate) fn put(
+        &self,
+        account: &str,
+        fingerprint: &str,
+        scope: &str,
+        token: &str,
+        expires_in: u64,
+    ) {
         let lifetime = Duration::from_secs(expires_in).saturating_sub(EXPIRY_MARGIN);
         self.lock().insert(
-            (account.to_owned(), fingerprint.to_owned()),
+            Self::key(account, fingerprint, scope),
             Cached {
                 token: token.to_owned(),
                 usable_until: Instant::now() + lifetime,
@@ -247,9 +269,8 @@ impl TokenCache {
         );
     }
 
-    pub(crate) fn forget(&self, account: &str, fingerprint: &str) {
-        self.lock()
-            .remove(&(account.to_owned(), fingerprint.to_owned()));
+    pub(crate) fn forget(&self, account: &str, fingerprint: &str, scope: &str) {
+        self.lock().remove(&Self::key(account, fingerprint, scope));
     }
 }
 
@@ -314,16 +335,17 @@ async fn token_answer(
     Ok((answer.access_token, answer.expires_in.unwrap_or(3600)))
 }
 
-/// Exchanges a service-account key for an access token (RFC 7523).
+/// Exchanges a service-account key for an access token of `scope` (RFC 7523).
 pub(crate) async fn exchange(
     client: &reqwest::Client,
     key: &ServiceAccountKey,
+    scope: &str,
 ) -> Result<(String, u64), ProviderError> {
     let iat = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let assertion = key
-        .assertion(iat)
+        .assertion(iat, scope)
         .map_err(|_| ProviderError::Credentials("the service-account key cannot sign".into()))?;
     let response = client
         .post(&key.token_uri)
@@ -337,14 +359,17 @@ pub(crate) async fn exchange(
     token_answer(response, "the token endpoint").await
 }
 
-/// Asks the metadata server for the default service account's token.
+/// Asks the metadata server for the default service account's token,
+/// narrowed to `scope` (the `scopes` parameter Google's libraries send).
 pub(crate) async fn metadata_token(
     client: &reqwest::Client,
     host: &str,
+    scope: &str,
 ) -> Result<(String, u64), ProviderError> {
     let url = format!("http://{host}/computeMetadata/v1/instance/service-accounts/default/token");
     let response = client
         .get(url)
+        .query(&[("scopes", scope)])
         .header("Metadata-Flavor", "Google")
         .send()
         .await
@@ -406,18 +431,30 @@ mod tests {
     #[test]
     fn the_cache_keeps_a_token_until_a_minute_before_it_expires() {
         let cache = TokenCache::default();
-        cache.put("acct", "fp", "t1", 3600);
+        let (ro, rw) = (TOKEN_SCOPE, COMPUTE_SCOPE);
+        cache.put("acct", "fp", ro, "t1", 3600);
         assert_eq!(
-            cache.get("acct", "fp").map(|t| t.expose().to_owned()),
+            cache.get("acct", "fp", ro).map(|t| t.expose().to_owned()),
             Some("t1".into())
         );
-        assert!(cache.get("acct", "other").is_none());
-        assert!(cache.get("other", "fp").is_none());
+        assert!(cache.get("acct", "other", ro).is_none());
+        assert!(cache.get("other", "fp", ro).is_none());
+        // Per scope: the read-only token never serves a mutation.
+        assert!(cache.get("acct", "fp", rw).is_none());
+        cache.put("acct", "fp", rw, "t3", 3600);
+        assert_eq!(
+            cache.get("acct", "fp", rw).map(|t| t.expose().to_owned()),
+            Some("t3".into())
+        );
         // 60 s or less: already past its margin.
-        cache.put("acct", "short", "t2", 60);
-        assert!(cache.get("acct", "short").is_none());
-        cache.forget("acct", "fp");
-        assert!(cache.get("acct", "fp").is_none());
+        cache.put("acct", "short", ro, "t2", 60);
+        assert!(cache.get("acct", "short", ro).is_none());
+        cache.forget("acct", "fp", ro);
+        assert!(cache.get("acct", "fp", ro).is_none());
+        assert!(
+            cache.get("acct", "fp", rw).is_some(),
+            "forgets one scope only"
+        );
         assert!(!format!("{cache:?}").contains("t2"));
     }
 

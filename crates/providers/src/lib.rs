@@ -9,9 +9,14 @@ pub mod auth;
 mod credentials;
 pub mod gce;
 mod guard;
+mod instances;
 pub mod policy;
 mod secret;
 
+pub use instances::{
+    InstanceFactory, InstanceProvider, MANAGED_LABEL, OperationStatus, Vm, VmOperation, VmSpec,
+    policy_instance_factory,
+};
 pub use policy::{AccountOwner, PolicyError, ProviderAccess, ProviderPolicy};
 
 /// The future returned by provider calls: boxed so that [`ReservationProvider`]
@@ -107,27 +112,67 @@ pub enum ProviderError {
     /// changes. Names the reference or host, never a secret.
     #[error("not allowed by the provider policy: {0}")]
     NotAllowed(String),
+    /// The resource to create exists already (HTTP 409 with reason
+    /// `alreadyExists`).
+    #[error("the provider answered that the resource already exists")]
+    AlreadyExists,
+    /// The resource a mutation or an operation read names does not exist
+    /// (HTTP 404).
+    #[error("the provider answered that the resource does not exist")]
+    NotFound,
+    /// The provider refused the request with an HTTP 4xx (other than 401,
+    /// 404 and `alreadyExists`) and a Google error body. `reason` is the
+    /// body's `error.errors[0].reason` (`resourceNotReady`,
+    /// `insufficientPermissions`, ...) or else its `error.status`
+    /// (`RESOURCE_EXHAUSTED`, ...), kept only when it is a short word
+    /// (else `unknown`); the rest of the body is never kept.
+    #[error("the provider refused the request: HTTP {status} ({reason})")]
+    Rejected {
+        /// The HTTP status code, e.g. 400.
+        status: u16,
+        /// The error's reason code.
+        reason: String,
+    },
 }
 
 impl ProviderError {
-    /// Whether trying again later may succeed without changing anything
-    /// (timeouts, transport errors, HTTP 408, 429 and 5xx).
+    /// Whether trying again later may succeed without changing anything:
+    /// timeouts, transport errors, HTTP 408, 429 and 5xx, and refusals
+    /// whose reason says so (`rateLimitExceeded`, `userRateLimitExceeded`,
+    /// `resourceNotReady`, `RESOURCE_NOT_READY`).
     pub fn is_retryable(&self) -> bool {
         match self {
             ProviderError::Timeout | ProviderError::Transport(_) => true,
             ProviderError::Status { status } => {
                 matches!(status, 408 | 429) || (500..=599).contains(status)
             }
+            ProviderError::Rejected { status, reason } => {
+                *status == 429
+                    || (500..=599).contains(status)
+                    || matches!(
+                        reason.as_str(),
+                        "rateLimitExceeded"
+                            | "userRateLimitExceeded"
+                            | "resourceNotReady"
+                            | "RESOURCE_NOT_READY"
+                    )
+            }
             ProviderError::Malformed(_)
             | ProviderError::Credentials(_)
-            | ProviderError::NotAllowed(_) => false,
+            | ProviderError::NotAllowed(_)
+            | ProviderError::AlreadyExists
+            | ProviderError::NotFound => false,
         }
     }
 
     /// The provider's HTTP status, when it answered with one.
     pub fn status(&self) -> Option<u16> {
         match self {
-            ProviderError::Status { status } => Some(*status),
+            ProviderError::Status { status } | ProviderError::Rejected { status, .. } => {
+                Some(*status)
+            }
+            ProviderError::AlreadyExists => Some(409),
+            ProviderError::NotFound => Some(404),
             _ => None,
         }
     }
@@ -150,18 +195,22 @@ pub fn build(
 ) -> Result<Box<dyn ReservationProvider>, ProviderError> {
     match provider_name {
         gce::PROVIDER_NAME => Ok(Box::new(gce_provider(config, access, options)?)),
-        other => {
-            let printable = other.len() <= 64
-                && other
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-            Err(ProviderError::NotAllowed(if printable {
-                format!("unknown provider {other:?}")
-            } else {
-                "unknown provider".to_owned()
-            }))
-        }
+        other => Err(unknown_provider(other)),
     }
+}
+
+/// The refusal of a provider name no adapter serves; names it only when it
+/// is a plain word.
+fn unknown_provider(name: &str) -> ProviderError {
+    let printable = name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    ProviderError::NotAllowed(if printable {
+        format!("unknown provider {name:?}")
+    } else {
+        "unknown provider".to_owned()
+    })
 }
 
 fn gce_provider(
@@ -242,6 +291,43 @@ mod tests {
         assert!(!ProviderError::Malformed("x".into()).is_retryable());
         assert!(!ProviderError::Credentials("x".into()).is_retryable());
         assert!(!ProviderError::NotAllowed("x".into()).is_retryable());
+        assert!(!ProviderError::AlreadyExists.is_retryable());
+        assert!(!ProviderError::NotFound.is_retryable());
+        let rejected = |status: u16, reason: &str| ProviderError::Rejected {
+            status,
+            reason: reason.into(),
+        };
+        for retryable in [
+            rejected(403, "rateLimitExceeded"),
+            rejected(403, "userRateLimitExceeded"),
+            rejected(400, "resourceNotReady"),
+            rejected(400, "RESOURCE_NOT_READY"),
+            rejected(429, "RESOURCE_EXHAUSTED"),
+        ] {
+            assert!(retryable.is_retryable(), "{retryable:?}");
+        }
+        for final_ in [
+            rejected(400, "invalid"),
+            rejected(403, "insufficientPermissions"),
+            rejected(409, "resourceInUseByAnotherResource"),
+        ] {
+            assert!(!final_.is_retryable(), "{final_:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_read_as_their_reason_only() {
+        let err = ProviderError::Rejected {
+            status: 403,
+            reason: "insufficientPermissions".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "the provider refused the request: HTTP 403 (insufficientPermissions)"
+        );
+        assert_eq!(err.status(), Some(403));
+        assert_eq!(ProviderError::AlreadyExists.status(), Some(409));
+        assert_eq!(ProviderError::NotFound.status(), Some(404));
     }
 
     #[test]

@@ -3,10 +3,14 @@
 //! [`GceConfig::from_json`] validates an account's config; [`GceProvider`]
 //! lists the project's reservations with
 //! `GET {endpoint}/compute/v1/projects/{project}/aggregated/reservations`,
-//! following `nextPageToken` until the last page. Every listing first
-//! re-checks the account against the [`ProviderPolicy`] it was built with.
+//! following `nextPageToken` until the last page, and drives the account's
+//! managed instances ([`crate::InstanceProvider`], `instances.rs`). Every
+//! call first re-checks the account against the [`ProviderPolicy`] it was
+//! built with.
 
 mod config;
+mod instances;
+mod vm_wire;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -22,7 +26,7 @@ pub use config::{
 };
 pub use wire::{region_of_zone, status_from_gce};
 
-use crate::auth::{self, ResolvedSecret, TokenCache};
+use crate::auth::{self, ResolvedSecret, TOKEN_SCOPE, TokenCache};
 use crate::credentials::{BearerToken, LocalCredentials, Material};
 use crate::guard::{self, GuardedResolver};
 use crate::policy::{AccountOwner, ProviderAccess, ProviderPolicy};
@@ -177,6 +181,9 @@ pub struct GceProvider {
     options: GceProviderOptions,
     client: reqwest::Client,
     list_url: reqwest::Url,
+    /// `{endpoint}/compute/v1/projects/{project}`: the instance calls'
+    /// paths are appended to it segment by segment.
+    project_url: reqwest::Url,
     access: ProviderAccess,
     credentials: LocalCredentials,
     account_id: String,
@@ -220,6 +227,13 @@ impl GceProvider {
                 "the gce endpoint is plain http: the bearer token travels unencrypted"
             );
         }
+        let project_url = reqwest::Url::parse(&format!(
+            "{}/compute/v1/projects/{}",
+            config.endpoint, config.project
+        ))
+        .ok()
+        .filter(|url| !url.cannot_be_a_base())
+        .ok_or_else(|| ProviderError::NotAllowed("config.endpoint: pattern".into()))?;
         let list_url = reqwest::Url::parse(&format!(
             "{}/compute/v1/projects/{}/aggregated/reservations",
             config.endpoint, config.project
@@ -231,6 +245,7 @@ impl GceProvider {
             options,
             client,
             list_url,
+            project_url,
             access,
             credentials,
             account_id: String::new(),
@@ -282,7 +297,7 @@ impl GceProvider {
         let material = self
             .credentials
             .material(&self.config.credentials, self.secret.as_ref())?;
-        let mut authorization = self.authorization(&material, false).await?;
+        let mut authorization = self.authorization(&material, TOKEN_SCOPE, false).await?;
         let mut refreshed = false;
         let mut reservations = Vec::new();
         let mut page_token: Option<String> = None;
@@ -300,7 +315,7 @@ impl GceProvider {
                         "gce answered 401: refreshing the access token once"
                     );
                     refreshed = true;
-                    authorization = self.authorization(&material, true).await?;
+                    authorization = self.authorization(&material, TOKEN_SCOPE, true).await?;
                     continue;
                 }
                 other => other?,
@@ -339,13 +354,8 @@ impl GceProvider {
         page_token: Option<&str>,
         authorization: &Option<HeaderValue>,
     ) -> Result<Vec<u8>, ProviderError> {
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(self.options.retry_delay)
-            .with_max_delay(MAX_RETRY_AFTER)
-            .with_max_times(self.options.retries)
-            .with_jitter();
         let once = || self.fetch_page_once(page_token, authorization);
-        once.retry(backoff)
+        once.retry(self.backoff())
             .when(|e: &PageError| e.error.is_retryable() && e.error.status() != Some(408))
             .adjust(|e: &PageError, wait| {
                 wait.map(|w| e.retry_after.map_or(w, |r| r.min(MAX_RETRY_AFTER)))
@@ -397,12 +407,7 @@ impl GceProvider {
                 status = status.as_u16(),
                 "gce list failed"
             );
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
+            let retry_after = retry_after(&response);
             return Err(PageError {
                 error: ProviderError::Status {
                     status: status.as_u16(),
@@ -417,11 +422,24 @@ impl GceProvider {
         Ok(body)
     }
 
-    /// The bearer token of `material`: as it is, or an access token from the
-    /// cache or freshly asked for (`fresh`: the cached one was refused).
+    /// How a request answered 429 or 5xx, or not answered, is tried again:
+    /// exponential backoff with jitter from `retry_delay`, at most
+    /// `retries` more times.
+    fn backoff(&self) -> ExponentialBuilder {
+        ExponentialBuilder::default()
+            .with_min_delay(self.options.retry_delay)
+            .with_max_delay(MAX_RETRY_AFTER)
+            .with_max_times(self.options.retries)
+            .with_jitter()
+    }
+
+    /// The bearer token of `material`: as it is, or an access token of
+    /// `scope` from the cache or freshly asked for (`fresh`: the cached one
+    /// was refused).
     async fn token(
         &self,
         material: &Material,
+        scope: &str,
         fresh: bool,
     ) -> Result<Option<BearerToken>, ProviderError> {
         let cache = &self.options.token_cache;
@@ -432,27 +450,28 @@ impl GceProvider {
             Material::Metadata => ("metadata", None),
         };
         if fresh {
-            cache.forget(&self.account_id, fingerprint);
-        } else if let Some(token) = cache.get(&self.account_id, fingerprint) {
+            cache.forget(&self.account_id, fingerprint, scope);
+        } else if let Some(token) = cache.get(&self.account_id, fingerprint, scope) {
             return Ok(Some(token));
         }
         let (token, expires_in) = match key {
             Some(key) => {
                 self.admit_token_uri(&key.token_uri)?;
-                auth::exchange(&self.client, key).await?
+                auth::exchange(&self.client, key, scope).await?
             }
-            None => auth::metadata_token(&self.client, &self.options.metadata_host).await?,
+            None => auth::metadata_token(&self.client, &self.options.metadata_host, scope).await?,
         };
         tracing::info!(
             project = %self.config.project,
             account = %self.account_id,
+            scope,
             expires_in,
             "gce access token obtained"
         );
         if let Some(t) = self.options.telemetry.as_deref() {
             t.token_refresh();
         }
-        cache.put(&self.account_id, fingerprint, &token, expires_in);
+        cache.put(&self.account_id, fingerprint, scope, &token, expires_in);
         Ok(Some(BearerToken::new(token)))
     }
 
@@ -481,18 +500,20 @@ impl GceProvider {
         let material = self
             .credentials
             .material(&self.config.credentials, self.secret.as_ref())?;
-        self.authorization(&material, false).await
+        self.authorization(&material, TOKEN_SCOPE, false).await
     }
 
-    /// The `Authorization` header for this listing, marked sensitive so that
-    /// it is never printed. Errors name the reference, never the token.
+    /// The `Authorization` header for a call needing `scope`, marked
+    /// sensitive so that it is never printed. Errors name the reference,
+    /// never the token.
     async fn authorization(
         &self,
         material: &Material,
+        scope: &str,
         fresh: bool,
     ) -> Result<Option<HeaderValue>, ProviderError> {
         let reference = &self.config.credentials;
-        let Some(token) = self.token(material, fresh).await? else {
+        let Some(token) = self.token(material, scope, fresh).await? else {
             return Ok(None);
         };
         let mut value =
@@ -508,6 +529,17 @@ impl ReservationProvider for GceProvider {
     fn list_reservations(&self) -> ProviderFuture<'_, Vec<ProviderReservation>> {
         Box::pin(self.list_all())
     }
+}
+
+/// The `Retry-After` of a refusal, in seconds (the HTTP-date form is not
+/// used by Google's APIs).
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
 }
 
 async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, ProviderError> {

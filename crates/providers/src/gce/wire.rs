@@ -184,7 +184,7 @@ pub fn region_of_zone(zone: &str) -> Option<&str> {
 }
 
 /// The zone named by a URL or path ending in `zones/{zone}`.
-fn zone_from_url(url: &str) -> Option<&str> {
+pub(crate) fn zone_from_url(url: &str) -> Option<&str> {
     let (before, zone) = url.trim_end_matches('/').rsplit_once('/')?;
     ((before == "zones" || before.ends_with("/zones")) && !zone.is_empty()).then_some(zone)
 }
