@@ -149,6 +149,7 @@ fn wire_details(details: Vec<Detail>) -> Map<String, Value> {
             Detail::TenantId(id) => put("tenantId", id.into()),
             Detail::GrantIds(ids) => put("grantIds", ids.into()),
             Detail::AccountIds(ids) => put("accountIds", ids.into()),
+            Detail::InstanceIds(ids) => put("instanceIds", ids.into()),
             Detail::Capacity { total, granted } => {
                 put("total", total.into());
                 put("granted", granted.into());
@@ -221,6 +222,7 @@ fn reason_name(reason: Reason) -> &'static str {
         Reason::Unbound => "unbound",
         Reason::Unmetered => "unmetered",
         Reason::NoSecretsKey => "no-secrets-key",
+        Reason::NoAccount => "no-account",
     }
 }
 

@@ -418,6 +418,7 @@ impl Op for InstanceSql {
                         .map_err(sql)?;
                 }
                 let new = NewInstanceRow {
+                    vm: None,
                     instance_id: &id,
                     tenant_id: TENANT,
                     project_id: None,

@@ -6,6 +6,7 @@
 
 pub mod metrics;
 pub mod passes;
+pub mod vms;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,6 +61,18 @@ pub struct Config {
     /// `BC_EXPIRY_NOTICES` (default `7d,1d,1h`) and `BC_UNDERUSE_RATIO`
     /// (default `0.2`): the grant notices of contract 9.
     pub notices: storage::ops::notices::NoticeRules,
+    pub vm_rules: control::vms::VmRules,
+}
+
+/// A duration setting (`600`, seconds, or `10m`, `90s`, ...).
+fn duration_var(name: &str, value: Option<String>) -> anyhow::Result<Option<Duration>> {
+    value
+        .map(|v| match v.parse::<u64>() {
+            Ok(secs) => Ok(Duration::from_secs(secs)),
+            Err(_) => humantime::parse_duration(&v),
+        })
+        .transpose()
+        .with_context(|| format!("{name} must be a duration such as 600 (seconds) or 10m"))
 }
 
 impl Config {
@@ -132,6 +145,18 @@ impl Config {
                     .unwrap_or(storage::ops::scans::DEFAULT_SCAN_LEASE_MS.unsigned_abs()),
             ),
             notices: storage::ops::notices::NoticeRules::from_env().map_err(anyhow::Error::msg)?,
+            vm_rules: {
+                let d = control::vms::VmRules::default();
+                control::vms::VmRules {
+                    step_timeout: duration_var("BC_VM_STEP_TIMEOUT", var("BC_VM_STEP_TIMEOUT"))?
+                        .unwrap_or(d.step_timeout),
+                    list_interval: duration_var("BC_VM_LIST_INTERVAL", var("BC_VM_LIST_INTERVAL"))?
+                        .unwrap_or(d.list_interval),
+                    max_backoff: duration_var("BC_VM_MAX_BACKOFF", var("BC_VM_MAX_BACKOFF"))?
+                        .unwrap_or(d.max_backoff),
+                    ..d
+                }
+            },
         })
     }
 }
@@ -228,7 +253,38 @@ pub async fn run(
         ),
         keyring: config.keyring.clone(),
         notices: config.notices.clone(),
+        instances: providers::policy_instance_factory(
+            config.root_tenant.as_str(),
+            config.provider_policy.clone(),
+            providers::gce::GceProviderOptions {
+                telemetry: Some(metrics.provider.clone()),
+                ..config.provider_options.clone()
+            },
+        ),
+        vm_rules: config.vm_rules.clone(),
+        vm_wake: Arc::new(tokio::sync::Notify::new()),
     });
+    let managing = names.contains(&"vps.instances");
+    if managing && !config.once {
+        if config.prepared_statements == storage::db::PreparedStatements::Off {
+            info!(
+                "behind a transaction pooler (BC_DB_PREPARED_STATEMENTS=off) LISTEN does not \
+                 work: vm steps start within the worker interval, not at once"
+            );
+        } else {
+            tokio::spawn(vms::listen(
+                config.database_url.clone(),
+                ctx.vm_wake.clone(),
+            ));
+        }
+    }
+    if managing {
+        info!(
+            step_timeout_s = config.vm_rules.step_timeout.as_secs(),
+            list_interval_ms = config.vm_rules.list_interval.as_millis() as u64,
+            "managed instances: steps and listings"
+        );
+    }
     tokio::pin!(shutdown);
     if config.once {
         let mut all_ok = true;
@@ -334,7 +390,7 @@ async fn pass_loop(
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = pass.pause(&ctx, interval) => {}
             () = stopping(&mut stopped) => return last_ok,
         }
     }

@@ -29,6 +29,12 @@ pub struct PassContext {
     pub keyring: storage::crypto::Keyring,
     /// The grant notices (`BC_EXPIRY_NOTICES`, `BC_UNDERUSE_RATIO`).
     pub notices: storage::ops::notices::NoticeRules,
+    /// Builds the instance adapter of an account, under the provider policy.
+    pub instances: std::sync::Arc<providers::InstanceFactory>,
+    /// How managed instances' steps and listings are paced.
+    pub vm_rules: control::vms::VmRules,
+    /// Woken when the api-server records a step (`NOTIFY`).
+    pub vm_wake: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// What a pass did, for its log line and metrics.
@@ -39,6 +45,12 @@ pub struct PassReport {
     /// Per provider account, what its scan came to (`ok`, `error`,
     /// `backing_off`, `claimed_elsewhere`).
     pub accounts: Vec<(String, &'static str)>,
+    /// The managed instances' steps that ended or were put off.
+    pub steps: Vec<control::vms::StepReport>,
+    /// Drift found, by kind.
+    pub drift: std::collections::BTreeMap<&'static str, u64>,
+    /// Orphan VMs deleted.
+    pub orphans_deleted: u64,
 }
 
 impl fmt::Display for PassReport {
@@ -65,12 +77,26 @@ pub trait Pass: Send + Sync {
     fn name(&self) -> &'static str;
     /// Runs it once.
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a>;
+    /// Waits before the next run: the interval, unless the pass knows
+    /// better.
+    fn pause<'a>(
+        &'a self,
+        _ctx: &'a PassContext,
+        interval: std::time::Duration,
+    ) -> crate::vms::PassPause<'a> {
+        Box::pin(tokio::time::sleep(interval))
+    }
 }
 
 /// Every pass, in the order a round runs them: scans first (a reservation
 /// gone ends its grants at the scan's instant), then grants, then instances.
 pub fn all() -> Vec<Box<dyn Pass>> {
-    vec![Box::new(Reservations), Box::new(Grants), Box::new(Usage)]
+    vec![
+        Box::new(Reservations),
+        Box::new(Grants),
+        Box::new(crate::vms::Instances),
+        Box::new(Usage),
+    ]
 }
 
 /// `vps.reservations`: scans every provider account.
@@ -96,6 +122,7 @@ impl Pass for Reservations {
                     ("grantsClosed", p.outcome.grants_closed),
                     ("capacityShort", p.outcome.capacity_short),
                 ],
+                ..PassReport::default()
             })
         })
     }

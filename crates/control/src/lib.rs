@@ -4,3 +4,4 @@
 pub mod accounts;
 pub mod scans;
 pub mod secrets;
+pub mod vms;

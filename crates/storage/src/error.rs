@@ -89,6 +89,8 @@ pub enum Reason {
     Unmetered,
     /// The server has no key to seal secrets with.
     NoSecretsKey,
+    /// The provider account of a managed pool is gone.
+    NoAccount,
 }
 
 /// What a quota-like limit counts.
@@ -126,6 +128,8 @@ pub enum Detail {
     GrantIds(Vec<String>),
     /// The provider accounts that stand in the way.
     AccountIds(Vec<String>),
+    /// The instances that stand in the way.
+    InstanceIds(Vec<String>),
     /// A reservation's slots and what is already committed of them.
     Capacity {
         /// The reservation's slots.

@@ -391,7 +391,7 @@ pub async fn live_instances_of_tenant(
 ) -> Result<Vec<InstanceRow>> {
     Ok(instances::table
         .filter(instances::tenant_id.eq(tenant))
-        .filter(instances::state.ne(InstanceState::Deleted))
+        .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
         .order(instances::instance_id.asc())
         .select(InstanceRow::as_select())
         .for_update()

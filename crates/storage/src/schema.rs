@@ -126,6 +126,19 @@ diesel::table! {
         created_at -> Int8,
         deleted_at -> Nullable<Int8>,
         usage_metered_through -> Int8,
+        powered -> Bool,
+        managed -> Bool,
+        vm_name -> Nullable<Text>,
+        vm_zone -> Nullable<Text>,
+        vm_account_id -> Nullable<Text>,
+        vm_reservation_id -> Nullable<Text>,
+        vm_status -> Nullable<Text>,
+        vm_observed_at -> Nullable<Int8>,
+        vm_changed_wall -> Nullable<Int8>,
+        vm_missing_seq -> Nullable<Int8>,
+        vm_missing_at -> Nullable<Int8>,
+        failure_code -> Nullable<Text>,
+        deleted_reason -> Nullable<Text>,
     }
 }
 
@@ -147,6 +160,7 @@ diesel::table! {
         grant_id -> Nullable<Text>,
         account_id -> Nullable<Text>,
         reservation_id -> Nullable<Text>,
+        billed -> Bool,
     }
 }
 
@@ -167,6 +181,7 @@ diesel::table! {
         account_id -> Text,
         flavors -> Jsonb,
         created_at -> Int8,
+        vm -> Nullable<Jsonb>,
     }
 }
 
@@ -273,6 +288,51 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    vm_listings (account_id) {
+        account_id -> Text,
+        listing_seq -> Int8,
+        lease_until -> Nullable<Int8>,
+        last_wall -> Nullable<Int8>,
+        failures -> Int4,
+    }
+}
+
+diesel::table! {
+    vm_orphans (account_id, zone, vm_name) {
+        account_id -> Text,
+        zone -> Text,
+        vm_name -> Text,
+        instance_id -> Nullable<Text>,
+        first_seq -> Int8,
+        last_seq -> Int8,
+        request_id -> Text,
+        deleted_at -> Nullable<Int8>,
+    }
+}
+
+diesel::table! {
+    vm_steps (step_id) {
+        step_id -> Int8,
+        instance_id -> Text,
+        kind -> Text,
+        request_id -> Text,
+        state -> Text,
+        zone -> Text,
+        zone_index -> Int4,
+        operation -> Nullable<Text>,
+        attempts -> Int4,
+        requested_at -> Int8,
+        created_wall -> Int8,
+        deadline_wall -> Int8,
+        due_wall -> Int8,
+        lease_until -> Nullable<Int8>,
+        lease_token -> Nullable<Text>,
+        finished_wall -> Nullable<Int8>,
+        failure_code -> Nullable<Text>,
+    }
+}
+
 diesel::joinable!(api_keys -> tenants (tenant_id));
 diesel::joinable!(grant_expiry_notices -> grants (grant_id));
 diesel::joinable!(grant_underuse_checks -> grants (grant_id));
@@ -292,6 +352,9 @@ diesel::joinable!(quotas -> tenants (tenant_id));
 diesel::joinable!(reservations -> pools (pool_id));
 diesel::joinable!(reservations -> provider_accounts (account_id));
 diesel::joinable!(secrets -> tenants (tenant_id));
+diesel::joinable!(vm_listings -> provider_accounts (account_id));
+diesel::joinable!(vm_orphans -> provider_accounts (account_id));
+diesel::joinable!(vm_steps -> instances (instance_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
@@ -317,4 +380,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     tenants,
     usage_head,
     usage_records,
+    vm_listings,
+    vm_orphans,
+    vm_steps,
 );

@@ -6,6 +6,7 @@ use iam_check::{Permission, TenantRule};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer};
 use serde_json::json;
+use storage::model::pool_vm::{DEFAULT_DISK_GB, DEFAULT_NETWORK, PoolVm};
 use storage::ops::pools::{self, Flavor, NewPool};
 
 use super::CAPACITY;
@@ -48,6 +49,92 @@ struct FlavorInput {
     memory_gib: i64,
     #[schemars(range(min = 0, max = 64))]
     gpus: i64,
+}
+
+/// GCE image references: a URL or `projects/{p}/global/images/...`.
+const IMAGE: &str = "^(https://www\\.googleapis\\.com/compute/v1/)?projects/[a-z][-a-z0-9.:]{0,62}/global/images/(family/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+/// GCE zones.
+const ZONE: &str = "^[a-z]+-[a-z]+[0-9]+-[a-z]$";
+/// GCE networks.
+const NETWORK: &str = "^(https://www\\.googleapis\\.com/compute/v1/)?(projects/[a-z][-a-z0-9.:]{0,62}/)?global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+/// GCE subnetworks.
+const SUBNETWORK: &str = "^(https://www\\.googleapis\\.com/compute/v1/)?(projects/[a-z][-a-z0-9.:]{0,62}/)?regions/[a-z]+-[a-z]+[0-9]+/subnetworks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+/// Service account emails.
+const EMAIL: &str = "^[a-z0-9][a-z0-9._-]{0,62}@[a-z0-9][a-z0-9.-]{0,190}\\.[a-z]{2,63}$";
+
+/// GCE labels: at most 16 from a pool; keys start with a lowercase letter,
+/// keys and values are lowercase letters, digits, `_` and `-`, at most 63.
+fn labels_map(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "propertyNames": { "type": "string", "pattern": "^[a-z][a-z0-9_-]{0,62}$" },
+        "additionalProperties": { "type": "string", "pattern": "^[a-z0-9_-]{0,63}$" },
+        "maxProperties": 16,
+    })
+}
+
+/// `pools.create`'s `vm`: makes the pool managed (contract 3.3, r3).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct VmInput {
+    #[schemars(length(min = 1, max = 512), regex(pattern = IMAGE))]
+    image: String,
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 8), extend("uniqueItems" = true))]
+    zones: Option<Vec<ZoneName>>,
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 512), regex(pattern = NETWORK))]
+    network: Option<String>,
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 512), regex(pattern = SUBNETWORK))]
+    subnetwork: Option<String>,
+    #[serde(default)]
+    #[schemars(range(min = 10, max = 65536))]
+    disk_gb: Option<i64>,
+    #[serde(default)]
+    #[schemars(length(min = 3, max = 254), regex(pattern = EMAIL))]
+    service_account: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "labels_map")]
+    labels: Option<BTreeMap<String, String>>,
+}
+
+/// A zone name.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(transparent)]
+struct ZoneName(#[schemars(length(min = 1, max = 63), regex(pattern = ZONE))] String);
+
+impl VmInput {
+    /// The stored settings, defaults filled in, or the rule it breaks.
+    fn checked(self, region: &str) -> Result<PoolVm, ApiError> {
+        let vm = PoolVm {
+            image: self.image,
+            zones: match self.zones {
+                Some(z) => z.into_iter().map(|z| z.0).collect(),
+                None => vec![format!("{region}-a")],
+            },
+            network: self.network.unwrap_or_else(|| DEFAULT_NETWORK.to_owned()),
+            subnetwork: self.subnetwork,
+            disk_gb: self.disk_gb.unwrap_or(DEFAULT_DISK_GB),
+            service_account: self.service_account,
+            labels: self.labels.unwrap_or_default(),
+        };
+        if let Some(zone) = vm.zone_outside(region) {
+            return Err(ApiError::invalid(
+                "vm.zones",
+                "region-mismatch",
+                format!("zone {zone} is not in the pool's region {region}"),
+            ));
+        }
+        if let Some(key) = vm.reserved_label() {
+            return Err(ApiError::invalid(
+                &format!("vm.labels.{key}"),
+                "reserved",
+                format!("label {key} is set by the platform on every vm"),
+            ));
+        }
+        Ok(vm)
+    }
 }
 
 /// The flavors of `pools.create` as storage takes them.
@@ -191,6 +278,8 @@ struct CreatePool {
     #[serde(default)]
     #[schemars(schema_with = "quota_map")]
     quotas: Option<BTreeMap<String, i64>>,
+    #[serde(default)]
+    vm: Option<VmInput>,
     #[schemars(length(min = 1, max = 128), regex(pattern = IDEMPOTENCY_KEY))]
     idempotency_key: String,
 }
@@ -211,7 +300,9 @@ async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiErro
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
     let quotas = input.quotas.unwrap_or_default();
+    let vm = input.vm.map(|v| v.checked(&input.region)).transpose()?;
     let new = NewPool {
+        vm: vm.as_ref(),
         name: &input.name,
         region: &input.region,
         provider: &input.provider,

@@ -205,9 +205,12 @@ struct List {
     #[serde(default)]
     #[schemars(
         with = "Vec<String>",
-        length(min = 1, max = 3),
+        length(min = 1, max = 8),
         extend(
-            "items" = { "type": "string", "enum": ["running", "stopped", "deleted"] },
+            "items" = { "type": "string", "enum": [
+                "running", "stopped", "deleted",
+                "provisioning", "stopping", "starting", "deleting", "failed"
+            ] },
             "uniqueItems" = true
         )
     )]

@@ -2,6 +2,7 @@
 
 use schemars::JsonSchema;
 use serde::Serialize;
+use storage::model::pool_vm::PoolVm;
 use storage::ops::pools;
 
 use super::Millis;
@@ -40,6 +41,9 @@ pub struct Pool {
     pub offered_to: Vec<String>,
     /// Creation instant.
     pub created_at: Millis,
+    /// Its VM settings: a managed pool (contract 3.12).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<PoolVm>,
 }
 
 impl From<pools::Pool> for Pool {
@@ -62,6 +66,7 @@ impl From<pools::Pool> for Pool {
                 .collect(),
             offered_to: p.offered_to,
             created_at: p.created_at,
+            vm: p.vm,
         }
     }
 }

@@ -3,6 +3,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 use storage::model::instance::InstanceRow;
+use storage::model::states::InstanceState;
 
 use super::Millis;
 
@@ -19,6 +20,31 @@ pub struct Placement {
     /// The reservation, when in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation_id: Option<String>,
+}
+
+/// A managed instance's VM (contract 3.7, r3).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceVm {
+    /// `bc-...`
+    pub name: String,
+    /// Its zone.
+    pub zone: String,
+    /// The provider's last reported status (`RUNNING`, `TERMINATED`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// When that status was seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<Millis>,
+}
+
+/// Why a managed instance failed or was lost.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// The provider's first error code (`CONDITION_NOT_MET`, ...), or
+    /// `timeout`, `name-taken`, `provider-error`, `no-account`, `not-found`.
+    pub code: String,
 }
 
 /// An instance (contract 3.3).
@@ -41,13 +67,27 @@ pub struct Instance {
     /// Who pays for its hours.
     #[schemars(extend("enum" = ["standard", "none"]))]
     pub billing: String,
-    /// Power state.
-    #[schemars(extend("enum" = ["running", "stopped", "deleted"]))]
+    /// Power state; a managed instance's also `provisioning`, `stopping`,
+    /// `starting`, `deleting` and `failed`.
+    #[schemars(extend("enum" = [
+        "running", "stopped", "deleted",
+        "provisioning", "stopping", "starting", "deleting", "failed"
+    ]))]
     pub state: &'static str,
     /// Where it is.
     pub placement: Placement,
     /// Creation instant.
     pub created_at: Millis,
+    /// Its VM (managed pools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<InstanceVm>,
+    /// Why it failed or was lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// Why it is deleted (managed pools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["requested", "lost", "tenant-deleted"]))]
+    pub deleted_reason: Option<&'static str>,
 }
 
 impl From<InstanceRow> for Instance {
@@ -67,6 +107,20 @@ impl From<InstanceRow> for Instance {
                 reservation_id: i.reservation_id,
             },
             created_at: i.created_at,
+            vm: match (i.vm_name, i.vm_zone) {
+                (Some(name), Some(zone)) => Some(InstanceVm {
+                    name,
+                    zone,
+                    status: i.vm_status,
+                    observed_at: i.vm_observed_at,
+                }),
+                _ => None,
+            },
+            failure: i.failure_code.map(|code| Failure { code }),
+            deleted_reason: i
+                .deleted_reason
+                .filter(|_| i.state == InstanceState::Deleted)
+                .map(|r| r.as_str()),
         }
     }
 }

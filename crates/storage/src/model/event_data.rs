@@ -40,6 +40,27 @@ pub enum EventData {
     /// A quota was set (in the target tenant).
     #[serde(rename = "quota.updated")]
     QuotaUpdated(QuotaUpdated),
+    /// A managed instance's VM was seen running after its create or start
+    /// (in the instance's tenant).
+    #[serde(rename = "instance.running")]
+    InstanceRunning(InstanceChange),
+    /// A managed instance's VM stopped, as requested or at the provider
+    /// (`reason`).
+    #[serde(rename = "instance.stopped")]
+    InstanceStopped(InstanceChange),
+    /// A managed instance's VM is gone, as requested.
+    #[serde(rename = "instance.deleted")]
+    InstanceDeleted(InstanceChange),
+    /// A managed instance's create failed (`code`).
+    #[serde(rename = "instance.failed")]
+    InstanceFailed(InstanceChange),
+    /// A managed instance's VM vanished at the provider.
+    #[serde(rename = "instance.lost")]
+    InstanceLost(InstanceChange),
+    /// A labelled VM without a live instance was deleted (in the root
+    /// tenant).
+    #[serde(rename = "instance.orphan-deleted")]
+    OrphanDeleted(OrphanDeleted),
 }
 
 impl EventData {
@@ -55,6 +76,12 @@ impl EventData {
             EventData::GrantExpiring(_) => "reservation-grant.expiring",
             EventData::GrantUnderused(_) => "reservation-grant.underused",
             EventData::QuotaUpdated(_) => "quota.updated",
+            EventData::InstanceRunning(_) => "instance.running",
+            EventData::InstanceStopped(_) => "instance.stopped",
+            EventData::InstanceDeleted(_) => "instance.deleted",
+            EventData::InstanceFailed(_) => "instance.failed",
+            EventData::InstanceLost(_) => "instance.lost",
+            EventData::OrphanDeleted(_) => "instance.orphan-deleted",
         }
     }
 
@@ -254,4 +281,65 @@ mod tests {
             assert_eq!(back, e);
         }
     }
+}
+
+/// Where an instance is, as its events report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventPlacement {
+    /// `grant`, `reservation`, `ondemand` or `none`.
+    pub kind: String,
+    /// The grant holding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
+    /// Its reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_id: Option<String>,
+}
+
+/// A VM's name and zone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventVm {
+    /// `bc-...`
+    pub name: String,
+    /// Its zone.
+    pub zone: String,
+}
+
+/// A change of a managed instance (contract 9, r3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceChange {
+    /// `inst_...`
+    pub instance_id: String,
+    /// Its pool.
+    pub pool_id: String,
+    /// Its project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// Where it is after the change (before it, for a deletion).
+    pub placement: EventPlacement,
+    /// Its VM.
+    pub vm: EventVm,
+    /// Why it stopped: `requested` or `provider`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Why its create failed: the provider's error code, `timeout`,
+    /// `name-taken` or `provider-error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+/// A labelled VM deleted because no live instance owns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanDeleted {
+    /// The VM's name.
+    pub vm_name: String,
+    /// Its zone.
+    pub zone: String,
+    /// The instance its `bc-instance` label names, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
 }

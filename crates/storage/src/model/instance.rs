@@ -8,7 +8,7 @@ use grants_core::{Billing, Power, Seat, SettlementInstance};
 use crate::error::Result;
 use crate::model::keyset::Position;
 use crate::model::reservation::ReservationRow;
-use crate::model::states::{InstanceBilling, InstanceState};
+use crate::model::states::{DeletedReason, InstanceBilling, InstanceState};
 use crate::schema::instances;
 
 /// What an instance listing keeps; every filter is optional and they
@@ -30,8 +30,22 @@ pub struct InstanceFilter {
     pub states: Option<Vec<InstanceState>>,
 }
 
-/// An instance to insert: running, placed nowhere yet, metered from its
-/// creation.
+/// Where a managed instance's VM is, fixed at its admission (a VM never
+/// moves, contract 3.12).
+#[derive(Debug, Clone, Copy)]
+pub struct NewVm<'a> {
+    /// `bc-` and the id's suffix.
+    pub name: &'a str,
+    /// Its zone.
+    pub zone: &'a str,
+    /// The reservation it consumes (account, id); `None` on-demand.
+    pub reservation: Option<(&'a str, &'a str)>,
+    /// The database's real time of the admission (epoch ms).
+    pub changed_wall: i64,
+}
+
+/// An instance to insert: running (a managed one provisioning), placed
+/// nowhere yet, metered from its creation.
 #[derive(Debug, Clone, Copy)]
 pub struct NewInstanceRow<'a> {
     /// `inst_...`
@@ -50,6 +64,8 @@ pub struct NewInstanceRow<'a> {
     pub billing: InstanceBilling,
     /// Creation instant.
     pub created_at: i64,
+    /// Its VM, for an instance of a managed pool.
+    pub vm: Option<NewVm<'a>>,
 }
 
 /// An instance row.
@@ -86,6 +102,33 @@ pub struct InstanceRow {
     pub deleted_at: Option<i64>,
     /// Instance meters are written up to here.
     pub usage_metered_through: i64,
+    /// Whether it holds a running slot (contract 4, r3).
+    pub powered: bool,
+    /// Whether it is a VM of a managed pool.
+    pub managed: bool,
+    /// Its VM's name.
+    pub vm_name: Option<String>,
+    /// Its VM's zone.
+    pub vm_zone: Option<String>,
+    /// The account of the reservation its VM consumes.
+    pub vm_account_id: Option<String>,
+    /// The reservation its VM consumes (`None` on-demand).
+    pub vm_reservation_id: Option<String>,
+    /// The provider's last reported status of its VM.
+    pub vm_status: Option<String>,
+    /// When that status was seen (the product's clock).
+    pub vm_observed_at: Option<i64>,
+    /// The database's real time of the last change a step or an admission
+    /// made (epoch ms).
+    pub vm_changed_wall: Option<i64>,
+    /// The listing that first missed its VM.
+    pub vm_missing_seq: Option<i64>,
+    /// The instant of that listing.
+    pub vm_missing_at: Option<i64>,
+    /// Why its create failed or it was lost.
+    pub failure_code: Option<String>,
+    /// Why it is deleted (managed instances).
+    pub deleted_reason: Option<DeletedReason>,
 }
 
 impl InstanceRow {
@@ -94,9 +137,17 @@ impl InstanceRow {
         self.billing.to_core()
     }
 
-    /// Whether it runs.
+    /// Whether it holds a running slot: a ledger instance when running, a
+    /// managed one from its admission or start until the provider confirms
+    /// its VM stopped or gone (contract 4, r3).
     pub fn running(&self) -> bool {
-        self.state == InstanceState::Running
+        self.powered
+    }
+
+    /// Whether its time is billed now: a ledger instance whenever it holds
+    /// a running slot, a managed one only while its VM was seen running.
+    pub fn billed(&self) -> bool {
+        !self.managed || self.state == InstanceState::Running
     }
 
     /// As settlement sees it.
@@ -147,10 +198,21 @@ impl InstanceRow {
                 instances::flavor.eq(new.flavor),
                 instances::name.eq(new.name),
                 instances::billing.eq(new.billing),
-                instances::state.eq(InstanceState::Running),
+                instances::state.eq(if new.vm.is_some() {
+                    InstanceState::Provisioning
+                } else {
+                    InstanceState::Running
+                }),
                 instances::placement_kind.eq("none"),
                 instances::created_at.eq(new.created_at),
                 instances::usage_metered_through.eq(new.created_at),
+                instances::powered.eq(true),
+                instances::managed.eq(new.vm.is_some()),
+                instances::vm_name.eq(new.vm.map(|v| v.name)),
+                instances::vm_zone.eq(new.vm.map(|v| v.zone)),
+                instances::vm_account_id.eq(new.vm.and_then(|v| v.reservation).map(|r| r.0)),
+                instances::vm_reservation_id.eq(new.vm.and_then(|v| v.reservation).map(|r| r.1)),
+                instances::vm_changed_wall.eq(new.vm.map(|v| v.changed_wall)),
             ))
             .returning(InstanceRow::as_returning())
             .get_result(conn)
@@ -212,7 +274,7 @@ impl InstanceRow {
         let mut query = instances::table
             .filter(instances::account_id.eq(account_id))
             .filter(instances::reservation_id.is_not_null())
-            .filter(instances::state.ne(InstanceState::Deleted))
+            .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
             .order((instances::created_at.asc(), instances::instance_id.asc()))
             .select(InstanceRow::as_select())
             .into_boxed();
@@ -230,7 +292,7 @@ impl InstanceRow {
         Ok(instances::table
             .filter(instances::account_id.eq(&res.account_id))
             .filter(instances::reservation_id.eq(&res.reservation_id))
-            .filter(instances::state.ne(InstanceState::Deleted))
+            .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
             .order((instances::created_at.asc(), instances::instance_id.asc()))
             .select(InstanceRow::as_select())
             .load(conn)

@@ -9,6 +9,7 @@ pub mod grant;
 pub mod idempotency;
 pub mod instance;
 pub mod keyset;
+pub mod pool_vm;
 pub mod quota;
 pub mod reservation;
 pub mod secret;

@@ -77,6 +77,54 @@ text_enum! {
         Stopped = "stopped",
         /// Deleted (kept, so a client can see what happened).
         Deleted = "deleted",
+        /// Managed: admitted, its VM being created.
+        Provisioning = "provisioning",
+        /// Managed: a stop was requested, its VM not yet seen stopped.
+        Stopping = "stopping",
+        /// Managed: a start was requested, its VM not yet seen running.
+        Starting = "starting",
+        /// Managed: a delete was requested, its VM not yet seen gone.
+        Deleting = "deleting",
+        /// Managed: its create failed; it holds nothing.
+        Failed = "failed",
+    }
+}
+
+impl InstanceState {
+    /// As the pure lifecycle of managed instances sees it.
+    pub fn to_vm(self) -> grants_core::vm::VmState {
+        use grants_core::vm::VmState as V;
+        match self {
+            InstanceState::Running => V::Running,
+            InstanceState::Stopped => V::Stopped,
+            InstanceState::Deleted => V::Deleted,
+            InstanceState::Provisioning => V::Provisioning,
+            InstanceState::Stopping => V::Stopping,
+            InstanceState::Starting => V::Starting,
+            InstanceState::Deleting => V::Deleting,
+            InstanceState::Failed => V::Failed,
+        }
+    }
+
+    /// The stored state of a lifecycle state.
+    pub fn from_vm(state: grants_core::vm::VmState) -> InstanceState {
+        use grants_core::vm::VmState as V;
+        match state {
+            V::Running => InstanceState::Running,
+            V::Stopped => InstanceState::Stopped,
+            V::Deleted => InstanceState::Deleted,
+            V::Provisioning => InstanceState::Provisioning,
+            V::Stopping => InstanceState::Stopping,
+            V::Starting => InstanceState::Starting,
+            V::Deleting => InstanceState::Deleting,
+            V::Failed => InstanceState::Failed,
+        }
+    }
+
+    /// Whether it is gone for good (`deleted` or `failed`): it holds no
+    /// slot and no quota.
+    pub fn is_final(self) -> bool {
+        matches!(self, InstanceState::Deleted | InstanceState::Failed)
     }
 }
 
@@ -105,6 +153,30 @@ text_enum! {
         Ended = "ended",
         /// Ended before it started.
         Cancelled = "cancelled",
+    }
+}
+
+text_enum! {
+    /// `instances.deleted_reason`: why a managed instance is deleted.
+    DeletedReason {
+        /// `instances.delete`.
+        Requested = "requested",
+        /// Its VM vanished at the provider.
+        Lost = "lost",
+        /// Its tenant was deleted.
+        TenantDeleted = "tenant-deleted",
+    }
+}
+
+text_enum! {
+    /// `vm_steps.state`.
+    StepState {
+        /// To do or in flight.
+        Open = "open",
+        /// Succeeded.
+        Done = "done",
+        /// Failed for good.
+        Failed = "failed",
     }
 }
 

@@ -18,7 +18,9 @@ use crate::model::states::{InstanceState, SettledState};
 use crate::ops::reservations::live_grant_ids;
 use crate::ops::{instances, secrets, settlement};
 use crate::schema::provider_accounts as pa;
-use crate::schema::{api_keys, grants, idempotency_keys, provider_accounts, reservations};
+use crate::schema::{
+    api_keys, grants, idempotency_keys, instances as inst, pools, provider_accounts, reservations,
+};
 
 /// A provider account of a tenant.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -201,6 +203,22 @@ pub async fn delete_account(
             )
             .with(Detail::GrantIds(live)));
         }
+        let managed: Vec<String> = inst::table
+            .inner_join(pools::table)
+            .filter(pools::account_id.eq(account_id))
+            .filter(inst::managed.eq(true))
+            .filter(inst::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
+            .order(inst::instance_id.asc())
+            .limit(100)
+            .select(inst::instance_id)
+            .load(conn)
+            .await?;
+        if !managed.is_empty() {
+            return Err(StorageError::invalid_state(
+                "managed instances of the account's pools are not deleted; delete them first",
+            )
+            .with(Detail::InstanceIds(managed)));
+        }
         let unmetered: Vec<String> = grants::table
             .filter(grants::account_id.eq(account_id))
             .filter(grants::settled_state.ne(SettledState::Cancelled))
@@ -267,7 +285,7 @@ async fn forget_account(
     // Instances on the account's reservations are billed on-demand from now.
     for res in locked {
         for inst in InstanceRow::seated(conn, res).await? {
-            let to = if inst.state == InstanceState::Running {
+            let to = if inst.running() {
                 Destination::OnDemand
             } else {
                 Destination::None

@@ -18,20 +18,26 @@ use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
-use crate::model::instance::{InstanceFilter, InstanceRow, NewInstanceRow};
+use crate::model::instance::{InstanceFilter, InstanceRow, NewInstanceRow, NewVm};
 use crate::model::keyset::{Page, Position};
+use crate::model::pool_vm::PoolVm;
 use crate::model::quota;
 use crate::model::reservation::ReservationRow;
-use crate::model::states::{InstanceBilling, InstanceState, ReservationStatus, SettledState};
+use crate::model::states::{
+    DeletedReason, InstanceBilling, InstanceState, ReservationStatus, SettledState,
+};
 use crate::ops::pools::{self, Pool};
 use crate::ops::settlement;
 use crate::ops::tenancy;
-use crate::schema::{grants, instances};
+use crate::schema::{grants, instances, provider_accounts};
 
+pub mod managed;
 mod placement;
 
+use grants_core::vm::Cause;
+use managed::{Observation, vm_name};
 use placement::view;
-pub use placement::{Target, apply_move, place_at, take_in};
+pub use placement::{Target, apply_move, place_at, place_with, take_in};
 
 fn capacity_error(view: &ReservationView) -> StorageError {
     StorageError::new(
@@ -174,6 +180,38 @@ fn charges_for(pool: &Pool, flavor: &str) -> Result<Vec<Charge>> {
     Ok(quotas_core::instance_charges(f.vcpus, f.memory_gib, f.gpus))
 }
 
+/// Whether a provider account still exists.
+async fn account_exists(conn: &mut AsyncPgConnection, account_id: &str) -> Result<bool> {
+    let n: i64 = provider_accounts::table
+        .find(account_id)
+        .count()
+        .get_result(conn)
+        .await?;
+    Ok(n > 0)
+}
+
+/// The zone of a new managed instance's VM: its reservation's for a slot
+/// on one, else the pool's first zone (contract 3.12).
+async fn vm_zone(conn: &mut AsyncPgConnection, target: &Target, vm: &PoolVm) -> Result<String> {
+    match target {
+        Target::Grant {
+            account_id,
+            reservation_id,
+            ..
+        }
+        | Target::Reservation {
+            account_id,
+            reservation_id,
+        } => Ok(ReservationRow::find(conn, account_id, reservation_id)
+            .await?
+            .ok_or_else(|| StorageError::internal("placed on an unknown reservation"))?
+            .zone),
+        Target::OnDemand | Target::None => <[String]>::first(&vm.zones)
+            .cloned()
+            .ok_or_else(|| StorageError::internal("a managed pool without zones")),
+    }
+}
+
 /// Input of `instances.create`.
 #[derive(Debug, Clone)]
 pub struct NewInstance<'a> {
@@ -230,6 +268,13 @@ pub async fn create(
                 format!("project {p} is not a project of {}", new.tenant_id),
             ));
         }
+        if pool.vm.is_some() && !account_exists(conn, &pool.account_id).await? {
+            return Err(StorageError::invalid_state(format!(
+                "the provider account of managed pool {} is gone",
+                pool.pool_id
+            ))
+            .with(Detail::Reason(Reason::NoAccount)));
+        }
         let charges = charges_for(&pool, new.flavor)?;
         let rows = lock_quota_rows(conn, new.tenant_id, new.pool_id, &charges).await?;
         let charged = quotas_core::charge(&rows, &charges).map_err(|q| {
@@ -253,6 +298,27 @@ pub async fn create(
         );
         let target = decide(conn, new.pool_id, new.flavor, &request, now, &mut events).await?;
         write_quota_rows(conn, new.tenant_id, new.pool_id, &rows, &charged).await?;
+        let name = vm_name(&id);
+        let zone = match &pool.vm {
+            None => None,
+            Some(vm) => Some(vm_zone(conn, &target, vm).await?),
+        };
+        let changed_wall = match zone {
+            Some(_) => managed::db_now_ms(conn).await?,
+            None => 0,
+        };
+        let reservation = match &target {
+            Target::Grant {
+                account_id,
+                reservation_id,
+                ..
+            }
+            | Target::Reservation {
+                account_id,
+                reservation_id,
+            } => Some((account_id.as_str(), reservation_id.as_str())),
+            Target::OnDemand | Target::None => None,
+        };
         let row = InstanceRow::insert(
             conn,
             NewInstanceRow {
@@ -264,10 +330,19 @@ pub async fn create(
                 name: new.name.unwrap_or(&id),
                 billing: InstanceBilling::from_core(new.billing),
                 created_at: now,
+                vm: zone.as_deref().map(|zone| NewVm {
+                    name: &name,
+                    zone,
+                    reservation,
+                    changed_wall,
+                }),
             },
         )
         .await?;
-        place_at(conn, &row, &target, InstanceState::Running, now).await?;
+        place_with(conn, &row, &target, row.state, true, now).await?;
+        if let Some(zone) = &zone {
+            managed::record_step(conn, &row, grants_core::vm::StepKind::Create, zone, now).await?;
+        }
         events::publish(conn, now, events).await?;
         tracing::info!(
             instance = %id,
@@ -363,6 +438,21 @@ async fn lock_instance(
     ))
 }
 
+/// [`lock_instance`] for the worker, whoever owns the instance: its
+/// reservation locked and settled to `now`, then its row.
+pub async fn lock_for_worker(
+    conn: &mut AsyncPgConnection,
+    instance_id: &str,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<(InstanceRow, Option<ReservationRow>)> {
+    let tenant = InstanceRow::find(conn, instance_id)
+        .await?
+        .ok_or_else(|| StorageError::not_found("instance", instance_id))?
+        .tenant_id;
+    lock_instance(conn, &tenant, instance_id, now, events).await
+}
+
 /// `INVALID_STATE` for stop and start of a deleted instance.
 fn deleted_instance() -> StorageError {
     StorageError::invalid_state("the instance is deleted")
@@ -381,6 +471,22 @@ pub async fn stop(
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        if inst.managed {
+            let seen = Observation::default();
+            managed::apply(
+                conn,
+                &inst,
+                res.as_ref(),
+                Cause::StopRequested,
+                None,
+                seen,
+                now,
+                &mut events,
+            )
+            .await?;
+            events::publish(conn, now, events).await?;
+            return find(conn, tenant, instance_id).await;
+        }
         match inst.state {
             InstanceState::Deleted => return Err(deleted_instance()),
             InstanceState::Stopped => {
@@ -423,6 +529,12 @@ pub async fn start(
 ) -> Result<InstanceRow> {
     let tenant = tenant.as_str();
     let instance_id = instance_id.as_str();
+    if InstanceRow::find(conn, instance_id)
+        .await?
+        .is_some_and(|r| r.tenant_id == tenant && r.managed)
+    {
+        return start_managed(conn, tenant, instance_id, now).await;
+    }
     match start_once(conn, tenant, instance_id, now, false).await {
         Err(StartError::NeedsPool) => {}
         Err(StartError::Storage(e)) => return Err(e),
@@ -435,6 +547,60 @@ pub async fn start(
         Err(StartError::Storage(e)) => Err(e),
         Ok(inst) => Ok(inst),
     }
+}
+
+/// [`start`] of a managed instance: its VM never moves, so only the
+/// reservation it was created on decides (a live grant of the tenant that
+/// serves it, else an ordinary slot, else `CAPACITY_UNAVAILABLE`); an
+/// on-demand VM, or one whose reservation is gone, starts on-demand.
+async fn start_managed(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+) -> Result<InstanceRow> {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
+        let mut events = Vec::new();
+        let peek = find(conn, tenant, instance_id).await?;
+        // The VM's reservation first (the lock order), settled.
+        let vm_res = match (&peek.vm_account_id, &peek.vm_reservation_id) {
+            (Some(a), Some(r)) => locks::reservation(conn, a, r).await?,
+            _ => None,
+        };
+        if let Some(r) = &vm_res {
+            settlement::settle(conn, r, now, &mut events).await?;
+        }
+        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        let placed = match (inst.state, &vm_res) {
+            (InstanceState::Stopped, Some(r)) if r.status != ReservationStatus::Gone => {
+                let mut request =
+                    PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
+                request.held_grant = inst.grant_id.clone();
+                let open = locks::started_grants(conn, r, now).await?;
+                let view = view(conn, r, now, open).await?;
+                let seat =
+                    grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
+                Some(Target::from_seat(seat, r))
+            }
+            (InstanceState::Stopped, _) => Some(Target::OnDemand),
+            _ => None,
+        };
+        let seen = Observation::default();
+        managed::apply(
+            conn,
+            &inst,
+            res.as_ref(),
+            Cause::StartRequested,
+            placed,
+            seen,
+            now,
+            &mut events,
+        )
+        .await?;
+        events::publish(conn, now, events).await?;
+        find(conn, tenant, instance_id).await
+    })
+    .await
 }
 
 /// Why one try of [`start`] gave up.
@@ -527,13 +693,58 @@ async fn start_once(
     .await
 }
 
-/// Deletes a locked instance at `now`: releases its slot and its quota.
-async fn delete_locked(conn: &mut AsyncPgConnection, inst: &InstanceRow, now: i64) -> Result<()> {
+/// Releases the quota a locked instance holds.
+async fn release_quota(conn: &mut AsyncPgConnection, inst: &InstanceRow) -> Result<()> {
     let pool = pool_of(conn, &inst.pool_id).await?;
     let charges = charges_for(&pool, &inst.flavor)?;
     let rows = lock_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &charges).await?;
     let released = quotas_core::release(&rows, &charges);
-    write_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &rows, &released).await?;
+    write_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &rows, &released).await
+}
+
+/// Locks the quota rows a locked instance holds (first in the lock order,
+/// before its reservation and its row).
+pub(crate) async fn lock_quota_of(conn: &mut AsyncPgConnection, inst: &InstanceRow) -> Result<()> {
+    let pool = pool_of(conn, &inst.pool_id).await?;
+    lock_quota_rows(
+        conn,
+        &inst.tenant_id,
+        &inst.pool_id,
+        &charges_for(&pool, &inst.flavor)?,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes a locked instance at `now`: releases its slot and its quota. A
+/// managed one is only marked `deleting` with its step (`reason`): its slot
+/// and quota go when the provider confirms its VM gone.
+async fn delete_locked(
+    conn: &mut AsyncPgConnection,
+    inst: &InstanceRow,
+    reason: DeletedReason,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<()> {
+    if inst.managed {
+        let seen = Observation {
+            deleted_reason: Some(reason),
+            ..Observation::default()
+        };
+        managed::apply(
+            conn,
+            inst,
+            None,
+            Cause::DeleteRequested,
+            None,
+            seen,
+            now,
+            events,
+        )
+        .await?;
+        return Ok(());
+    }
+    release_quota(conn, inst).await?;
     place_at(conn, inst, &Target::None, InstanceState::Deleted, now).await
 }
 
@@ -568,8 +779,24 @@ pub async fn delete(
         .await?;
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
-        if inst.state != InstanceState::Deleted {
-            delete_locked(conn, &inst, now).await?;
+        if inst.managed {
+            let seen = Observation {
+                deleted_reason: Some(DeletedReason::Requested),
+                ..Observation::default()
+            };
+            managed::apply(
+                conn,
+                &inst,
+                res.as_ref(),
+                Cause::DeleteRequested,
+                None,
+                seen,
+                now,
+                &mut events,
+            )
+            .await?;
+        } else if inst.state != InstanceState::Deleted {
+            delete_locked(conn, &inst, DeletedReason::Requested, now, &mut events).await?;
             tracing::info!(instance = %instance_id, "instance deleted");
             // A grant slot freed at this instant takes in the oldest of its
             // tenant's instances waiting on ordinary slots (contract 5.3).
@@ -592,9 +819,11 @@ pub async fn delete_all_of_tenant(
     now: i64,
 ) -> Result<usize> {
     let live = locks::live_instances_of_tenant(conn, tenant).await?;
+    let mut events = Vec::new();
     for inst in &live {
-        delete_locked(conn, inst, now).await?;
+        delete_locked(conn, inst, DeletedReason::TenantDeleted, now, &mut events).await?;
     }
+    events::publish(conn, now, events).await?;
     Ok(live.len())
 }
 

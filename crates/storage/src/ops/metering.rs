@@ -365,6 +365,7 @@ async fn instance_records(
     let segments: Vec<SegmentRow> = seg::table
         .filter(seg::instance_id.eq(&inst.instance_id))
         .filter(seg::running.eq(true))
+        .filter(seg::billed.eq(true))
         .order((seg::from_ms.asc(), seg::segment_id.asc()))
         .select((
             seg::from_ms,

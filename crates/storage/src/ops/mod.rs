@@ -18,3 +18,4 @@ pub mod secrets;
 pub mod settlement;
 pub mod tenancy;
 pub mod views;
+pub mod vms;

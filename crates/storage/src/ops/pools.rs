@@ -15,6 +15,7 @@ use crate::locks;
 use crate::model::event_data::{EventData, QuotaUpdated};
 use crate::model::events::{self, NewEvent};
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
+use crate::model::pool_vm::PoolVm;
 use crate::ops::accounts;
 use crate::schema::{pool_offers, pools, quotas};
 
@@ -42,6 +43,7 @@ struct PoolRow {
     account_id: String,
     flavors: Value,
     created_at: i64,
+    vm: Option<Value>,
 }
 
 /// A pool as the API shows it.
@@ -63,6 +65,8 @@ pub struct Pool {
     pub offered_to: Vec<String>,
     /// Creation instant.
     pub created_at: i64,
+    /// Its VM settings: a managed pool (contract 3.12); `None`: a ledger pool.
+    pub vm: Option<PoolVm>,
 }
 
 impl Pool {
@@ -119,6 +123,8 @@ pub struct NewPool<'a> {
     pub flavors: &'a [Flavor],
     /// The root tenant's quota rows to create.
     pub quotas: &'a BTreeMap<String, i64>,
+    /// Its VM settings (checked, defaults filled): a managed pool.
+    pub vm: Option<&'a PoolVm>,
 }
 
 async fn pool_row(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Option<PoolRow>> {
@@ -149,6 +155,7 @@ fn to_pool(row: PoolRow, offered: Vec<String>) -> Result<Pool> {
         flavors: serde_json::from_value(row.flavors)?,
         offered_to: offered,
         created_at: row.created_at,
+        vm: row.vm.map(serde_json::from_value).transpose()?,
     })
 }
 
@@ -357,6 +364,7 @@ pub async fn create(
                 pools::account_id.eq(new.account_id),
                 pools::flavors.eq(serde_json::to_value(new.flavors)?),
                 pools::created_at.eq(now),
+                pools::vm.eq(new.vm.map(serde_json::to_value).transpose()?),
             ))
             .execute(conn)
             .await?;

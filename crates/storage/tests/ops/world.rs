@@ -266,6 +266,7 @@ async fn root_pool(conn: &mut AsyncPgConnection, root: &TenantId, account: &Acco
     }];
     let quotas = BTreeMap::from([("instances".to_owned(), 100), ("vcpus".to_owned(), 400)]);
     let new = NewPool {
+        vm: None,
         name: "gce us-central1",
         region: REGION,
         provider: "gce",

@@ -92,14 +92,38 @@ impl Target {
     }
 }
 
-/// Records `inst`'s new placement and power from instant `at`: updates the
-/// row and closes its open segment at `at`, opening the next one (unless
-/// deleted). A segment that would be empty is dropped.
+/// Records a ledger instance's new placement and power from instant `at`
+/// (it holds a running slot when `running`): see [`place_with`].
 pub async fn place_at(
     conn: &mut AsyncPgConnection,
     inst: &InstanceRow,
     target: &Target,
     state: InstanceState,
+    at: i64,
+) -> Result<()> {
+    place_with(
+        conn,
+        inst,
+        target,
+        state,
+        state == InstanceState::Running,
+        at,
+    )
+    .await
+}
+
+/// Records `inst`'s new placement, state and power from instant `at`:
+/// updates the row and closes its open segment at `at`, opening the next
+/// one (unless it is gone). A segment that would be empty is dropped. The
+/// segment holds a running slot when `powered`, and is billed when it does
+/// and the instance is a ledger one or a managed one whose VM was seen
+/// running (contract 3.12).
+pub async fn place_with(
+    conn: &mut AsyncPgConnection,
+    inst: &InstanceRow,
+    target: &Target,
+    state: InstanceState,
+    powered: bool,
     at: i64,
 ) -> Result<()> {
     // Billed history is never rewritten: a transition settled after its
@@ -113,6 +137,7 @@ pub async fn place_at(
             instances::account_id.eq(account_id),
             instances::reservation_id.eq(reservation_id),
             instances::state.eq(state),
+            instances::powered.eq(powered && !state.is_final()),
             instances::deleted_at.eq(if state == InstanceState::Deleted {
                 Some(at)
             } else {
@@ -137,7 +162,7 @@ pub async fn place_at(
     )
     .execute(conn)
     .await?;
-    if state != InstanceState::Deleted {
+    if !state.is_final() {
         // billing "none" instances bill nothing wherever they are.
         let seg_kind = if inst.billing == InstanceBilling::None {
             "none"
@@ -149,7 +174,8 @@ pub async fn place_at(
                 seg::instance_id.eq(&inst.instance_id),
                 seg::from_ms.eq(at),
                 seg::kind.eq(seg_kind),
-                seg::running.eq(state == InstanceState::Running),
+                seg::running.eq(powered),
+                seg::billed.eq(!inst.managed || state == InstanceState::Running),
                 seg::grant_id.eq(grant_id),
                 seg::account_id.eq(account_id),
                 seg::reservation_id.eq(reservation_id),
@@ -172,7 +198,7 @@ pub async fn apply_move(
         .await?
         .ok_or_else(|| StorageError::internal(format!("move of unknown instance {instance_id}")))?;
     let target = Target::from_destination(to, res);
-    place_at(conn, &inst, &target, inst.state, at).await
+    place_with(conn, &inst, &target, inst.state, inst.powered, at).await
 }
 
 /// Moves instances taken into a grant at `at`.

@@ -1,0 +1,129 @@
+//! `vps.instances` (contract 3.12, 6): drives the steps of managed
+//! instances and lists each account's VMs for drift. Between passes it
+//! sleeps until the interval ends, the next put-off step is due, or the
+//! api-server records a step (`NOTIFY`), whichever comes first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use control::vms::{StepEnd, VmContext, drive_steps, list_accounts};
+use futures::StreamExt;
+use storage::ops::instances::managed::{STEPS_CHANNEL, db_now_ms};
+use tokio::sync::Notify;
+
+use crate::passes::{Pass, PassContext, PassFuture, PassReport};
+
+/// `vps.instances`.
+pub struct Instances;
+
+impl Pass for Instances {
+    fn name(&self) -> &'static str {
+        "vps.instances"
+    }
+
+    fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
+        Box::pin(async move {
+            let vm = VmContext {
+                pool: &ctx.pool,
+                clock: ctx.clock,
+                root: &ctx.root_tenant,
+                factory: ctx.instances.as_ref(),
+                keyring: &ctx.keyring,
+                rules: &ctx.vm_rules,
+            };
+            let mut steps = drive_steps(&vm).await?;
+            let listing = list_accounts(&vm).await?;
+            if listing.drift.get("restopped").copied().unwrap_or(0) > 0 {
+                steps.extend(drive_steps(&vm).await?);
+            }
+            let count = |end: StepEnd| steps.iter().filter(|s| s.end == end).count() as u64;
+            let mut counts = vec![
+                ("stepsDone", count(StepEnd::Done)),
+                ("stepsFailed", count(StepEnd::Failed)),
+                ("stepsPutOff", count(StepEnd::Waiting)),
+                ("stepsLeaseLost", count(StepEnd::LeaseLost)),
+                ("accountsListed", listing.listed),
+                ("listingsFailed", listing.failed),
+                ("orphansDeleted", listing.orphans_deleted),
+            ];
+            for (kind, n) in &listing.drift {
+                counts.push((drift_count(kind), *n));
+            }
+            counts.retain(|(_, n)| *n > 0);
+            Ok(PassReport {
+                counts,
+                steps,
+                drift: listing.drift,
+                orphans_deleted: listing.orphans_deleted,
+                ..PassReport::default()
+            })
+        })
+    }
+
+    fn pause<'a>(&'a self, ctx: &'a PassContext, interval: Duration) -> PassPause<'a> {
+        Box::pin(async move {
+            let wait = next_step_in(ctx)
+                .await
+                .map_or(interval, |d| d.min(interval));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = ctx.vm_wake.notified() => {}
+            }
+        })
+    }
+}
+
+/// How long a pass may wait.
+pub type PassPause<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+
+fn drift_count(kind: &str) -> &'static str {
+    match kind {
+        "stopped" => "driftStopped",
+        "restopped" => "driftRestopped",
+        _ => "driftLost",
+    }
+}
+
+/// How long until the next open step is due (at least 50 ms).
+async fn next_step_in(ctx: &PassContext) -> Option<Duration> {
+    let mut conn = ctx.pool.get().await.ok()?;
+    let due = storage::ops::vms::next_due(&mut conn).await.ok()??;
+    let now = db_now_ms(&mut conn).await.ok()?;
+    Some(Duration::from_millis(
+        u64::try_from(due.saturating_sub(now)).unwrap_or(0).max(50),
+    ))
+}
+
+/// Wakes `wake` whenever a step is recorded: `LISTEN` on a connection of
+/// its own, opened again after a failure. Runs until the process ends.
+pub async fn listen(url: String, wake: Arc<Notify>) {
+    loop {
+        match storage::db::establish(&url).await {
+            Ok(mut conn) => {
+                use diesel_async::RunQueryDsl;
+                let listening = diesel::sql_query(format!("LISTEN {STEPS_CHANNEL}"))
+                    .execute(&mut conn)
+                    .await;
+                if let Err(e) = listening {
+                    tracing::warn!(error = %e, "LISTEN failed; steps wait for the interval");
+                } else {
+                    tracing::info!(channel = STEPS_CHANNEL, "listening for recorded vm steps");
+                    // A step recorded while not listening is found now.
+                    wake.notify_one();
+                    let mut stream = std::pin::pin!(conn.notifications_stream());
+                    while let Some(n) = stream.next().await {
+                        match n {
+                            Ok(_) => wake.notify_one(),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "the LISTEN connection failed");
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not open the LISTEN connection"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

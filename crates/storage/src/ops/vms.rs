@@ -1,0 +1,756 @@
+//! The worker's side of managed instances (contract 3.12, 6): claiming the
+//! steps of the outbox, recording their progress and outcome, and applying
+//! what a listing of an account's VMs found (drift, orphans).
+//!
+//! A step is claimed with a lease (`lease_until`, `lease_token`) in a short
+//! transaction and worked on outside any transaction; every later write of
+//! that step checks the token, so a replica whose lease ran out (it was
+//! killed, or stalled) can no longer record anything: the replica that
+//! claimed the step again carries it on, with the same `requestId`.
+//! Only the oldest open step of an instance can be claimed: at most one is
+//! in flight per instance.
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use grants_core::vm::{Cause, StepKind};
+
+use crate::error::{Result, StorageError};
+use crate::model::event_data::{EventData, OrphanDeleted};
+use crate::model::events::{self, NewEvent};
+use crate::model::instance::InstanceRow;
+use crate::model::states::{DeletedReason, InstanceState};
+use crate::ops::accounts::{self, Account};
+use crate::ops::instances::managed::{self, DB_NOW_MS, Observation};
+use crate::ops::instances::{lock_for_worker, lock_quota_of};
+use crate::ops::pools::{self, Pool};
+use crate::schema::{instances, pools as pools_t, vm_listings, vm_orphans, vm_steps};
+
+/// A claimed step.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct StepClaim {
+    /// The step.
+    #[diesel(sql_type = BigInt)]
+    pub step_id: i64,
+    /// Its instance.
+    #[diesel(sql_type = Text)]
+    pub instance_id: String,
+    /// `create`, `stop`, `start` or `delete`.
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    /// Sent with every try.
+    #[diesel(sql_type = Text)]
+    pub request_id: String,
+    /// Where it is sent.
+    #[diesel(sql_type = Text)]
+    pub zone: String,
+    /// For an on-demand create: the index of `zone` in the pool's zones.
+    #[diesel(sql_type = Integer)]
+    pub zone_index: i32,
+    /// The provider's operation, once it answered.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub operation: Option<String>,
+    /// Tries so far that failed and were retried.
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    /// When it was recorded (real time, epoch ms).
+    #[diesel(sql_type = BigInt)]
+    pub created_wall: i64,
+    /// When it gives up (real time, epoch ms).
+    #[diesel(sql_type = BigInt)]
+    pub deadline_wall: i64,
+    /// This claim's lease.
+    #[diesel(sql_type = Text)]
+    pub lease_token: String,
+}
+
+impl StepClaim {
+    /// The step's kind.
+    pub fn step(&self) -> Result<StepKind> {
+        StepKind::parse(&self.kind)
+            .ok_or_else(|| StorageError::internal(format!("unknown step {}", self.kind)))
+    }
+}
+
+/// Everything a worker needs to carry out a claimed step.
+#[derive(Debug, Clone)]
+pub struct StepWork {
+    /// The claim.
+    pub claim: StepClaim,
+    /// The instance as it is now.
+    pub instance: InstanceRow,
+    /// Its pool (with `vm`).
+    pub pool: Pool,
+    /// The pool's provider account; `None` when it is gone.
+    pub account: Option<Account>,
+}
+
+/// Claims up to `limit` due steps, each the oldest open step of its
+/// instance, for `lease_ms`; a step claimed for the first time gets its
+/// deadline, `timeout_ms` after it was recorded.
+pub async fn claim_steps(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+    lease_ms: i64,
+    timeout_ms: i64,
+) -> Result<Vec<StepClaim>> {
+    let token = uuid::Uuid::now_v7().to_string();
+    let claims: Vec<StepClaim> = diesel::sql_query(
+        include_str!("sql/vms_claim_steps.sql").replace("{DB_NOW_MS}", DB_NOW_MS),
+    )
+    .bind::<BigInt, _>(limit)
+    .bind::<BigInt, _>(lease_ms)
+    .bind::<Text, _>(&token)
+    .bind::<BigInt, _>(timeout_ms)
+    .load(conn)
+    .await?;
+    Ok(claims)
+}
+
+/// The real time (epoch ms) of the next open step's next try, if any: how
+/// long a worker may sleep.
+pub async fn next_due(conn: &mut AsyncPgConnection) -> Result<Option<i64>> {
+    Ok(vm_steps::table
+        .filter(vm_steps::state.eq("open"))
+        .select(diesel::dsl::min(vm_steps::due_wall))
+        .first(conn)
+        .await?)
+}
+
+/// What a worker needs for a claim: the instance, its pool and account.
+pub async fn work_of(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<StepWork> {
+    let instance = InstanceRow::find(conn, &claim.instance_id)
+        .await?
+        .ok_or_else(|| StorageError::internal("a step of an unknown instance"))?;
+    let pool = pools::get_any(conn, &instance.pool_id).await?;
+    let owner: Option<String> = crate::schema::provider_accounts::table
+        .find(&pool.account_id)
+        .select(crate::schema::provider_accounts::tenant_id)
+        .first(conn)
+        .await
+        .optional()?;
+    let account = match owner {
+        Some(t) => Some(accounts::find(conn, &t, &pool.account_id).await?),
+        None => None,
+    };
+    Ok(StepWork {
+        claim,
+        instance,
+        pool,
+        account,
+    })
+}
+
+/// How a step goes on.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// The provider's operation now (`Some(None)`: forget it, a new try).
+    pub operation: Option<Option<String>>,
+    /// The next zone of an on-demand create, with a fresh request id.
+    pub next_zone: Option<(String, i32)>,
+    /// When to try again, from now (ms).
+    pub due_in_ms: i64,
+    /// Whether this was a failed try (counted).
+    pub failed_try: bool,
+    /// The lease to hold from now (ms).
+    pub lease_ms: i64,
+}
+
+/// Records a step's progress; `false` when the claim's lease is lost (the
+/// caller stops working on it).
+pub async fn progress(
+    conn: &mut AsyncPgConnection,
+    claim: &StepClaim,
+    p: &Progress,
+) -> Result<bool> {
+    let (set_op, op) = match &p.operation {
+        Some(op) => (true, op.clone()),
+        None => (false, None),
+    };
+    let (zone, index, request) = match &p.next_zone {
+        Some((z, i)) => (
+            Some(z.clone()),
+            Some(*i),
+            Some(uuid::Uuid::now_v7().to_string()),
+        ),
+        None => (None, None, None),
+    };
+    let n = diesel::sql_query(format!(
+        "UPDATE vm_steps SET \
+           operation = CASE WHEN $3 THEN $4 ELSE operation END, \
+           zone = coalesce($5, zone), zone_index = coalesce($6, zone_index), \
+           request_id = coalesce($7, request_id), \
+           attempts = attempts + CASE WHEN $8 THEN 1 ELSE 0 END, \
+           due_wall = {DB_NOW_MS} + $9, lease_until = {DB_NOW_MS} + $10 \
+         WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
+    ))
+    .bind::<BigInt, _>(claim.step_id)
+    .bind::<Text, _>(&claim.lease_token)
+    .bind::<diesel::sql_types::Bool, _>(set_op)
+    .bind::<Nullable<Text>, _>(op)
+    .bind::<Nullable<Text>, _>(zone)
+    .bind::<Nullable<Integer>, _>(index)
+    .bind::<Nullable<Text>, _>(request)
+    .bind::<diesel::sql_types::Bool, _>(p.failed_try)
+    .bind::<BigInt, _>(p.due_in_ms)
+    .bind::<BigInt, _>(p.lease_ms)
+    .execute(conn)
+    .await?;
+    Ok(n == 1)
+}
+
+/// Gives a claim's lease back, so another try can start at once.
+pub async fn release(conn: &mut AsyncPgConnection, claim: &StepClaim) -> Result<()> {
+    diesel::update(
+        vm_steps::table
+            .find(claim.step_id)
+            .filter(vm_steps::lease_token.eq(&claim.lease_token)),
+    )
+    .set(vm_steps::lease_until.eq(None::<i64>))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// How a step ended.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The operation is done and the VM read back in the status aimed at.
+    Confirmed {
+        /// The status read back (`RUNNING`, `TERMINATED`; `None` when gone).
+        vm_status: Option<String>,
+    },
+    /// It failed for good.
+    Failed {
+        /// The provider's first error code, `timeout`, `name-taken`,
+        /// `provider-error`; for a VM found gone, `not-found`.
+        code: String,
+        /// Whether the VM was found gone (the instance is lost).
+        vanished: bool,
+    },
+}
+
+/// Why a finish did not apply.
+enum Finish {
+    LeaseLost,
+    Storage(StorageError),
+}
+
+impl From<StorageError> for Finish {
+    fn from(e: StorageError) -> Self {
+        Finish::Storage(e)
+    }
+}
+
+impl From<diesel::result::Error> for Finish {
+    fn from(e: diesel::result::Error) -> Self {
+        Finish::Storage(e.into())
+    }
+}
+
+/// Applies a step's outcome at `now` (the product's clock) and closes it,
+/// in one transaction; `false` when the claim's lease is lost (nothing is
+/// written). A failed create records a delete of whatever the provider made
+/// for it anyway.
+pub async fn finish(
+    conn: &mut AsyncPgConnection,
+    claim: &StepClaim,
+    outcome: &Outcome,
+    now: i64,
+) -> Result<bool> {
+    let kind = claim.step()?;
+    let result = conn
+        .transaction::<_, Finish, _>(async |conn| {
+            let peek = InstanceRow::find(conn, &claim.instance_id)
+                .await?
+                .ok_or_else(|| StorageError::internal("a step of an unknown instance"))?;
+            // Quota rows come first in the lock order.
+            lock_quota_of(conn, &peek).await?;
+            let mut events = Vec::new();
+            let (inst, res) = lock_for_worker(conn, &claim.instance_id, now, &mut events).await?;
+            let changed_wall = managed::db_now_ms(conn).await?;
+            let (cause, seen) = match outcome {
+                Outcome::Confirmed { vm_status } => (
+                    Cause::Confirmed(kind),
+                    Observation {
+                        vm_status: vm_status.clone(),
+                        changed_wall: Some(changed_wall),
+                        ..Observation::default()
+                    },
+                ),
+                Outcome::Failed { vanished: true, .. } => (
+                    Cause::Lost,
+                    Observation {
+                        failure_code: Some("not-found".to_owned()),
+                        deleted_reason: Some(DeletedReason::Lost),
+                        changed_wall: Some(changed_wall),
+                        ..Observation::default()
+                    },
+                ),
+                Outcome::Failed { code, .. } => (
+                    Cause::Failed(kind),
+                    Observation {
+                        failure_code: (kind == StepKind::Create).then(|| code.clone()),
+                        changed_wall: Some(changed_wall),
+                        ..Observation::default()
+                    },
+                ),
+            };
+            let applied = managed::apply(
+                conn,
+                &inst,
+                res.as_ref(),
+                cause,
+                None,
+                seen,
+                now,
+                &mut events,
+            )
+            .await?;
+            let failed_create = matches!(
+                applied,
+                managed::Applied::Changed(t) if t.state == grants_core::vm::VmState::Failed
+            );
+            if failed_create {
+                let zone = claim.zone.clone();
+                managed::record_step(conn, &inst, StepKind::Delete, &zone, now).await?;
+            }
+            let state = match outcome {
+                Outcome::Confirmed { .. } => "done",
+                Outcome::Failed { .. } => "failed",
+            };
+            let code = match outcome {
+                Outcome::Failed { code, .. } => Some(code.as_str()),
+                Outcome::Confirmed { .. } => None,
+            };
+            let n = diesel::sql_query(format!(
+                "UPDATE vm_steps SET state = $3, failure_code = $4, finished_wall = {DB_NOW_MS}, \
+                 lease_until = NULL WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
+            ))
+            .bind::<BigInt, _>(claim.step_id)
+            .bind::<Text, _>(&claim.lease_token)
+            .bind::<Text, _>(state)
+            .bind::<Nullable<Text>, _>(code)
+            .execute(conn)
+            .await?;
+            if n != 1 {
+                return Err(Finish::LeaseLost);
+            }
+            events::publish(conn, now, events).await?;
+            Ok(())
+        })
+        .await;
+    match result {
+        Ok(()) => Ok(true),
+        Err(Finish::LeaseLost) => Ok(false),
+        Err(Finish::Storage(e)) => Err(e),
+    }
+}
+
+/// Records the VM status a step read while waiting (`STAGING`, ...).
+pub async fn observed(
+    conn: &mut AsyncPgConnection,
+    instance_id: &str,
+    vm_status: &str,
+    now: i64,
+) -> Result<()> {
+    diesel::update(instances::table.find(instance_id))
+        .set((
+            instances::vm_status.eq(vm_status),
+            instances::vm_observed_at.eq(now),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+// Listings (drift).
+
+/// A provider account whose managed VMs are listed.
+#[derive(Debug, Clone)]
+pub struct ListedAccount {
+    /// The account.
+    pub account: Account,
+}
+
+/// The accounts behind managed pools, oldest first.
+pub async fn listing_accounts(conn: &mut AsyncPgConnection) -> Result<Vec<Account>> {
+    let ids: Vec<String> = pools_t::table
+        .filter(pools_t::vm.is_not_null())
+        .select(pools_t::account_id)
+        .distinct()
+        .load(conn)
+        .await?;
+    let owners: Vec<(String, String)> = crate::schema::provider_accounts::table
+        .filter(crate::schema::provider_accounts::account_id.eq_any(&ids))
+        .order(crate::schema::provider_accounts::account_id.asc())
+        .select((
+            crate::schema::provider_accounts::account_id,
+            crate::schema::provider_accounts::tenant_id,
+        ))
+        .load(conn)
+        .await?;
+    let mut out = Vec::new();
+    for (account, tenant) in owners {
+        out.push(accounts::find(conn, &tenant, &account).await?);
+    }
+    Ok(out)
+}
+
+/// A listing claimed: its sequence number and the real time it began.
+#[derive(Debug, Clone)]
+pub struct ListingClaim {
+    /// The account.
+    pub account_id: String,
+    /// Its listings so far, this one included.
+    pub seq: i64,
+    /// When it began (real time, epoch ms).
+    pub started_wall: i64,
+}
+
+/// Claims a listing of the account's VMs: `None` when another replica holds
+/// one, or the last began less than `interval_ms` ago.
+pub async fn claim_listing(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    interval_ms: i64,
+    lease_ms: i64,
+) -> Result<Option<ListingClaim>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        listing_seq: i64,
+        #[diesel(sql_type = BigInt)]
+        last_wall: i64,
+    }
+    diesel::insert_into(vm_listings::table)
+        .values(vm_listings::account_id.eq(account_id))
+        .on_conflict_do_nothing()
+        .execute(conn)
+        .await?;
+    let row: Option<Row> = diesel::sql_query(format!(
+        "UPDATE vm_listings SET listing_seq = listing_seq + 1, \
+           lease_until = {DB_NOW_MS} + $3, last_wall = {DB_NOW_MS} \
+         WHERE account_id = $1 AND (lease_until IS NULL OR lease_until < {DB_NOW_MS}) \
+           AND (last_wall IS NULL OR last_wall + $2 <= {DB_NOW_MS}) \
+         RETURNING listing_seq, last_wall"
+    ))
+    .bind::<Text, _>(account_id)
+    .bind::<BigInt, _>(interval_ms)
+    .bind::<BigInt, _>(lease_ms)
+    .get_result(conn)
+    .await
+    .optional()?;
+    Ok(row.map(|r| ListingClaim {
+        account_id: account_id.to_owned(),
+        seq: r.listing_seq,
+        started_wall: r.last_wall,
+    }))
+}
+
+/// Ends a listing: its lease is given back; a failed one is counted and
+/// breaks the chain of consecutive listings (a VM must be missed by two
+/// listings that both succeeded).
+pub async fn end_listing(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    succeeded: bool,
+) -> Result<()> {
+    diesel::update(vm_listings::table.find(&claim.account_id))
+        .set((
+            vm_listings::lease_until.eq(None::<i64>),
+            vm_listings::failures.eq(if succeeded {
+                diesel::dsl::sql::<Integer>("0")
+            } else {
+                diesel::dsl::sql::<Integer>("failures + 1")
+            }),
+        ))
+        .execute(conn)
+        .await?;
+    if !succeeded {
+        // The next listing is not consecutive with the last one that
+        // succeeded.
+        diesel::sql_query(
+            "UPDATE vm_listings SET listing_seq = listing_seq + 1 WHERE account_id = $1",
+        )
+        .bind::<Text, _>(&claim.account_id)
+        .execute(conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// A VM as a listing saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenVm {
+    /// Name.
+    pub name: String,
+    /// Zone.
+    pub zone: String,
+    /// Status (`RUNNING`, `TERMINATED`, ...).
+    pub status: String,
+    /// Its `bc-instance` label.
+    pub instance_id: Option<String>,
+}
+
+/// What a listing changed.
+#[derive(Debug, Clone, Default)]
+pub struct Drift {
+    /// Instances found stopped at the provider.
+    pub stopped: u64,
+    /// Stopped instances found running, stopped again.
+    pub restopped: u64,
+    /// Instances whose VM vanished.
+    pub lost: u64,
+    /// Orphan VMs to delete now: (zone, name, request id).
+    pub orphans: Vec<(String, String, String)>,
+}
+
+const STOPPED: [&str; 3] = ["TERMINATED", "STOPPED", "SUSPENDED"];
+
+/// Applies a listing of `claim`'s account at `now` (the product's clock):
+/// the drift rules of contract 3.12, one short transaction per instance
+/// that changes. An instance with a step open, or changed by one since the
+/// listing began, is left alone.
+pub async fn apply_listing(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    seen: &[SeenVm],
+    now: i64,
+) -> Result<Drift> {
+    let mut drift = Drift::default();
+    let live: Vec<InstanceRow> = instances::table
+        .inner_join(pools_t::table)
+        .filter(pools_t::account_id.eq(&claim.account_id))
+        .filter(instances::managed.eq(true))
+        .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
+        .order(instances::instance_id.asc())
+        .select(InstanceRow::as_select())
+        .load(conn)
+        .await?;
+    for inst in &live {
+        let vm = seen.iter().find(|v| {
+            Some(v.name.as_str()) == inst.vm_name.as_deref()
+                && Some(v.zone.as_str()) == inst.vm_zone.as_deref()
+        });
+        match drift_one(conn, claim, &inst.instance_id, vm, now).await? {
+            Some(Cause::ObservedStopped) => drift.stopped += 1,
+            Some(Cause::ObservedRunning) => drift.restopped += 1,
+            Some(Cause::Lost) => drift.lost += 1,
+            _ => {}
+        }
+    }
+    drift.orphans = orphans(conn, claim, seen, now).await?;
+    Ok(drift)
+}
+
+/// The drift rules for one instance, in one transaction.
+async fn drift_one(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    instance_id: &str,
+    vm: Option<&SeenVm>,
+    now: i64,
+) -> Result<Option<Cause>> {
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        let Some(peek) = InstanceRow::find(conn, instance_id).await? else {
+            return Ok(None);
+        };
+        if vm.is_none() {
+            lock_quota_of(conn, &peek).await?;
+        }
+        let mut events = Vec::new();
+        let (inst, res) = lock_for_worker(conn, instance_id, now, &mut events).await?;
+        let settled_since = inst
+            .vm_changed_wall
+            .is_some_and(|w| w >= claim.started_wall);
+        if settled_since
+            || inst.state.to_vm().step().is_some()
+            || inst.state.is_final()
+            || managed::has_open_step(conn, instance_id).await?
+        {
+            events::publish(conn, now, events).await?;
+            return Ok(None);
+        }
+        let (cause, seen) = match vm {
+            Some(vm) => {
+                diesel::update(instances::table.find(instance_id))
+                    .set((
+                        instances::vm_missing_seq.eq(None::<i64>),
+                        instances::vm_missing_at.eq(None::<i64>),
+                        instances::vm_status.eq(&vm.status),
+                        instances::vm_observed_at.eq(now),
+                    ))
+                    .execute(conn)
+                    .await?;
+                let stopped = STOPPED.contains(&vm.status.as_str());
+                let observation = Observation {
+                    vm_status: Some(vm.status.clone()),
+                    stop_reason: Some("provider"),
+                    ..Observation::default()
+                };
+                match inst.state {
+                    InstanceState::Running if stopped => (Cause::ObservedStopped, observation),
+                    InstanceState::Stopped if vm.status == "RUNNING" => {
+                        (Cause::ObservedRunning, observation)
+                    }
+                    _ => {
+                        events::publish(conn, now, events).await?;
+                        return Ok(None);
+                    }
+                }
+            }
+            None => {
+                if inst.vm_missing_seq != Some(claim.seq - 1) {
+                    diesel::update(instances::table.find(instance_id))
+                        .set((
+                            instances::vm_missing_seq.eq(claim.seq),
+                            instances::vm_missing_at.eq(now),
+                        ))
+                        .execute(conn)
+                        .await?;
+                    events::publish(conn, now, events).await?;
+                    return Ok(None);
+                }
+                (
+                    Cause::Lost,
+                    Observation {
+                        failure_code: Some("not-found".to_owned()),
+                        deleted_reason: Some(DeletedReason::Lost),
+                        ..Observation::default()
+                    },
+                )
+            }
+        };
+        // A lost VM is gone from the first listing that missed it.
+        let at = match cause {
+            Cause::Lost => inst.vm_missing_at.unwrap_or(now),
+            _ => now,
+        };
+        let applied = managed::apply(
+            conn,
+            &inst,
+            res.as_ref(),
+            cause,
+            None,
+            seen,
+            at,
+            &mut events,
+        )
+        .await?;
+        events::publish(conn, now, events).await?;
+        tracing::warn!(
+            instance = %instance_id,
+            vm = ?vm.map(|v| (&v.name, &v.zone, &v.status)),
+            drift = ?cause,
+            "the provider's view differs from the record: the record follows it"
+        );
+        Ok(matches!(applied, managed::Applied::Changed(_)).then_some(cause))
+    })
+    .await
+}
+
+/// Records the labelled VMs without a live instance; those seen by two
+/// listings in a row are returned to be deleted.
+async fn orphans(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    seen: &[SeenVm],
+    now: i64,
+) -> Result<Vec<(String, String, String)>> {
+    let labelled: Vec<&str> = seen
+        .iter()
+        .filter_map(|v| v.instance_id.as_deref())
+        .collect();
+    let live: Vec<(String, Option<String>, Option<String>)> = instances::table
+        .filter(instances::instance_id.eq_any(&labelled))
+        .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
+        .select((
+            instances::instance_id,
+            instances::vm_name,
+            instances::vm_zone,
+        ))
+        .load(conn)
+        .await?;
+    let mut out = Vec::new();
+    for vm in seen {
+        let owned = live.iter().any(|(id, name, zone)| {
+            Some(id.as_str()) == vm.instance_id.as_deref()
+                && name.as_deref() == Some(vm.name.as_str())
+                && zone.as_deref() == Some(vm.zone.as_str())
+        });
+        if owned {
+            continue;
+        }
+        let request_id = uuid::Uuid::now_v7().to_string();
+        let (first, last, request): (i64, i64, String) = diesel::sql_query(
+            "INSERT INTO vm_orphans (account_id, zone, vm_name, instance_id, first_seq, last_seq, \
+               request_id) VALUES ($1, $2, $3, $4, $5, $5, $6) \
+             ON CONFLICT (account_id, zone, vm_name) DO UPDATE SET \
+               first_seq = CASE WHEN vm_orphans.last_seq = $5 - 1 \
+                 THEN vm_orphans.first_seq ELSE $5 END, \
+               last_seq = $5 \
+             RETURNING first_seq, last_seq, request_id",
+        )
+        .bind::<Text, _>(&claim.account_id)
+        .bind::<Text, _>(&vm.zone)
+        .bind::<Text, _>(&vm.name)
+        .bind::<Nullable<Text>, _>(vm.instance_id.as_deref())
+        .bind::<BigInt, _>(claim.seq)
+        .bind::<Text, _>(&request_id)
+        .get_result::<OrphanRow>(conn)
+        .await
+        .map(|r| (r.first_seq, r.last_seq, r.request_id))?;
+        if last > first {
+            out.push((vm.zone.clone(), vm.name.clone(), request));
+        }
+    }
+    let _ = now;
+    Ok(out)
+}
+
+#[derive(QueryableByName)]
+struct OrphanRow {
+    #[diesel(sql_type = BigInt)]
+    first_seq: i64,
+    #[diesel(sql_type = BigInt)]
+    last_seq: i64,
+    #[diesel(sql_type = Text)]
+    request_id: String,
+}
+
+/// Records that an orphan VM's delete was accepted by the provider, and
+/// publishes `instance.orphan-deleted` in the root tenant, once.
+pub async fn orphan_deleted(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    account_id: &str,
+    zone: &str,
+    vm_name: &str,
+    now: i64,
+) -> Result<bool> {
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        let instance: Option<Option<String>> = diesel::update(
+            vm_orphans::table
+                .find((account_id, zone, vm_name))
+                .filter(vm_orphans::deleted_at.is_null()),
+        )
+        .set(vm_orphans::deleted_at.eq(now))
+        .returning(vm_orphans::instance_id)
+        .get_result(conn)
+        .await
+        .optional()?;
+        let Some(instance_id) = instance else {
+            return Ok(false);
+        };
+        let data = EventData::OrphanDeleted(OrphanDeleted {
+            vm_name: vm_name.to_owned(),
+            zone: zone.to_owned(),
+            instance_id,
+        });
+        events::publish(conn, now, vec![NewEvent::new(root, data, now)]).await?;
+        tracing::warn!(account = %account_id, zone, vm = vm_name, "orphan vm deleted");
+        Ok(true)
+    })
+    .await
+}
