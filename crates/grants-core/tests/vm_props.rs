@@ -97,11 +97,14 @@ proptest! {
     ) {
         let r = replay(0, &h, 0);
         let state = r.state.expect("a state");
-        let slot = r.slot_running.last().is_some_and(|(_, to)| *to >= h.last().map_or(0, |x| x.0));
+        let last = h.last().map_or(0, |x| x.0);
+        let slot = r.slot_running.last().is_some_and(|(_, to)| *to >= last);
         if let Ok(t) = next(state, slot, cause) {
-            if matches!(cause, Cause::StopRequested | Cause::StartRequested | Cause::DeleteRequested)
-                && t.state != state
-            {
+            let request = matches!(
+                cause,
+                Cause::StopRequested | Cause::StartRequested | Cause::DeleteRequested
+            );
+            if request && t.state != state {
                 prop_assert!(!t.billed, "{cause:?} from {state:?} bills");
             }
             if t.state.is_final() {
@@ -135,7 +138,9 @@ proptest! {
                 releases += 1;
                 prop_assert!(matches!(
                     cause,
-                    Cause::Confirmed(StepKind::Delete) | Cause::Failed(StepKind::Create) | Cause::Lost
+                    Cause::Confirmed(StepKind::Delete)
+                        | Cause::Failed(StepKind::Create)
+                        | Cause::Lost
                 ));
                 prop_assert!(t.state.is_final());
             }

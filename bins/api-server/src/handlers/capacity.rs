@@ -52,13 +52,22 @@ struct FlavorInput {
 }
 
 /// GCE image references: a URL or `projects/{p}/global/images/...`.
-const IMAGE: &str = "^(https://www\\.googleapis\\.com/compute/v1/)?projects/[a-z][-a-z0-9.:]{0,62}/global/images/(family/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+const IMAGE: &str = concat!(
+    "^(https://www\\.googleapis\\.com/compute/v1/)?projects/[a-z][-a-z0-9.:]{0,62}",
+    "/global/images/(family/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+);
 /// GCE zones.
 const ZONE: &str = "^[a-z]+-[a-z]+[0-9]+-[a-z]$";
 /// GCE networks.
-const NETWORK: &str = "^(https://www\\.googleapis\\.com/compute/v1/)?(projects/[a-z][-a-z0-9.:]{0,62}/)?global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+const NETWORK: &str = concat!(
+    "^(https://www\\.googleapis\\.com/compute/v1/)?(projects/[a-z][-a-z0-9.:]{0,62}/)?",
+    "global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+);
 /// GCE subnetworks.
-const SUBNETWORK: &str = "^(https://www\\.googleapis\\.com/compute/v1/)?(projects/[a-z][-a-z0-9.:]{0,62}/)?regions/[a-z]+-[a-z]+[0-9]+/subnetworks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+const SUBNETWORK: &str = concat!(
+    "^(https://www\\.googleapis\\.com/compute/v1/)?(projects/[a-z][-a-z0-9.:]{0,62}/)?",
+    "regions/[a-z]+-[a-z]+[0-9]+/subnetworks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+);
 /// Service account emails.
 const EMAIL: &str = "^[a-z0-9][a-z0-9._-]{0,62}@[a-z0-9][a-z0-9.-]{0,190}\\.[a-z]{2,63}$";
 
