@@ -86,7 +86,8 @@ pub struct VmOperation {
     pub zone: String,
     /// Where it is.
     pub status: OperationStatus,
-    /// The error codes of a DONE operation, first first (e.g. "CONDITION_NOT_MET"); empty when none.
+    /// The error codes of a DONE operation, first first (e.g.
+    /// "CONDITION_NOT_MET"); empty when none.
     pub error_codes: Vec<String>,
     /// The messages for the log only (never shown to tenants).
     pub error_messages: Vec<String>,
@@ -161,7 +162,8 @@ pub trait InstanceProvider: Send + Sync {
     ) -> ProviderFuture<'a, VmOperation>;
     /// None on 404.
     fn get_vm<'a>(&'a self, zone: &'a str, name: &'a str) -> ProviderFuture<'a, Option<Vm>>;
-    /// Every VM labelled bc-managed=true in the project, all pages (aggregated list, filter labels.bc-managed=true).
+    /// Every VM labelled bc-managed=true in the project, all pages
+    /// (aggregated list, filter labels.bc-managed=true).
     fn list_managed_vms(&self) -> ProviderFuture<'_, Vec<Vm>>;
 }
 
