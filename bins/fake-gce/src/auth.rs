@@ -13,6 +13,9 @@ pub const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 pub const COMPUTE_READONLY_SCOPE: &str = "https://www.googleapis.com/auth/compute.readonly";
 /// The scope of calls that change VMs (it also covers reads).
 pub const COMPUTE_SCOPE: &str = "https://www.googleapis.com/auth/compute";
+/// The scope covering every Google Cloud API, VM changes included: what a
+/// metadata token has when the caller names no `scopes`.
+pub const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 /// How far in the future `iat` may be (clock skew).
 const IAT_SKEW_S: i64 = 60;
 /// The longest `exp - iat` Google accepts.
@@ -29,16 +32,47 @@ pub enum Issuer {
     Metadata,
 }
 
+/// What a token's scopes let it do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads only (`compute.readonly`).
+    Read,
+    /// Reads and VM changes (`compute` or `cloud-platform`).
+    Write,
+}
+
+impl Access {
+    /// The access of a token granted `scopes`.
+    pub fn of<'a>(scopes: impl IntoIterator<Item = &'a str>) -> Access {
+        if scopes
+            .into_iter()
+            .any(|s| s == COMPUTE_SCOPE || s == CLOUD_PLATFORM_SCOPE)
+        {
+            Access::Write
+        } else {
+            Access::Read
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Issued {
+    expires: Instant,
+    access: Access,
+}
+
 /// Registered keys, live tokens and the issue counts.
 #[derive(Debug, Default)]
 pub struct Auth {
     /// Service-account email → its public key (PEM).
     public_keys: BTreeMap<String, String>,
-    /// Access token → when it expires. Revoked tokens are removed; expired
-    /// ones are pruned when a new one is issued.
-    tokens: HashMap<String, Instant>,
+    /// Access token → when it expires and what it may do. Revoked tokens
+    /// are removed; expired ones are pruned when a new one is issued.
+    tokens: HashMap<String, Issued>,
     issued: u64,
     metadata_issued: u64,
+    /// Tokens issued per scope granted.
+    scopes: BTreeMap<String, u64>,
 }
 
 impl Auth {
@@ -66,30 +100,51 @@ impl Auth {
         self.public_keys.get(email).map(String::as_str)
     }
 
-    /// Stores a fresh token valid for `ttl` from `now` and counts it.
-    pub fn issue(&mut self, issuer: Issuer, token: String, now: Instant, ttl: Duration) {
-        self.tokens.retain(|_, expires| *expires > now);
+    /// Stores a fresh token of `scopes` valid for `ttl` from `now` and
+    /// counts it.
+    pub fn issue(
+        &mut self,
+        issuer: Issuer,
+        token: String,
+        scopes: &[&str],
+        now: Instant,
+        ttl: Duration,
+    ) {
+        self.tokens.retain(|_, issued| issued.expires > now);
         // A TTL past what Instant can hold is as good as forever.
         let expires = now
             .checked_add(ttl)
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
-        self.tokens.insert(token, expires);
+        let access = Access::of(scopes.iter().copied());
+        self.tokens.insert(token, Issued { expires, access });
         match issuer {
             Issuer::Grant => self.issued += 1,
             Issuer::Metadata => self.metadata_issued += 1,
         }
+        for scope in scopes {
+            *self.scopes.entry((*scope).to_owned()).or_default() += 1;
+        }
     }
 
-    /// Whether `token` was issued here, is unexpired at `now` and not revoked.
-    pub fn is_live(&self, token: &str, now: Instant) -> bool {
-        self.tokens.get(token).is_some_and(|expires| *expires > now)
+    /// What `token` may do, if it was issued here, is unexpired at `now`
+    /// and not revoked.
+    pub fn access(&self, token: &str, now: Instant) -> Option<Access> {
+        self.tokens
+            .get(token)
+            .filter(|issued| issued.expires > now)
+            .map(|issued| issued.access)
     }
 
     /// Revokes every token; answers how many were still live.
     pub fn revoke_all(&mut self, now: Instant) -> usize {
-        let live = self.tokens.values().filter(|e| **e > now).count();
+        let live = self.tokens.values().filter(|i| i.expires > now).count();
         self.tokens.clear();
         live
+    }
+
+    /// Tokens issued per scope granted since start or the last reset.
+    pub fn scope_counts(&self) -> &BTreeMap<String, u64> {
+        &self.scopes
     }
 
     /// Tokens issued by `POST /token` and by the metadata endpoint since
@@ -98,10 +153,11 @@ impl Auth {
         (self.issued, self.metadata_issued)
     }
 
-    /// Zeroes the issue counts (tokens stay valid).
+    /// Zeroes the issue counts, per scope too (tokens stay valid).
     pub fn reset_counts(&mut self) {
         self.issued = 0;
         self.metadata_issued = 0;
+        self.scopes.clear();
     }
 }
 
@@ -122,13 +178,14 @@ pub fn new_access_token() -> Result<String, String> {
 /// Checks a JWT bearer assertion: RS256, signed by the key registered for
 /// its `iss` (looked up with `key_of`), `aud` equal to `expected_aud`, `exp`
 /// after `now_s`, `iat` at most 60 s ahead, `exp - iat` at most an hour, and
-/// the compute read-only scope. The error is the `error_description`.
+/// a compute scope. Answers the `scope` claim; the error is the
+/// `error_description`.
 pub fn check_assertion(
     assertion: &str,
     expected_aud: &str,
     now_s: i64,
     key_of: impl FnOnce(&str) -> Option<String>,
-) -> Result<(), String> {
+) -> Result<String, String> {
     let header = jsonwebtoken::decode_header(assertion)
         .map_err(|e| format!("Invalid JWT: the header does not decode: {e}"))?;
     if header.alg != Algorithm::RS256 {
@@ -204,7 +261,7 @@ pub fn check_assertion(
              {COMPUTE_SCOPE}"
         ));
     }
-    Ok(())
+    Ok(scopes.to_owned())
 }
 
 /// Why a form body was refused.
@@ -275,17 +332,38 @@ mod tests {
     fn tokens_expire_and_revoke() {
         let mut auth = Auth::default();
         let t0 = Instant::now();
-        auth.issue(Issuer::Grant, "a".into(), t0, Duration::from_secs(10));
-        auth.issue(Issuer::Metadata, "b".into(), t0, Duration::from_secs(1));
-        assert!(auth.is_live("a", t0));
-        assert!(!auth.is_live("c", t0));
+        let ten = Duration::from_secs(10);
+        auth.issue(
+            Issuer::Grant,
+            "a".into(),
+            &[COMPUTE_READONLY_SCOPE],
+            t0,
+            ten,
+        );
+        auth.issue(
+            Issuer::Metadata,
+            "b".into(),
+            &[],
+            t0,
+            Duration::from_secs(1),
+        );
+        auth.issue(Issuer::Grant, "w".into(), &[COMPUTE_SCOPE], t0, ten);
+        assert_eq!(auth.access("a", t0), Some(Access::Read));
+        assert_eq!(auth.access("w", t0), Some(Access::Write));
+        assert_eq!(
+            auth.scope_counts().values().copied().collect::<Vec<_>>(),
+            [1, 1]
+        );
+        assert!(auth.access("a", t0).is_some());
+        assert!(auth.access("c", t0).is_none());
         let later = t0 + Duration::from_secs(2);
-        assert!(!auth.is_live("b", later));
-        assert_eq!(auth.counts(), (1, 1));
-        assert_eq!(auth.revoke_all(later), 1);
-        assert!(!auth.is_live("a", later));
+        assert!(auth.access("b", later).is_none());
+        assert_eq!(auth.counts(), (2, 1));
+        assert_eq!(auth.revoke_all(later), 2);
+        assert!(auth.access("a", later).is_none());
         auth.reset_counts();
         assert_eq!(auth.counts(), (0, 0));
+        assert!(auth.scope_counts().is_empty());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The Compute Engine read path: the aggregated reservations list, its
-//! authentication and its injected failures.
+//! The Compute Engine read path: the aggregated reservations list, the
+//! authentication of every Compute Engine call and the injected failures.
 
 use std::time::Instant;
 
@@ -10,13 +10,18 @@ use http_body_util::Full;
 use serde_json::json;
 
 use crate::FakeGce;
+use crate::auth::Access;
 use crate::store::{Failure, MAX_PAGE_SIZE, PageError};
 use crate::wire::{error, json_response};
 
-/// Why a read call's credentials were refused.
+/// Why a call's credentials were refused.
 pub(crate) enum Unauthenticated {
+    /// No `Authorization` header (401).
     Missing,
+    /// A token not issued here, expired or revoked (401).
     Invalid,
+    /// A live token whose scopes do not cover the call (403).
+    InsufficientScope,
 }
 
 impl FakeGce {
@@ -25,7 +30,7 @@ impl FakeGce {
         if let Some(failure) = failure {
             return injected_failure(failure);
         }
-        if let Err(why) = self.authenticate(request) {
+        if let Err(why) = self.authenticate(request, Access::Read) {
             return unauthenticated(&why);
         }
         let mut page_size = MAX_PAGE_SIZE;
@@ -58,8 +63,15 @@ impl FakeGce {
         }
     }
 
-    /// Checks a read call's `Authorization` against what is configured.
-    pub(crate) fn authenticate<B>(&self, request: &Request<B>) -> Result<(), Unauthenticated> {
+    /// Checks a call's `Authorization` against what is configured: the
+    /// static token may do anything; an issued token must be live and, for
+    /// a call that changes VMs (`need` [`Access::Write`]), granted the
+    /// `compute` or `cloud-platform` scope.
+    pub(crate) fn authenticate<B>(
+        &self,
+        request: &Request<B>,
+        need: Access,
+    ) -> Result<(), Unauthenticated> {
         if self.required_authorization.is_none() && !self.require_auth {
             return Ok(());
         }
@@ -79,18 +91,19 @@ impl FakeGce {
                 .and_then(|v| v.split_once(' '))
                 .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
                 .map(|(_, token)| token.trim());
-            if let Some(token) = token
-                && self.auth().is_live(token, Instant::now())
-            {
-                return Ok(());
+            match token.and_then(|t| self.auth().access(t, Instant::now())) {
+                Some(Access::Write) => return Ok(()),
+                Some(Access::Read) if need == Access::Read => return Ok(()),
+                Some(Access::Read) => return Err(Unauthenticated::InsufficientScope),
+                None => {}
             }
         }
         Err(Unauthenticated::Invalid)
     }
 }
 
-/// The answer to a read call that must fail.
-fn injected_failure(failure: Failure) -> Response<Full<Bytes>> {
+/// The answer to a call that must fail.
+pub(crate) fn injected_failure(failure: Failure) -> Response<Full<Bytes>> {
     let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let reason = match status.as_u16() {
         400 => "invalid",
@@ -114,7 +127,9 @@ fn injected_failure(failure: Failure) -> Response<Full<Bytes>> {
     response
 }
 
-/// 401 in Google's shape, with the challenge.
+/// 401 in Google's shape, with the challenge; 403 `insufficientPermissions`
+/// (`PERMISSION_DENIED`, `ACCESS_TOKEN_SCOPE_INSUFFICIENT`) for a token
+/// without the scope, as Google answers it.
 pub(crate) fn unauthenticated(why: &Unauthenticated) -> Response<Full<Bytes>> {
     const SEE: &str = "Expected OAuth 2 access token, login cookie or other valid \
                        authentication credential. See \
@@ -130,6 +145,7 @@ pub(crate) fn unauthenticated(why: &Unauthenticated) -> Response<Full<Bytes>> {
             "authError",
             "Bearer realm=\"https://accounts.google.com/\", error=\"invalid_token\"",
         ),
+        Unauthenticated::InsufficientScope => return insufficient_scope(),
     };
     let mut response = json_response(
         StatusCode::UNAUTHORIZED,
@@ -167,4 +183,40 @@ pub(crate) fn page_size_of(value: &str) -> Result<usize, Response<Full<Bytes>>> 
             "Invalid value for field 'maxResults'.",
         )),
     }
+}
+
+/// 403 for a live token whose scopes do not allow the call, in the shape
+/// Google's APIs answer it.
+fn insufficient_scope() -> Response<Full<Bytes>> {
+    let message = "Request had insufficient authentication scopes.";
+    let mut response = json_response(
+        StatusCode::FORBIDDEN,
+        &json!({
+            "error": {
+                "code": 403,
+                "message": message,
+                "errors": [{
+                    "message": "Insufficient Permission",
+                    "domain": "global",
+                    "reason": "insufficientPermissions",
+                }],
+                "status": "PERMISSION_DENIED",
+                "details": [{
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "ACCESS_TOKEN_SCOPE_INSUFFICIENT",
+                    "domain": "googleapis.com",
+                    "metadata": { "service": "compute.googleapis.com" },
+                }],
+            }
+        }),
+    );
+    response.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static(
+            "Bearer realm=\"https://accounts.google.com/\", error=\"insufficient_scope\", \
+             scope=\"https://www.googleapis.com/auth/compute \
+             https://www.googleapis.com/auth/cloud-platform\"",
+        ),
+    );
+    response
 }

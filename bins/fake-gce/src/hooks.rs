@@ -90,14 +90,30 @@ impl FakeGce {
             Err(message) => return error(StatusCode::BAD_REQUEST, "invalid", &message),
         };
         self.store().fail_next(count, failure);
-        let mut shown = json!({ "count": count, "status": failure.status });
-        if let Some(s) = failure.retry_after_s
-            && let Some(shown) = shown.as_object_mut()
-        {
-            shown.insert("retryAfterS".to_owned(), s.into());
-        }
-        json_response(StatusCode::OK, &shown)
+        fail_answer(count, failure)
     }
+
+    /// `POST /fake/fail-mutations`: as `/fake/fail`, for the mutating
+    /// instance calls, which are applied before they fail.
+    pub(crate) fn fail_mutations(&self, body: &Map<String, Value>) -> Response<Full<Bytes>> {
+        let (count, failure) = match parse_fail(body) {
+            Ok(parsed) => parsed,
+            Err(message) => return error(StatusCode::BAD_REQUEST, "invalid", &message),
+        };
+        self.store().fail_mutations_next(count, failure);
+        fail_answer(count, failure)
+    }
+}
+
+/// The values in effect after `/fake/fail` or `/fake/fail-mutations`.
+fn fail_answer(count: u64, failure: Failure) -> Response<Full<Bytes>> {
+    let mut shown = json!({ "count": count, "status": failure.status });
+    if let Some(s) = failure.retry_after_s
+        && let Some(shown) = shown.as_object_mut()
+    {
+        shown.insert("retryAfterS".to_owned(), s.into());
+    }
+    json_response(StatusCode::OK, &shown)
 }
 
 fn parse_fail(body: &Map<String, Value>) -> Result<(u64, Failure), String> {

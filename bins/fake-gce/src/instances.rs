@@ -8,8 +8,8 @@ use hyper::body::Body;
 use serde_json::{Map, Value, json};
 
 use crate::FakeGce;
-use crate::auth::percent_decode;
-use crate::compute::{page_size_of, unauthenticated};
+use crate::auth::{Access, percent_decode};
+use crate::compute::{injected_failure, page_size_of, unauthenticated};
 use crate::hooks::valid_segment;
 use crate::store::{API_ROOT, MAX_PAGE_SIZE};
 use crate::vms::{OpType, Refusal, VmSpec};
@@ -55,11 +55,19 @@ impl FakeGce {
                 if !allowed {
                     return method_not_allowed();
                 }
-                let request_id = param("requestId");
-                if method != Method::GET {
-                    self.vms().record(method.as_str(), &path, request_id);
+                let delay = self.store().delay();
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
                 }
-                if let Err(why) = self.authenticate(&request) {
+                let write = method != Method::GET;
+                let request_id = param("requestId");
+                if write {
+                    self.vms().record(method.as_str(), &path, request_id);
+                } else if let Some(failure) = self.store().take_failure() {
+                    return injected_failure(failure);
+                }
+                let need = if write { Access::Write } else { Access::Read };
+                if let Err(why) = self.authenticate(&request, need) {
                     return unauthenticated(&why);
                 }
                 if let Some(bad) = std::iter::once(("project", *project))
@@ -155,8 +163,17 @@ impl FakeGce {
                     }
                     _ => return self.list_instances(&project, param("filter"), &query),
                 };
+                let lost = || {
+                    write
+                        .then(|| self.store().take_mutation_failure())
+                        .flatten()
+                };
                 match answered {
-                    Ok(value) => json_response(StatusCode::OK, &value),
+                    // Applied, and the answer lost on its way back.
+                    Ok(value) => match lost() {
+                        Some(failure) => injected_failure(failure),
+                        None => json_response(StatusCode::OK, &value),
+                    },
                     Err((refusal, resource)) => refused(refusal, &resource),
                 }
             }
@@ -180,6 +197,15 @@ impl FakeGce {
                         "conditionNotMet",
                         "the VM's reservation is full",
                     ),
+                }
+            }
+            ["fake", "fail-mutations"] => {
+                if method != Method::POST {
+                    return method_not_allowed();
+                }
+                match read_json(request).await {
+                    Ok(body) => self.fail_mutations(&body),
+                    Err(response) => response,
                 }
             }
             ["fake", "fail-instances"] => {

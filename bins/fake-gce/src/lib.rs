@@ -13,31 +13,40 @@
 //! - `GET /compute/v1/projects/{project}/aggregated/reservations?maxResults=&pageToken=`:
 //!   the GCE read path (int64 counts as JSON strings, zones as full URLs,
 //!   `NO_RESULTS_ON_PAGE` warnings, pages of `maxResults`, default and cap 500).
-//!   Every request to it is a *read call*. In order: it is counted, waits the
-//!   delay, answers an injected failure if one is due, then checks
-//!   authentication (below), then answers the page (400 on a bad
-//!   `maxResults` or `pageToken`).
+//!   Every request to it is a *read call*, and the only one `/fake/calls`
+//!   counts. In order: it is counted, waits the delay, answers an injected
+//!   failure if one is due, then checks authentication (below), then answers
+//!   the page (400 on a bad `maxResults` or `pageToken`).
 //!
-//! Authentication of read calls, off unless configured:
+//! Authentication of every Compute Engine call, off unless configured:
 //! - a static token (`BC_FAKE_GCE_TOKEN`): `Authorization: Bearer <token>` with
-//!   exactly that token is accepted;
+//!   exactly that token is accepted, for any call;
 //! - `BC_FAKE_GCE_REQUIRE_AUTH=1`: `Authorization: Bearer <t>` is accepted
 //!   when `t` was issued by `POST /token` or the metadata endpoint, has not
-//!   expired and was not revoked.
+//!   expired and was not revoked; a call that changes a VM also needs `t` to
+//!   have been granted `https://www.googleapis.com/auth/compute` (or
+//!   `cloud-platform`).
 //!
 //! When either is configured, anything else answers 401 with `status`
 //! `UNAUTHENTICATED` in the error and `WWW-Authenticate: Bearer
 //! realm="https://accounts.google.com/"`; without an `Authorization` header
 //! the error's reason is `required`, with a refused one it is `authError` and
-//! the header also carries `, error="invalid_token"`.
+//! the header also carries `, error="invalid_token"`. A live token granted
+//! only `compute.readonly` that tries to change a VM answers 403 as Google
+//! does: reason `insufficientPermissions`, `status` `PERMISSION_DENIED`, an
+//! `ErrorInfo` detail with reason `ACCESS_TOKEN_SCOPE_INSUFFICIENT`, and
+//! `WWW-Authenticate: ..., error="insufficient_scope", scope="..."`.
 //!
 //! # The Compute Engine instances API
 //!
-//! Under `/compute/v1/projects/{project}/`, with VMs in memory and the same
-//! authentication as read calls (a static or an issued token when
-//! configured; the fake does not track tokens' scopes, so a token granted
-//! for `compute.readonly` also passes here). These calls are not read calls:
-//! `/fake/fail`, `/fake/delay` and `/fake/calls` leave them alone.
+//! Under `/compute/v1/projects/{project}/`, with VMs in memory and the
+//! authentication above. Every call waits the `/fake/delay` first. Its
+//! `GET` calls (an instance, an operation, the aggregated list) are read
+//! calls for `/fake/fail` too: after the delay they answer an injected
+//! failure if one is due, before authentication. Its mutating calls are
+//! recorded (`/fake/requests`), then authenticated, then applied; the next
+//! ones `/fake/fail-mutations` names are answered with its failure after
+//! they are applied, as an answer lost on its way back.
 //!
 //! - `POST zones/{zone}/instances?requestId=` with `{ name, machineType,
 //!   labels?, reservationAffinity?, ... }` (other fields are accepted and
@@ -63,14 +72,22 @@
 //!
 //! A VM with a `SPECIFIC_RESERVATION` affinity holds one of that
 //! reservation's `inUseCount` from its create (or start) until it is stopped
-//! or deleted. A create on a full reservation ends its operation with
-//! `CONDITION_NOT_MET`, on a reservation that does not exist with
-//! `RESOURCE_NOT_FOUND`; no VM is made either way.
+//! or deleted. A create on a full reservation, or whose machine type is not
+//! the reservation's `machineType` (compared by last path segment), ends its
+//! operation with `CONDITION_NOT_MET` (the message says which); on a
+//! reservation that does not exist with `RESOURCE_NOT_FOUND`; no VM is made
+//! either way.
 //!
 //! Hooks:
 //! - `POST /fake/instances/{zone}/{name}/stop|start|delete`: a change made
 //!   outside the platform, at once (the VM of that zone and name in any
 //!   project; 404 when none). Answers the VM, or `{ "deleted": true }`.
+//! - `POST /fake/fail-mutations { count, status?, retryAfterS? }`: the next
+//!   `count` mutating instance calls that are applied (their `requestId`
+//!   recorded, their operation started) are answered `status` (default 503)
+//!   in the Google error shape instead of the operation, as `/fake/fail`
+//!   answers. The same `requestId` sent again answers the operation. A new
+//!   call replaces the count left; `count` 0 cancels.
 //! - `POST /fake/fail-instances { count, code? }`: the next `count` creates'
 //!   operations end with error `code` (default
 //!   `ZONE_RESOURCE_POOL_EXHAUSTED`); a new call replaces the count left.
@@ -102,7 +119,9 @@
 //!   metadata server's token endpoint. With `Metadata-Flavor: Google` it
 //!   answers 200 with the same JSON as `POST /token` and a fresh token (and
 //!   the `Metadata-Flavor: Google` response header); without that header,
-//!   403 (plain text). Query parameters are ignored; another method 405.
+//!   403 (plain text). The token is granted the comma-separated `scopes`
+//!   query parameter, or `cloud-platform` without one; other parameters are
+//!   ignored; another method 405.
 //!
 //! # Test and demo hooks
 //!
@@ -124,8 +143,12 @@
 //!   issued by `POST /token` (n) and by the metadata endpoint (m) since start
 //!   or the last reset; `DELETE /fake/tokens` resets both (answers them,
 //!   zero) and leaves the tokens valid.
+//! - `GET /fake/token-scopes` → `{ "scopes": { "<scope>": n } }`: tokens
+//!   issued (by either endpoint) per scope granted, since start or the last
+//!   `DELETE /fake/tokens`.
 //! - `POST /fake/fail { count, status?, retryAfterS? }`: the next `count`
-//!   read calls answer `status` (default 503; any of 400 to 599) in the
+//!   read calls (the reservations list and the instances API's `GET`s)
+//!   answer `status` (default 503; any of 400 to 599) in the
 //!   Google error shape, with `Retry-After: <retryAfterS>` when that is given
 //!   (0 to 86400). A new call replaces the count left and the way they fail;
 //!   `count` 0 cancels. Answers 200 with the values in effect (`retryAfterS`
@@ -135,10 +158,10 @@
 //!   answered: 200, 503, 401, ...) each project received since start or the
 //!   last reset; `DELETE /fake/calls` resets the counts (answers
 //!   `{ "calls": {} }`).
-//! - `POST /fake/delay { ms }`: every later read call waits `ms`
-//!   milliseconds (at most 60000) before it is answered, so that concurrent
-//!   scans overlap; `0` turns the delay off. A call is counted when it
-//!   arrives, before its delay.
+//! - `POST /fake/delay { ms }`: every later read call and instances API call
+//!   waits `ms` milliseconds (at most 60000) before it is answered, so that
+//!   concurrent scans overlap; `0` turns the delay off. A read call is
+//!   counted when it arrives, before its delay.
 //!
 //! Hook bodies are JSON objects; unknown fields are refused (400). Unknown
 //! paths answer 404, a known path with another method 405.
@@ -151,9 +174,11 @@
 //!
 //! - `BC_FAKE_GCE_LISTEN`: `ip:port` (default `127.0.0.1:8085`; port 0 picks
 //!   a free one).
-//! - `BC_FAKE_GCE_TOKEN`: a static bearer token accepted on read calls.
-//! - `BC_FAKE_GCE_REQUIRE_AUTH`: `1`/`true` to require an issued token on
-//!   read calls, `0`/`false`/empty (the default) not to.
+//! - `BC_FAKE_GCE_TOKEN`: a static bearer token accepted on Compute Engine
+//!   calls.
+//! - `BC_FAKE_GCE_REQUIRE_AUTH`: `1`/`true` to require an issued token (of
+//!   the `compute` scope for VM changes) on Compute Engine calls,
+//!   `0`/`false`/empty (the default) not to.
 //! - `BC_FAKE_GCE_TOKEN_TTL_S`: issued tokens' lifetime in seconds, an
 //!   integer from 1 to 31536000 (default 3600).
 //! - `BC_FAKE_GCE_TLS_CERT`, `BC_FAKE_GCE_TLS_KEY`: PEM files of the
@@ -212,12 +237,14 @@ pub const DEFAULT_OPERATION_POLLS: u32 = 1;
 /// How the fake behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeGceConfig {
-    /// When set, read calls carrying `Authorization: Bearer <token>` with
-    /// this token are accepted, and read calls without it answer 401 (unless
-    /// they carry a token [`require_auth`](Self::require_auth) accepts).
+    /// When set, Compute Engine calls carrying `Authorization: Bearer
+    /// <token>` with this token are accepted, and calls without it answer
+    /// 401 (unless they carry a token [`require_auth`](Self::require_auth)
+    /// accepts).
     pub required_token: Option<String>,
-    /// When true, read calls must carry a token issued by `POST /token` or
-    /// the metadata endpoint, unexpired and not revoked (else 401).
+    /// When true, Compute Engine calls must carry a token issued by `POST
+    /// /token` or the metadata endpoint, unexpired and not revoked (else
+    /// 401), and granted the `compute` scope for a VM change (else 403).
     pub require_auth: bool,
     /// How long an issued token is valid; `expires_in` is its whole seconds.
     /// Default [`DEFAULT_TOKEN_TTL`].
@@ -351,9 +378,11 @@ impl FakeGce {
                 ..,
             ]
             | ["compute", "v1", "projects", _, "aggregated", "instances"]
-            | ["fake", "instances" | "fail-instances" | "requests", ..] => {
-                self.instances(request).await
-            }
+            | [
+                "fake",
+                "instances" | "fail-instances" | "fail-mutations" | "requests",
+                ..,
+            ] => self.instances(request).await,
             ["token"] => {
                 if request.method() != Method::POST {
                     return method_not_allowed();
@@ -449,6 +478,13 @@ impl FakeGce {
                 }
                 let revoked = self.auth().revoke_all(Instant::now());
                 json_response(StatusCode::OK, &json!({ "revoked": revoked }))
+            }
+            ["fake", "token-scopes"] => {
+                if request.method() != Method::GET {
+                    return method_not_allowed();
+                }
+                let scopes = self.auth().scope_counts().clone();
+                json_response(StatusCode::OK, &json!({ "scopes": scopes }))
             }
             ["fake", "tokens"] => {
                 let mut auth = self.auth();

@@ -3,8 +3,9 @@
 //!
 //! Env: `BC_FAKE_GCE_LISTEN` (default `127.0.0.1:8085`; port 0 picks a free
 //! one), `BC_FAKE_GCE_TOKEN` (optional: accept this static bearer token on
-//! reads), `BC_FAKE_GCE_REQUIRE_AUTH` (`1`/`true`: reads need a token this
-//! fake issued), `BC_FAKE_GCE_TOKEN_TTL_S` (issued tokens' lifetime, 1 to
+//! Compute Engine calls), `BC_FAKE_GCE_REQUIRE_AUTH` (`1`/`true`: Compute
+//! Engine calls need a token this fake issued, of the `compute` scope for VM
+//! changes), `BC_FAKE_GCE_TOKEN_TTL_S` (issued tokens' lifetime, 1 to
 //! 31536000 s, default 3600), `BC_FAKE_GCE_TLS_CERT` and `BC_FAKE_GCE_TLS_KEY`
 //! (PEM files; both or neither: serve HTTPS), `BC_FAKE_GCE_OPERATION_POLLS`
 //! (reads of a zone operation until it is `DONE`, 0 to 1000, default 1),

@@ -66,6 +66,10 @@ pub struct Store {
     projects: BTreeMap<String, Project>,
     failures_left: u64,
     failure: Failure,
+    /// Mutating instance calls still to apply and answer as `failure` says
+    /// (`POST /fake/fail-mutations`).
+    mutation_failures_left: u64,
+    mutation_failure: Failure,
     next_id: u64,
     /// Read calls per project (as named in the request path).
     calls: BTreeMap<String, u64>,
@@ -78,6 +82,8 @@ impl Default for Store {
             projects: BTreeMap::new(),
             failures_left: 0,
             failure: Failure::default(),
+            mutation_failures_left: 0,
+            mutation_failure: Failure::default(),
             next_id: 1_000_000_000_000_000_001,
             calls: BTreeMap::new(),
             delay: Duration::ZERO,
@@ -138,6 +144,15 @@ impl Store {
             .is_some()
     }
 
+    /// The machine type a reservation holds (as stored: a name or a URL).
+    pub fn machine_type(&self, project: &str, zone: &str, name: &str) -> Option<&str> {
+        self.projects
+            .get(project)?
+            .reservations
+            .get(&(zone.to_owned(), name.to_owned()))
+            .map(|stored| stored.spec.machine_type.as_str())
+    }
+
     /// Counts one more VM in a reservation's `inUseCount`, if it has room.
     pub fn take_slot(&mut self, project: &str, zone: &str, name: &str) -> Result<(), SlotError> {
         let stored = self
@@ -168,6 +183,29 @@ impl Store {
     pub fn fail_next(&mut self, count: u64, failure: Failure) {
         self.failures_left = count;
         self.failure = failure;
+    }
+
+    /// Makes the next `count` mutating instance calls be applied and then
+    /// answered as `failure` says (replacing any count left).
+    pub fn fail_mutations_next(&mut self, count: u64, failure: Failure) {
+        self.mutation_failures_left = count;
+        self.mutation_failure = failure;
+    }
+
+    /// How this applied mutation's answer must fail, if it must; counts it
+    /// down.
+    pub fn take_mutation_failure(&mut self) -> Option<Failure> {
+        if self.mutation_failures_left > 0 {
+            self.mutation_failures_left -= 1;
+            Some(self.mutation_failure)
+        } else {
+            None
+        }
+    }
+
+    /// How long every call waits before it is answered (`POST /fake/delay`).
+    pub fn delay(&self) -> Duration {
+        self.delay
     }
 
     /// Counts a read call of `project`; answers how long it must wait.

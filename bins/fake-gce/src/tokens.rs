@@ -80,10 +80,13 @@ impl FakeGce {
         let checked = auth::check_assertion(assertion, &expected_aud, now_s, |iss| {
             self.auth().public_key(iss).map(str::to_owned)
         });
-        if let Err(why) = checked {
-            return oauth_error("invalid_grant", &why);
+        match checked {
+            Ok(scope) => {
+                let scopes: Vec<&str> = scope.split(' ').filter(|s| !s.is_empty()).collect();
+                self.issue(Issuer::Grant, &scopes)
+            }
+            Err(why) => oauth_error("invalid_grant", &why),
         }
-        self.issue(Issuer::Grant)
     }
 
     pub(crate) fn metadata_token<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
@@ -102,21 +105,40 @@ impl FakeGce {
             );
             return response;
         }
-        let mut response = self.issue(Issuer::Metadata);
+        // `scopes=a,b` narrows the token as the metadata server does;
+        // without it the token has the default account's full access.
+        let asked = request.uri().query().and_then(|query| {
+            query
+                .split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .find(|(key, _)| *key == "scopes")
+                .and_then(|(_, value)| auth::percent_decode(value))
+        });
+        let scopes: Vec<&str> = match &asked {
+            Some(list) => list.split(',').filter(|s| !s.is_empty()).collect(),
+            None => vec![auth::CLOUD_PLATFORM_SCOPE],
+        };
+        let mut response = self.issue(Issuer::Metadata, &scopes);
         response
             .headers_mut()
             .insert(METADATA_FLAVOR, HeaderValue::from_static("Google"));
         response
     }
 
-    /// Issues a fresh token and answers it in the token endpoints' shape.
-    fn issue(&self, issuer: Issuer) -> Response<Full<Bytes>> {
+    /// Issues a fresh token of `scopes` and answers it in the token
+    /// endpoints' shape.
+    fn issue(&self, issuer: Issuer, scopes: &[&str]) -> Response<Full<Bytes>> {
         let token = match auth::new_access_token() {
             Ok(token) => token,
             Err(why) => return error(StatusCode::INTERNAL_SERVER_ERROR, "backendError", &why),
         };
-        self.auth()
-            .issue(issuer, token.clone(), Instant::now(), self.token_ttl);
+        self.auth().issue(
+            issuer,
+            token.clone(),
+            scopes,
+            Instant::now(),
+            self.token_ttl,
+        );
         let mut response = json_response(
             StatusCode::OK,
             &json!({

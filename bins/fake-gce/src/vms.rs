@@ -247,22 +247,37 @@ impl Vms {
             let message = "fake-gce: injected failure (POST /fake/fail-instances)";
             error = Some((self.failure_code.clone(), message.to_owned()));
         } else if let Some(reservation) = &spec.reservation {
-            error = match store.take_slot(project, zone, reservation) {
-                Ok(()) => None,
-                Err(SlotError::Missing) => Some((
-                    "RESOURCE_NOT_FOUND".to_owned(),
-                    format!(
-                        "The resource 'projects/{project}/zones/{zone}/reservations/\
-                         {reservation}' was not found"
-                    ),
-                )),
-                Err(SlotError::Full) => Some((
+            let wanted = last_segment(&spec.machine_type);
+            let reserved = store
+                .machine_type(project, zone, reservation)
+                .map(last_segment);
+            error = match reserved.filter(|r| *r != wanted) {
+                // GCE answers a VM that does not fit the reservation's
+                // properties as it answers a full one.
+                Some(reserved) => Some((
                     "CONDITION_NOT_MET".to_owned(),
                     format!(
                         "Specified reservation '{reservation}' does not have available \
-                         resources for the request."
+                         resources for the request: it holds {reserved} machines, not {wanted}."
                     ),
                 )),
+                None => match store.take_slot(project, zone, reservation) {
+                    Ok(()) => None,
+                    Err(SlotError::Missing) => Some((
+                        "RESOURCE_NOT_FOUND".to_owned(),
+                        format!(
+                            "The resource 'projects/{project}/zones/{zone}/reservations/\
+                         {reservation}' was not found"
+                        ),
+                    )),
+                    Err(SlotError::Full) => Some((
+                        "CONDITION_NOT_MET".to_owned(),
+                        format!(
+                            "Specified reservation '{reservation}' does not have available \
+                         resources for the request."
+                        ),
+                    )),
+                },
             };
         }
         let (target_id, effect) = if error.is_some() {
@@ -531,6 +546,11 @@ impl Vms {
         }
         Some(list)
     }
+}
+
+/// The last path segment of a machine type given as a name or a URL.
+fn last_segment(machine_type: &str) -> &str {
+    machine_type.rsplit('/').next().unwrap_or(machine_type)
 }
 
 /// Frees the VM's reservation slot if it holds one.

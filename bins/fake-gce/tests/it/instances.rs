@@ -408,3 +408,122 @@ async fn instance_calls_need_an_issued_token_when_auth_is_required() {
         .expect("create");
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_read_only_token_reads_vms_and_may_not_change_them() {
+    let fake = FakeGceProcess::start_with(&[("BC_FAKE_GCE_REQUIRE_AUTH", "1")]);
+    crate::auth::register(&fake, crate::auth::EMAIL, crate::auth::key()).await;
+    let token = crate::auth::access_token(&fake).await;
+    let response = fake
+        .http
+        .post(fake.url(&zone_path(&format!("instances?requestId={RID_1}"))))
+        .bearer_auth(&token)
+        .json(&vm("bc-one", None))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        challenge.contains("error=\"insufficient_scope\""),
+        "{challenge}"
+    );
+    let body: Value = response.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], 403);
+    assert_eq!(body["error"]["status"], "PERMISSION_DENIED");
+    assert_eq!(
+        body["error"]["errors"][0]["reason"],
+        "insufficientPermissions"
+    );
+    assert_eq!(
+        body["error"]["details"][0]["reason"],
+        "ACCESS_TOKEN_SCOPE_INSUFFICIENT"
+    );
+    let read = fake
+        .http
+        .get(fake.url(&zone_path("instances/bc-one")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(read.status(), StatusCode::NOT_FOUND, "reads are allowed");
+
+    // The metadata server narrows its token to the scopes asked for.
+    let metadata = "/computeMetadata/v1/instance/service-accounts/default/token";
+    let readonly = fake
+        .http
+        .get(fake.url(&format!(
+            "{metadata}?scopes=https://www.googleapis.com/auth/compute.readonly"
+        )))
+        .header("Metadata-Flavor", "Google")
+        .send()
+        .await
+        .expect("metadata token")
+        .json::<Value>()
+        .await
+        .expect("token JSON")["access_token"]
+        .as_str()
+        .expect("access_token")
+        .to_owned();
+    let response = fake
+        .http
+        .delete(fake.url(&zone_path(&format!("instances/bc-one?requestId={RID_2}"))))
+        .bearer_auth(&readonly)
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let (status, scopes) = fake.send(Method::GET, "/fake/token-scopes", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        scopes,
+        json!({ "scopes": { "https://www.googleapis.com/auth/compute.readonly": 2 } })
+    );
+}
+
+#[tokio::test]
+async fn lost_answers_delays_and_read_failures_reach_the_instances_api() {
+    let fake = FakeGceProcess::start();
+    let (status, body) = fake
+        .send(
+            Method::POST,
+            "/fake/fail-mutations",
+            Some(json!({ "count": 1, "status": 502, "retryAfterS": 1 })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({ "count": 1, "status": 502, "retryAfterS": 1 }));
+    let (status, body) = create(&fake, RID_1, vm("bc-one", None)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    // It was applied: the same requestId answers its operation.
+    let (status, op) = create(&fake, RID_1, vm("bc-one", None)).await;
+    assert_eq!(status, StatusCode::OK, "{op}");
+    wait(&fake, &op).await;
+    assert_eq!(instance(&fake, "bc-one").await.1["status"], "RUNNING");
+
+    fake.fail_next(1).await;
+    assert_eq!(
+        instance(&fake, "bc-one").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(instance(&fake, "bc-one").await.0, StatusCode::OK);
+    assert_eq!(fake.calls().await, json!({}), "not counted as listings");
+
+    fake.set_delay(300).await;
+    let started = std::time::Instant::now();
+    assert_eq!(instance(&fake, "bc-one").await.0, StatusCode::OK);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    fake.set_delay(0).await;
+
+    for bad in [json!({ "count": -1 }), json!({ "count": 1, "code": "X" })] {
+        let (status, _) = fake
+            .send(Method::POST, "/fake/fail-mutations", Some(bad))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+}

@@ -1,6 +1,7 @@
 //! Integration tests: each starts the real `fake-gce` binary on an ephemeral
 //! loopback port and talks HTTP to it, directly (`endpoints`, `auth`, `tls`)
-//! or through the `providers` GCE adapter (`gce_adapter`). One test binary,
+//! or through the `providers` GCE adapter (`gce_adapter`, `gce_instances`).
+//! One test binary,
 //! so the helpers in `common` are shared without dead-code warnings.
 
 #![expect(
@@ -13,5 +14,6 @@ mod auth;
 mod common;
 mod endpoints;
 mod gce_adapter;
+mod gce_instances;
 mod instances;
 mod tls;

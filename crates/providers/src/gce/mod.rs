@@ -64,8 +64,8 @@ pub struct GceProviderOptions {
     /// PEM certificates trusted besides the Mozilla roots
     /// (`BC_PROVIDER_CA_FILE`; default none).
     pub extra_roots: Vec<reqwest::Certificate>,
-    /// How often a page request answered 429 or 5xx, or not answered, is
-    /// tried again before the listing fails (default 3).
+    /// How often a request (a page, an instance call) answered 429 or 5xx,
+    /// or not answered, is tried again before the call fails (default 3).
     pub retries: usize,
     /// The first wait between two tries; it doubles each time, with jitter
     /// (default 500 ms). A `Retry-After` (up to 30 s) replaces it.
