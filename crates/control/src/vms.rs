@@ -729,8 +729,8 @@ async fn list_one(
     }
     for (zone, name, request) in drift.orphans {
         let started = Instant::now();
-        match provider.delete_vm(&zone, &name, &request).await {
-            Ok(_) | Err(ProviderError::NotFound) => {
+        match delete_orphan(provider.as_ref(), &zone, &name, &request).await {
+            Ok(()) => {
                 let mut conn = ctx.pool.get().await?;
                 let now = ctx.clock.now(&mut conn).await?;
                 if vms::orphan_deleted(
@@ -754,6 +754,30 @@ async fn list_one(
                 "deleting an orphan vm failed; the next listing tries again"
             ),
         }
+    }
+    Ok(())
+}
+
+/// Deletes an orphan VM and follows the operation to its end (a few
+/// seconds at most: a slow one is confirmed by the next listing).
+async fn delete_orphan(
+    provider: &dyn InstanceProvider,
+    zone: &str,
+    name: &str,
+    request: &str,
+) -> std::result::Result<(), ProviderError> {
+    let op = match provider.delete_vm(zone, name, request).await {
+        Ok(op) => op,
+        Err(ProviderError::NotFound) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut status = op.status;
+    for _ in 0..20 {
+        if status == OperationStatus::Done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        status = provider.get_operation(zone, &op.name).await?.status;
     }
     Ok(())
 }

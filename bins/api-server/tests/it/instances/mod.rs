@@ -4,5 +4,6 @@
 mod api;
 mod concurrency;
 mod lifecycle;
+mod managed;
 mod placement;
 mod quotas;

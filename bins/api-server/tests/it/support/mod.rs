@@ -15,4 +15,5 @@ pub mod meter;
 pub mod openapi;
 pub mod rng;
 pub mod server;
+pub mod vms;
 pub mod worker;
