@@ -14,6 +14,8 @@ ALTER TABLE instances ADD CONSTRAINT instances_state_check CHECK (state IN (
 ALTER TABLE instances ADD COLUMN powered boolean;
 UPDATE instances SET powered = (state = 'running');
 ALTER TABLE instances ALTER COLUMN powered SET NOT NULL;
+-- A row written without it (a bulk load of history) holds nothing.
+ALTER TABLE instances ALTER COLUMN powered SET DEFAULT false;
 ALTER TABLE instances ADD COLUMN managed boolean NOT NULL DEFAULT false;
 ALTER TABLE instances ADD COLUMN vm_name text;
 ALTER TABLE instances ADD COLUMN vm_zone text;

@@ -199,6 +199,31 @@ impl FakeGce {
                     ),
                 }
             }
+            ["fake", "clock"] => {
+                if method != Method::POST {
+                    return method_not_allowed();
+                }
+                match read_json(request).await {
+                    Ok(body) => match body.get("nowMs").and_then(Value::as_i64) {
+                        Some(now) => {
+                            self.vms().set_clock(now);
+                            json_response(StatusCode::OK, &json!({ "nowMs": now }))
+                        }
+                        None => error(StatusCode::BAD_REQUEST, "invalid", "nowMs: an integer"),
+                    },
+                    Err(resp) => resp,
+                }
+            }
+            ["fake", "vm-runs"] => {
+                if method != Method::GET {
+                    return method_not_allowed();
+                }
+                let vms = self.vms();
+                json_response(
+                    StatusCode::OK,
+                    &json!({ "runs": vms.runs(), "created": vms.created() }),
+                )
+            }
             ["fake", "fail-mutations"] => {
                 if method != Method::POST {
                     return method_not_allowed();

@@ -79,6 +79,11 @@
 //! either way.
 //!
 //! Hooks:
+//! - `POST /fake/clock { nowMs }`: the clock the running intervals below are
+//!   measured on (a test's manual clock; real time until set).
+//! - `GET /fake/vm-runs` → `{ "runs": { NAME: [[from, to | null], ...] },
+//!   "created": { NAME: n } }`: each VM name's intervals in status
+//!   `RUNNING`, kept after it is gone, and how many VMs of it were made.
 //! - `POST /fake/instances/{zone}/{name}/stop|start|delete`: a change made
 //!   outside the platform, at once (the VM of that zone and name in any
 //!   project; 404 when none). Answers the VM, or `{ "deleted": true }`.
@@ -380,7 +385,8 @@ impl FakeGce {
             | ["compute", "v1", "projects", _, "aggregated", "instances"]
             | [
                 "fake",
-                "instances" | "fail-instances" | "fail-mutations" | "requests",
+                "instances" | "fail-instances" | "fail-mutations" | "requests" | "clock"
+                | "vm-runs",
                 ..,
             ] => self.instances(request).await,
             ["token"] => {

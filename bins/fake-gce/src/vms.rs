@@ -103,6 +103,14 @@ pub(crate) struct Vms {
     failure_code: String,
     requests: Vec<Value>,
     next_id: u64,
+    /// The test's clock (epoch ms), set with `POST /fake/clock`; `None`:
+    /// real time.
+    clock: Option<i64>,
+    /// Each VM name's `RUNNING` intervals `[from, to)` on that clock (`to`
+    /// `None` while it runs), kept after the VM is gone.
+    runs: BTreeMap<String, Vec<(i64, Option<i64>)>>,
+    /// How many VMs of each name were ever made.
+    created: BTreeMap<String, u64>,
 }
 
 impl Default for Vms {
@@ -116,6 +124,9 @@ impl Default for Vms {
             failure_code: String::new(),
             requests: Vec::new(),
             next_id: 2_000_000_000_000_000_001,
+            clock: None,
+            runs: BTreeMap::new(),
+            created: BTreeMap::new(),
         }
     }
 }
@@ -140,6 +151,48 @@ fn http_error(code: &str) -> (u16, &'static str) {
 }
 
 impl Vms {
+    /// Sets the clock the running intervals are measured on.
+    pub fn set_clock(&mut self, now_ms: i64) {
+        self.clock = Some(now_ms);
+    }
+
+    /// How many VMs of each name were ever made.
+    pub fn created(&self) -> Value {
+        json!(self.created)
+    }
+
+    /// Every VM name's running intervals, as `GET /fake/vm-runs` shows them.
+    pub fn runs(&self) -> Value {
+        let runs: Map<String, Value> = self
+            .runs
+            .iter()
+            .map(|(name, spans)| {
+                let spans: Vec<Value> = spans.iter().map(|(f, t)| json!([f, t])).collect();
+                (name.clone(), Value::Array(spans))
+            })
+            .collect();
+        Value::Object(runs)
+    }
+
+    /// Notes that the VM `name` started (`running`) or stopped running.
+    fn ran(&mut self, name: &str, was: &str, now: &str) {
+        let at = self
+            .clock
+            .unwrap_or_else(|| i64::try_from(now_millis()).unwrap_or(i64::MAX));
+        let spans = self.runs.entry(name.to_owned()).or_default();
+        match (was == "RUNNING", now == "RUNNING") {
+            (false, true) => spans.push((at, None)),
+            (true, false) => {
+                if let Some(last) = spans.last_mut()
+                    && last.1.is_none()
+                {
+                    last.1 = Some(at);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn fresh_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -292,6 +345,7 @@ impl Vms {
                 status: "PROVISIONING",
                 created: rfc3339(now_millis()),
             };
+            *self.created.entry(name.clone()).or_default() += 1;
             self.vms.insert(k, vm);
             self.zones
                 .entry(project.to_owned())
@@ -330,6 +384,7 @@ impl Vms {
         }
         let k = key(project, zone, name);
         let vm = self.vms.get_mut(&k).ok_or(Refusal::NotFound)?;
+        let was = vm.status;
         let settled = matches!(vm.status, "RUNNING" | "TERMINATED");
         let target_id = vm.id;
         let mut error = None;
@@ -366,6 +421,8 @@ impl Vms {
             }
             _ => Effect::None,
         };
+        let now = vm.status;
+        self.ran(name, was, now);
         Ok(self.start_op(
             store, project, zone, request_id, op_type, name, target_id, error, effect, polls,
         ))
@@ -387,6 +444,7 @@ impl Vms {
         let Some(vm) = self.vms.get_mut(&vm_key).filter(|vm| vm.id == op.target_id) else {
             return;
         };
+        let was = vm.status;
         match effect {
             Effect::None => {}
             Effect::Run if matches!(vm.status, "PROVISIONING" | "STAGING") => vm.status = "RUNNING",
@@ -400,8 +458,12 @@ impl Vms {
             Effect::Remove => {
                 release(store, &vm_key, vm);
                 self.vms.remove(&vm_key);
+                self.ran(&vm_key.2, was, "GONE");
+                return;
             }
         }
+        let now = vm.status;
+        self.ran(&vm_key.2, was, now);
     }
 
     /// `zoneOperations.get`: counts the read; answers the operation.
@@ -447,6 +509,7 @@ impl Vms {
             .cloned()
             .ok_or(Refusal::NotFound)?;
         let vm = self.vms.get_mut(&k).ok_or(Refusal::NotFound)?;
+        let was = vm.status;
         match action {
             "stop" => {
                 vm.status = "TERMINATED";
@@ -466,10 +529,14 @@ impl Vms {
             _ => {
                 release(store, &k, vm);
                 self.vms.remove(&k);
+                self.ran(name, was, "GONE");
                 return Ok(Value::Null);
             }
         }
-        Ok(vm_json(&k.0, &k.1, &k.2, vm))
+        let now = vm.status;
+        let shown = vm_json(&k.0, &k.1, &k.2, vm);
+        self.ran(name, was, now);
+        Ok(shown)
     }
 
     /// One page of `aggregated/instances`, only VMs whose labels hold every

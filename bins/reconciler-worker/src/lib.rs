@@ -154,6 +154,9 @@ impl Config {
                         .unwrap_or(d.list_interval),
                     max_backoff: duration_var("BC_VM_MAX_BACKOFF", var("BC_VM_MAX_BACKOFF"))?
                         .unwrap_or(d.max_backoff),
+                    lease: duration_var("BC_VM_LEASE", var("BC_VM_LEASE"))?
+                        .filter(|d| !d.is_zero())
+                        .unwrap_or(d.lease),
                     ..d
                 }
             },

@@ -249,7 +249,8 @@ async fn drive_claim(ctx: &VmContext<'_>, claim: StepClaim) -> Result<StepReport
             Round::Poll(wait) => {
                 polls += 1;
                 tokio::time::sleep(wait).await;
-                if polls % 8 == 0
+                // The lease is renewed about every second of waiting.
+                if polls.is_multiple_of(4)
                     && !save(
                         ctx,
                         &claim,

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 use storage::model::instance::InstanceRow;
-use storage::model::states::InstanceState;
+use storage::model::states::{DeletedReason, InstanceState};
 
 use super::Millis;
 
@@ -120,7 +120,7 @@ impl From<InstanceRow> for Instance {
             deleted_reason: i
                 .deleted_reason
                 .filter(|_| i.state == InstanceState::Deleted)
-                .map(|r| r.as_str()),
+                .map(DeletedReason::as_str),
         }
     }
 }

@@ -438,7 +438,7 @@ async fn lock_instance(
     ))
 }
 
-/// [`lock_instance`] for the worker, whoever owns the instance: its
+/// The instance lock of `stop` and `start`, for the worker, whoever owns it: its
 /// reservation locked and settled to `now`, then its row.
 pub async fn lock_for_worker(
     conn: &mut AsyncPgConnection,

@@ -366,13 +366,6 @@ pub async fn observed(
 
 // Listings (drift).
 
-/// A provider account whose managed VMs are listed.
-#[derive(Debug, Clone)]
-pub struct ListedAccount {
-    /// The account.
-    pub account: Account,
-}
-
 /// The accounts behind managed pools, oldest first.
 pub async fn listing_accounts(conn: &mut AsyncPgConnection) -> Result<Vec<Account>> {
     let ids: Vec<String> = pools_t::table
@@ -540,7 +533,7 @@ pub async fn apply_listing(
             _ => {}
         }
     }
-    drift.orphans = orphans(conn, claim, seen, now).await?;
+    drift.orphans = orphans(conn, claim, seen).await?;
     Ok(drift)
 }
 
@@ -656,7 +649,6 @@ async fn orphans(
     conn: &mut AsyncPgConnection,
     claim: &ListingClaim,
     seen: &[SeenVm],
-    now: i64,
 ) -> Result<Vec<(String, String, String)>> {
     let labelled: Vec<&str> = seen
         .iter()
@@ -705,7 +697,6 @@ async fn orphans(
             out.push((vm.zone.clone(), vm.name.clone(), request));
         }
     }
-    let _ = now;
     Ok(out)
 }
 

@@ -35,11 +35,21 @@ impl Gce {
     /// an ephemeral port; `url` is `https://localhost:PORT` when it serves
     /// TLS (the test certificates name `localhost`).
     pub async fn start_with(config: fake_gce::FakeGceConfig) -> Gce {
+        Gce::start_fake(fake_gce::FakeGce::new(config)).await
+    }
+
+    /// Starts a fake whose zone operations end on their `polls`-th read.
+    pub async fn start_polls(polls: u32) -> Gce {
+        let config = fake_gce::FakeGceConfig::default();
+        Gce::start_fake(fake_gce::FakeGce::new(config).with_operation_polls(polls)).await
+    }
+
+    /// Serves `fake` on an ephemeral port.
+    pub async fn start_fake(fake: fake_gce::FakeGce) -> Gce {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        let fake = fake_gce::FakeGce::new(config);
         let url = match fake.scheme() {
             "https" => format!("https://localhost:{port}"),
             scheme => format!("{scheme}://127.0.0.1:{port}"),

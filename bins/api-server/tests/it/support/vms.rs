@@ -29,7 +29,11 @@ pub fn managed_pool_body(account: &str, vm: Value) -> Value {
 /// A platform as [`super::fixtures::platform`] but with a managed pool
 /// (`vm` with the test image and zones `us-central1-a`, `-b`).
 pub async fn managed_platform(s: &Server, total: i64) -> Platform {
-    let gce = Gce::start().await;
+    managed_platform_on(s, Gce::start().await, total).await
+}
+
+/// [`managed_platform`] on the fake `gce`.
+pub async fn managed_platform_on(s: &Server, gce: Gce, total: i64) -> Platform {
     gce.put("res-a", total, 0, "READY").await;
     let account = gce_account(s, &gce).await;
     let body = managed_pool_body(
@@ -193,6 +197,35 @@ impl Gce {
             .await
             .expect("fail-instances");
         assert!(resp.status().is_success());
+    }
+
+    /// Sets the clock the fake measures running intervals on.
+    pub async fn set_clock(&self, now: i64) {
+        self.post_fake("clock", json!({ "nowMs": now })).await;
+    }
+
+    /// The next `count` mutations are applied but answered 503 (a lost
+    /// answer).
+    pub async fn fail_mutations(&self, count: u32) {
+        self.post_fake("fail-mutations", json!({ "count": count }))
+            .await;
+    }
+
+    /// Each VM name's running intervals on the fake's clock, and how many
+    /// VMs of each name were made.
+    pub async fn vm_runs(&self) -> (Value, Value) {
+        let v = self.get("vm-runs").await;
+        (v["runs"].clone(), v["created"].clone())
+    }
+
+    async fn post_fake(&self, what: &str, body: Value) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/fake/{what}", self.url))
+            .json(&body)
+            .send()
+            .await
+            .expect(what);
+        assert!(resp.status().is_success(), "fake {what}: {}", resp.status());
     }
 
     /// Every mutating request the fake saw: `(method, path, requestId)`.

@@ -8,3 +8,4 @@ mod process;
 mod replicas;
 mod scan_claims;
 mod scans;
+mod vm_crash;

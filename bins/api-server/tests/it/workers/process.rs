@@ -8,7 +8,12 @@ use crate::support::clock::{HOUR, T0};
 use crate::support::fixtures::{grant, id, instance, platform_at_t0};
 use crate::support::worker;
 
-const PASSES: [&str; 3] = ["vps.reservations", "vps.grants", "vps.usage"];
+const PASSES: [&str; 4] = [
+    "vps.reservations",
+    "vps.grants",
+    "vps.instances",
+    "vps.usage",
+];
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_pass_logs_one_line_naming_what_it_did() {
@@ -19,7 +24,7 @@ async fn each_pass_logs_one_line_naming_what_it_did() {
 
     let err = worker::once_logged(&s, &[]).await;
     let done: Vec<&str> = err.lines().filter(|l| l.contains("pass done")).collect();
-    assert_eq!(done.len(), 3, "{err}");
+    assert_eq!(done.len(), PASSES.len(), "{err}");
     for (line, pass) in done.iter().zip(PASSES) {
         assert!(worker::names_pass(line, pass), "{line}");
         assert!(line.contains("elapsed_ms="), "{line}");

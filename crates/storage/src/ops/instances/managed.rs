@@ -194,7 +194,7 @@ pub struct Observation {
 /// when the cause may release them): placement segments, quota, a refill of
 /// a freed grant slot, the step it starts and its event (in `events`).
 /// `placed`: the placement a start request decided.
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments, reason = "one change's parts")]
 pub async fn apply(
     conn: &mut AsyncPgConnection,
     inst: &InstanceRow,
