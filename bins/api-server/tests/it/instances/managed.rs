@@ -415,3 +415,62 @@ async fn stop_or_start_during_a_step_is_invalid_state_and_delete_waits_its_turn(
         "never seen running: nothing billed"
     );
 }
+
+/// Waits until `inst` reaches `want`, polling every 10 ms; answers the time
+/// it took from `since`.
+async fn until_state(
+    s: &Server,
+    t: &str,
+    inst: &str,
+    want: &str,
+    since: std::time::Instant,
+) -> std::time::Duration {
+    loop {
+        let now = get(s, t, inst).await;
+        if state(&now) == want {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(30),
+            "{inst} never reached {want}: {now}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recorded_step_wakes_the_worker_at_once_not_an_interval_later() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = managed_platform(&s, 20).await;
+    let t = &p.tenant_token;
+    // An interval of ten minutes: only NOTIFY can start a step sooner.
+    let mut cmd = worker::command(&s);
+    cmd.args(["--only", "vps.instances"])
+        .env("BC_INTERVAL_MS", "600000")
+        .env("BC_VM_LIST_INTERVAL", "600");
+    let w = worker::Running::spawn(cmd);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (mut running, mut deleted) = (Vec::new(), Vec::new());
+    for k in 0..12 {
+        let since = std::time::Instant::now();
+        let inst = create_instance_ok(&s, t, "acme", &p.pool, &format!("n-{k}"), json!({})).await;
+        running.push(until_state(&s, t, &id(&inst), "running", since).await);
+        let since = std::time::Instant::now();
+        instance_op_ok(&s, t, "acme", "delete", &id(&inst)).await;
+        deleted.push(until_state(&s, t, &id(&inst), "deleted", since).await);
+    }
+    running.sort();
+    deleted.sort();
+    eprintln!(
+        "api call to RUNNING: p50 {:?}, max {:?}; delete to deleted: p50 {:?}, max {:?}",
+        running[running.len() / 2],
+        running[running.len() - 1],
+        deleted[deleted.len() / 2],
+        deleted[deleted.len() - 1]
+    );
+    // Far below the ten-minute interval, with room for a loaded machine.
+    assert!(running[running.len() / 2] < std::time::Duration::from_secs(10));
+    assert!(deleted[deleted.len() / 2] < std::time::Duration::from_secs(10));
+    w.terminate_clean().await;
+}
