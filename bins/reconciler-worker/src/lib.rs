@@ -419,8 +419,8 @@ async fn gauges_loop(
     }
 }
 
-/// Refreshes the lag and reservation gauges: two cheap statements; a
-/// failure is logged and leaves the last values.
+/// Refreshes the lag, reservation and managed instances' gauges: three
+/// cheap statements; a failure is logged and leaves the last values.
 async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
     let read = async {
         let mut conn = ctx.pool.get().await?;
@@ -433,10 +433,17 @@ async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
             storage::ops::gauges::gauges(conn, now, metrics::MAX_RESERVATIONS).await
         })
         .await?;
-        Ok::<_, anyhow::Error>((lag, reservations))
+        let vms = storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::gauges::vm_gauges(conn).await
+        })
+        .await?;
+        Ok::<_, anyhow::Error>((lag, reservations, vms))
     };
     match read.await {
-        Ok((lag, reservations)) => metrics.set_state(lag, &reservations),
+        Ok((lag, reservations, vms)) => {
+            metrics.set_state(lag, &reservations);
+            metrics.set_vm_state(&vms);
+        }
         Err(e) => tracing::warn!(error = %e, "reading the metrics' gauges failed"),
     }
 }

@@ -18,6 +18,12 @@
 //! | `bc_reservation_grants` | gauge | `account`, `reservation` (capped), `state` (below) |
 //! | `bc_reservation_gauges_dropped` | gauge | |
 //! | `bc_capacity_short_total` | counter | |
+//! | `bc_vm_steps_total` | counter | `kind`, `outcome` (below) |
+//! | `bc_vm_step_seconds` | histogram (1 s to 30 min) | `kind` |
+//! | `bc_vm_drift_total` | counter | `kind` (`stopped`, `restopped`, `lost`) |
+//! | `bc_vm_orphans_deleted_total` | counter | |
+//! | `bc_instances` | gauge | `state` (a managed instance's live states) |
+//! | `bc_vm_steps_overdue` | gauge | |
 //! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
 //!
 //! `result` is `ok`, `error`, `backing_off` or `claimed_elsewhere`; `state`
@@ -25,6 +31,17 @@
 //! `total`, `granted`, `held`, `ordinaryInUse` (running instances on the
 //! reservation outside any grant, the API's `ordinaryInUse`), `ordinary`
 //! (the same figure under its older name) or `physical`.
+//!
+//! Managed instances (contract 3.12): a step's `kind` is `create`, `stop`,
+//! `start` or `delete`; its `outcome` is `done`, `failed`, `put_off` (a
+//! retryable failure or a slow operation: due again later) or `lease_lost`
+//! (another replica took it over). `bc_vm_step_seconds` is how long an ended
+//! step took from its recording. `bc_instances` counts the managed instances
+//! `provisioning`, `running`, `stopping`, `stopped`, `starting` and
+//! `deleting` (the `deleted` and `failed` ones only accumulate);
+//! `bc_vm_steps_overdue` the open steps past their deadline
+//! (`BC_VM_STEP_TIMEOUT`) by the database's clock, which the worker should
+//! have ended.
 //!
 //! Label values are bounded (contract 1.7): passes and items are fixed
 //! names; `account` of the scan counter takes the first
@@ -99,10 +116,160 @@ struct GrantState {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepOutcome {
+    kind: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 fn latency() -> Histogram {
     Histogram::new(telemetry::LATENCY_BUCKETS)
+}
+
+/// A VM step's buckets: from a second to past the default deadline.
+const STEP_BUCKETS: [f64; 12] = [
+    1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0,
+];
+
+fn step_latency() -> Histogram {
+    Histogram::new(STEP_BUCKETS)
+}
+
+/// The step kinds, as labelled.
+const STEP_KINDS: [&str; 4] = ["create", "stop", "start", "delete"];
+
+/// A step's outcome label.
+fn step_outcome(end: control::vms::StepEnd) -> &'static str {
+    use control::vms::StepEnd;
+    match end {
+        StepEnd::Done => "done",
+        StepEnd::Failed => "failed",
+        StepEnd::Waiting => "put_off",
+        StepEnd::LeaseLost => "lease_lost",
+    }
+}
+
+/// The managed instances' metrics.
+struct VmMetrics {
+    steps: Family<StepOutcome, Counter>,
+    step_seconds: Family<KindLabel, Histogram, fn() -> Histogram>,
+    drift: Family<KindLabel, Counter>,
+    orphans_deleted: Counter,
+    instances: Family<StateLabel, Gauge>,
+    steps_overdue: Gauge,
+}
+
+impl VmMetrics {
+    /// Registers them in `r`, every step and drift series at 0.
+    fn register(r: &mut Registry) -> VmMetrics {
+        let m = VmMetrics {
+            steps: Family::default(),
+            step_seconds: Family::new_with_constructor(step_latency),
+            drift: Family::default(),
+            orphans_deleted: Counter::default(),
+            instances: Family::default(),
+            steps_overdue: Gauge::default(),
+        };
+        r.register(
+            "bc_vm_steps",
+            "Steps of managed instances that ended or were put off, by kind and outcome",
+            m.steps.clone(),
+        );
+        r.register_with_unit(
+            "bc_vm_step",
+            "From a step's recording to its end (done or failed), by kind",
+            Unit::Seconds,
+            m.step_seconds.clone(),
+        );
+        r.register(
+            "bc_vm_drift",
+            "Managed instances the provider's listings changed, by drift kind",
+            m.drift.clone(),
+        );
+        r.register(
+            "bc_vm_orphans_deleted",
+            "Labelled VMs without a live instance deleted by this worker",
+            m.orphans_deleted.clone(),
+        );
+        r.register(
+            "bc_instances",
+            "Live managed instances by state",
+            m.instances.clone(),
+        );
+        r.register(
+            "bc_vm_steps_overdue",
+            "Open steps of managed instances past their deadline",
+            m.steps_overdue.clone(),
+        );
+        for kind in STEP_KINDS {
+            for outcome in ["done", "failed", "put_off", "lease_lost"] {
+                m.steps
+                    .get_or_create(&StepOutcome {
+                        kind: kind.to_owned(),
+                        outcome: outcome.to_owned(),
+                    })
+                    .inc_by(0);
+            }
+        }
+        for kind in ["stopped", "restopped", "lost"] {
+            m.drift
+                .get_or_create(&KindLabel {
+                    kind: kind.to_owned(),
+                })
+                .inc_by(0);
+        }
+        m
+    }
+
+    /// Counts a pass's steps, drift and orphans.
+    fn observe(&self, report: &PassReport) {
+        for step in &report.steps {
+            let kind = step.kind.as_str().to_owned();
+            if let Some(latency) = step.latency {
+                self.step_seconds
+                    .get_or_create(&KindLabel { kind: kind.clone() })
+                    .observe(latency.as_secs_f64());
+            }
+            self.steps
+                .get_or_create(&StepOutcome {
+                    kind,
+                    outcome: step_outcome(step.end).to_owned(),
+                })
+                .inc();
+        }
+        for (kind, n) in &report.drift {
+            self.drift
+                .get_or_create(&KindLabel {
+                    kind: (*kind).to_owned(),
+                })
+                .inc_by(*n);
+        }
+        self.orphans_deleted.inc_by(report.orphans_deleted);
+    }
+
+    /// Sets the gauges.
+    fn set(&self, g: &storage::ops::gauges::VmGauges) {
+        for (state, n) in g.by_state() {
+            self.instances
+                .get_or_create(&StateLabel {
+                    state: state.to_owned(),
+                })
+                .set(n);
+        }
+        self.steps_overdue.set(g.steps_overdue);
+    }
 }
 
 /// The worker's metrics.
@@ -121,6 +288,7 @@ pub struct WorkerMetrics {
     grants: Family<GrantState, Gauge>,
     dropped: Gauge,
     capacity_short: Counter,
+    vm: VmMetrics,
     /// What provider adapters report.
     pub provider: Arc<ProviderMetrics>,
 }
@@ -227,6 +395,7 @@ impl WorkerMetrics {
             "reservation-grant.capacity-short events published by this worker",
             capacity_short.clone(),
         );
+        let vm = VmMetrics::register(&mut r);
         let provider = Arc::new(ProviderMetrics {
             duration: Family::new_with_constructor(latency),
             pages: Counter::default(),
@@ -271,6 +440,7 @@ impl WorkerMetrics {
             grants,
             dropped,
             capacity_short,
+            vm,
             provider,
         }
     }
@@ -306,6 +476,7 @@ impl WorkerMetrics {
                 self.capacity_short.inc_by(*n);
             }
         }
+        self.vm.observe(report);
         if report.accounts.is_empty() {
             return;
         }
@@ -377,6 +548,11 @@ impl WorkerMetrics {
         self.dropped.set((bound - named as i64).max(0));
     }
 
+    /// Sets the managed instances' gauges from what the database says now.
+    pub fn set_vm_state(&self, gauges: &storage::ops::gauges::VmGauges) {
+        self.vm.set(gauges);
+    }
+
     /// The exposition in `format`.
     pub fn render(&self, format: telemetry::Format) -> String {
         telemetry::render(&self.registry, format)
@@ -390,4 +566,91 @@ pub async fn serve(listen: &str, metrics: Arc<WorkerMetrics>) -> anyhow::Result<
     let addr = telemetry::listener::serve(listen, Arc::new(move |f| metrics.render(f))).await?;
     tracing::info!(%addr, "worker metrics listening");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use control::vms::{StepEnd, StepReport};
+    use grants_core::vm::StepKind;
+
+    fn has(text: &str, want: &str) {
+        assert!(
+            text.lines().any(|l| l == want),
+            "{want} missing from\n{text}"
+        );
+    }
+
+    #[test]
+    fn vm_steps_drift_and_orphans_are_counted() {
+        let m = WorkerMetrics::new(&["vps.instances"]);
+        let text = m.render(telemetry::Format::Text);
+        // Every step and drift series exists from the start, at 0.
+        has(
+            &text,
+            r#"bc_vm_steps_total{kind="delete",outcome="lease_lost"} 0"#,
+        );
+        has(&text, r#"bc_vm_drift_total{kind="lost"} 0"#);
+        has(&text, "bc_vm_orphans_deleted_total 0");
+        let report = PassReport {
+            steps: vec![
+                StepReport {
+                    kind: StepKind::Create,
+                    end: StepEnd::Done,
+                    latency: Some(Duration::from_secs(42)),
+                },
+                StepReport {
+                    kind: StepKind::Create,
+                    end: StepEnd::Waiting,
+                    latency: None,
+                },
+                StepReport {
+                    kind: StepKind::Stop,
+                    end: StepEnd::Failed,
+                    latency: Some(Duration::from_secs(700)),
+                },
+            ],
+            drift: [("stopped", 2), ("lost", 1)].into_iter().collect(),
+            orphans_deleted: 3,
+            ..PassReport::default()
+        };
+        m.observe("vps.instances", true, Duration::from_millis(5), &report);
+        let text = m.render(telemetry::Format::Text);
+        for want in [
+            r#"bc_vm_steps_total{kind="create",outcome="done"} 1"#,
+            r#"bc_vm_steps_total{kind="create",outcome="put_off"} 1"#,
+            r#"bc_vm_steps_total{kind="stop",outcome="failed"} 1"#,
+            r#"bc_vm_steps_total{kind="start",outcome="done"} 0"#,
+            r#"bc_vm_step_seconds_count{kind="create"} 1"#,
+            r#"bc_vm_step_seconds_sum{kind="create"} 42.0"#,
+            r#"bc_vm_step_seconds_bucket{le="600.0",kind="stop"} 0"#,
+            r#"bc_vm_step_seconds_bucket{le="900.0",kind="stop"} 1"#,
+            r#"bc_vm_drift_total{kind="stopped"} 2"#,
+            r#"bc_vm_drift_total{kind="lost"} 1"#,
+            r#"bc_vm_drift_total{kind="restopped"} 0"#,
+            "bc_vm_orphans_deleted_total 3",
+        ] {
+            has(&text, want);
+        }
+    }
+
+    #[test]
+    fn vm_gauges_are_set() {
+        let m = WorkerMetrics::new(&[]);
+        m.set_vm_state(&storage::ops::gauges::VmGauges {
+            running: 4,
+            provisioning: 1,
+            steps_overdue: 2,
+            ..Default::default()
+        });
+        let text = m.render(telemetry::Format::Text);
+        for want in [
+            r#"bc_instances{state="running"} 4"#,
+            r#"bc_instances{state="provisioning"} 1"#,
+            r#"bc_instances{state="deleting"} 0"#,
+            "bc_vm_steps_overdue 2",
+        ] {
+            has(&text, want);
+        }
+    }
 }

@@ -15,8 +15,11 @@
   // `seq` numbers each panel's loads, so a slow answer never replaces a newer one.
   const state = {
     key: null, tenant: null, root: false, now: 0, view: null,
-    seq: { timeline: 0, usage: 0, preview: 0 },
+    seq: { timeline: 0, usage: 0, preview: 0, instances: 0 },
   };
+  // An instance's states but `deleted` (the states filter of instances.list).
+  const LIVE_STATES = ['provisioning', 'running', 'stopping', 'stopped', 'starting', 'deleting',
+    'failed'];
   // The grant notices of contract 9, read from the signed-in tenant's event log.
   const NOTICE_TYPES = ['reservation-grant.expiring', 'reservation-grant.underused'];
 
@@ -127,6 +130,18 @@
     return out;
   }
 
+  // Every page of instances.list with `body`'s filters.
+  async function listInstances(body) {
+    const out = [];
+    let page = await api('instances/list', body);
+    out.push(...page.items);
+    while (page.hasMore === true && page.nextCursor && page.items.length > 0) {
+      page = await api('instances/list', { ...body, after: page.nextCursor });
+      out.push(...page.items);
+    }
+    return out;
+  }
+
   // Every page of events.list with `body`'s filters, oldest first.
   async function listEvents(body) {
     const out = [];
@@ -191,6 +206,7 @@
     state.seq.timeline += 1;
     state.seq.usage += 1;
     state.seq.preview += 1;
+    state.seq.instances += 1;
     $('key').value = '';
     $('who').textContent = '';
     $('forget').hidden = true;
@@ -199,7 +215,7 @@
       $(id).hidden = true;
     }
     for (const id of ['pools', 'reservations', 'grants', 'timeline', 'usage', 'notices',
-      'preview-result']) {
+      'preview-result', 'instances']) {
       $(id).replaceChildren();
     }
     for (const id of ['pv-tenant', 'pv-project', 'pv-start', 'pv-end']) $(id).value = '';
@@ -280,6 +296,42 @@
     $('timeline-title').textContent = reservationId;
     showPreviewForm();
     drawTimeline();
+    showInstances();
+  }
+
+  // The instances on the open reservation but deleted ones (root: every tenant's), with
+  // their states and, for a managed pool's, their VMs.
+  async function showInstances() {
+    const v = state.view;
+    const seq = ++state.seq.instances;
+    $('instances').replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+    try {
+      const items = await listInstances({
+        reservationId: v.reservationId, states: LIVE_STATES, ...(state.root ? { all: true } : {}),
+      });
+      if (seq !== state.seq.instances) return;
+      const cols = ['Instance', 'Tenant', 'Name', 'Flavor', 'State', 'Placement', 'VM', 'Zone',
+        'VM status'];
+      $('instances').replaceChildren(items.length === 0
+        ? h('p', { class: 'muted' }, 'No instances.')
+        : table(cols, items.map((i) => h('tr', {
+          'data-testid': 'instance-row', 'data-instance-id': i.instanceId, 'data-state': i.state,
+        },
+        h('td', { title: i.instanceId }, shortId(i.instanceId)), h('td', {}, i.tenantId),
+        h('td', {}, i.name), h('td', {}, i.flavor),
+        h('td', { class: `state ${i.state}`, 'data-field': 'state',
+          title: i.failure ? i.failure.code : null },
+        i.failure ? `${i.state} (${i.failure.code})` : i.state),
+        h('td', {}, i.placement.kind),
+        h('td', { 'data-field': 'vm' }, i.vm ? i.vm.name : '—'),
+        h('td', {}, i.vm ? i.vm.zone : '—'),
+        h('td', {}, i.vm && i.vm.status ? i.vm.status : '—'))),
+        { 'data-testid': 'instances-table' }));
+    } catch (e) {
+      if (seq !== state.seq.instances) return;
+      $('instances').replaceChildren();
+      showError(e, 'Listing the instances');
+    }
   }
 
   function shift(days) {

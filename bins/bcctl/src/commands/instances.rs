@@ -1,11 +1,34 @@
 //! `bcctl instances`.
+//!
+//! A managed instance's change (create, start, stop, delete) answers at once
+//! with the step under way (`provisioning`, `starting`, `stopping`,
+//! `deleting`); `--wait` follows the instance (`instances.get` every 500 ms)
+//! until the step ends and prints its state and VM, or fails (exit 1) when
+//! the instance `failed` or the wait timed out.
 
-use clap::Subcommand;
-use serde_json::json;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
 
 use super::{Ctx, opt, set};
 use crate::exit::Failure;
 use crate::output::{Col, text, time};
+
+/// How often `--wait` reads the instance.
+const POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// `--wait` and `--timeout`.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Wait {
+    /// Follow the instance until its step ends (its VM created, started,
+    /// stopped or deleted) and print its state and VM; exit 1 if it failed.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait follows it (90s, 15m, 1h).
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
 
 /// `bcctl instances`.
 #[derive(Debug, Subcommand)]
@@ -62,24 +85,32 @@ pub enum Instances {
         /// The idempotency key (default: a new UUIDv7).
         #[arg(long)]
         idempotency_key: Option<String>,
+        #[command(flatten)]
+        wait: Wait,
     },
     /// Start an instance.
-    #[command(after_help = "Example:\n  bcctl --tenant acme instances start inst_01...")]
+    #[command(after_help = "Example:\n  bcctl --tenant acme instances start inst_01... --wait")]
     Start {
         /// The instance.
         instance_id: String,
+        #[command(flatten)]
+        wait: Wait,
     },
     /// Stop an instance.
-    #[command(after_help = "Example:\n  bcctl --tenant acme instances stop inst_01...")]
+    #[command(after_help = "Example:\n  bcctl --tenant acme instances stop inst_01... --wait")]
     Stop {
         /// The instance.
         instance_id: String,
+        #[command(flatten)]
+        wait: Wait,
     },
     /// Delete an instance.
-    #[command(after_help = "Example:\n  bcctl --tenant acme instances delete inst_01...")]
+    #[command(after_help = "Example:\n  bcctl --tenant acme instances delete inst_01... --wait")]
     Delete {
         /// The instance.
         instance_id: String,
+        #[command(flatten)]
+        wait: Wait,
     },
 }
 
@@ -91,13 +122,125 @@ const INSTANCE_COLS: &[Col] = &[
     text("POOL", "poolId"),
     text("PLACEMENT", "placement.kind"),
     text("GRANT", "placement.grantId"),
+    text("VM", "vm.name"),
+    text("ZONE", "vm.zone"),
+    text("VM STATUS", "vm.status"),
     time("CREATED", "createdAt"),
 ];
 
+/// What `--wait` prints when the step ended.
+const ENDED_COLS: &[Col] = &[
+    text("INSTANCE", "instanceId"),
+    text("STATE", "state"),
+    text("VM", "vm.name"),
+    text("ZONE", "vm.zone"),
+    text("VM STATUS", "vm.status"),
+    text("FAILURE", "failure.code"),
+    text("DELETED REASON", "deletedReason"),
+];
+
+/// Whether a step of the instance is under way (its state one of a step).
+fn in_step(instance: &Value) -> bool {
+    matches!(
+        instance["state"].as_str(),
+        Some("provisioning" | "stopping" | "starting" | "deleting")
+    )
+}
+
+/// The instance with its nested objects' fields as `object.field` (shown
+/// one per row by `instances get`).
+fn flat(instance: &Value) -> Value {
+    let mut out = Map::new();
+    if let Some(fields) = instance.as_object() {
+        for (k, v) in fields {
+            match v.as_object() {
+                Some(inner) => {
+                    for (ik, iv) in inner {
+                        out.insert(format!("{k}.{ik}"), iv.clone());
+                    }
+                }
+                None => {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// Reads the instance with `get` every `every` while a step is under way,
+/// from `answer` (a `{ instance }` answer) until the step ends or `timeout`
+/// passes. A failure worth a retry (the server unreachable, `UNAVAILABLE`)
+/// is retried; any other ends the wait.
+pub(crate) async fn follow<F, Fut>(
+    answer: Value,
+    mut get: F,
+    every: Duration,
+    timeout: Duration,
+) -> Result<Value, Failure>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Value, Failure>>,
+{
+    let until = tokio::time::Instant::now() + timeout;
+    let mut answer = answer;
+    while in_step(at(&answer, "instance")) {
+        if tokio::time::Instant::now() + every > until {
+            return Err(Failure::Unexpected(format!(
+                "instance {} still {} after {}",
+                str_at(&answer, "instance.instanceId"),
+                str_at(&answer, "instance.state"),
+                humantime::format_duration(timeout)
+            )));
+        }
+        tokio::time::sleep(every).await;
+        match get().await {
+            Ok(a) => answer = a,
+            Err(e) if e.exit_code() == 8 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if str_at(&answer, "instance.state") == "failed" {
+        return Err(Failure::Unexpected(format!(
+            "instance {} failed: {}",
+            str_at(&answer, "instance.instanceId"),
+            at(&answer, "instance.failure.code")
+                .as_str()
+                .unwrap_or("unknown")
+        )));
+    }
+    Ok(answer)
+}
+
+/// The value at a dotted path (`Null` when absent).
+fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.')
+        .fold(v, |v, k| v.get(k).unwrap_or(&Value::Null))
+}
+
+/// The string at a dotted path (empty when absent).
+fn str_at<'a>(v: &'a Value, path: &str) -> &'a str {
+    at(v, path).as_str().unwrap_or_default()
+}
+
+impl Ctx {
+    /// Follows the instance of `answer` until its step ends (`--wait`),
+    /// then prints it.
+    async fn wait_for(&self, answer: Value, wait: Wait) -> Result<(), Failure> {
+        let id = str_at(&answer, "instance.instanceId").to_owned();
+        let get = || self.call("instances.get", json!({ "instanceId": id }));
+        let ended = follow(answer, get, POLL_EVERY, wait.timeout).await?;
+        self.out.print(&ended, |p| {
+            Some(p.table(std::slice::from_ref(at(&ended, "instance")), ENDED_COLS))
+        });
+        Ok(())
+    }
+}
+
 pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
     use Instances as I;
-    let op = |m: &'static str, id: String| (m, json!({ "instanceId": id }));
-    let (method, body) = match i {
+    let op = |m: &'static str, id: String, w: Wait| (m, json!({ "instanceId": id }), w);
+    let (method, body, wait) = match i {
         I::List {
             all,
             pool,
@@ -125,7 +268,8 @@ pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
             let a = ctx
                 .call("instances.get", json!({ "instanceId": instance_id }))
                 .await?;
-            ctx.one(&a, "instance");
+            ctx.out
+                .print(&a, |p| Some(p.object(&flat(at(&a, "instance")))));
             return Ok(());
         }
         I::Create {
@@ -135,6 +279,7 @@ pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
             project,
             billing,
             idempotency_key,
+            wait,
         } => {
             let mut body = json!({ "poolId": pool, "flavor": flavor,
                 "idempotencyKey": ctx.key(idempotency_key) });
@@ -142,13 +287,145 @@ pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
             opt(&mut body, "projectId", project);
             opt(&mut body, "billing", billing);
             let a = ctx.call("instances.create", body).await?;
+            if wait.wait {
+                return ctx.wait_for(a, wait).await;
+            }
             ctx.id(&a, "instance.instanceId");
             return Ok(());
         }
-        I::Start { instance_id } => op("instances.start", instance_id),
-        I::Stop { instance_id } => op("instances.stop", instance_id),
-        I::Delete { instance_id } => op("instances.delete", instance_id),
+        I::Start { instance_id, wait } => op("instances.start", instance_id, wait),
+        I::Stop { instance_id, wait } => op("instances.stop", instance_id, wait),
+        I::Delete { instance_id, wait } => op("instances.delete", instance_id, wait),
     };
+    if wait.wait {
+        let a = ctx.call(method, body).await?;
+        return ctx.wait_for(a, wait).await;
+    }
     ctx.call_quiet(method, body).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    fn answer(state: &str, extra: Value) -> Value {
+        let mut i = json!({ "instanceId": "inst_1", "state": state });
+        if let (Some(i), Some(extra)) = (i.as_object_mut(), extra.as_object()) {
+            i.extend(extra.clone());
+        }
+        json!({ "instance": i })
+    }
+
+    /// Follows `first` through `then`, counting the reads.
+    async fn run(
+        first: Value,
+        then: Vec<Result<Value, Failure>>,
+        timeout: Duration,
+    ) -> (Result<Value, Failure>, usize) {
+        let then = Mutex::new(then.into_iter().collect::<VecDeque<_>>());
+        let reads = Mutex::new(0usize);
+        let get = || {
+            *reads.lock().unwrap() += 1;
+            let next = then.lock().unwrap().pop_front();
+            async move { next.unwrap_or_else(|| Ok(answer("provisioning", json!({})))) }
+        };
+        let r = follow(first, get, Duration::from_millis(1), timeout).await;
+        let n = *reads.lock().unwrap();
+        (r, n)
+    }
+
+    #[tokio::test]
+    async fn follows_until_the_step_ends() {
+        let vm = json!({ "vm": { "name": "bc-1", "zone": "z-a", "status": "RUNNING" } });
+        let (r, reads) = run(
+            answer("provisioning", json!({})),
+            vec![
+                Ok(answer("provisioning", json!({}))),
+                Err(Failure::Unreachable("down".into())),
+                Ok(answer("running", vm)),
+            ],
+            Duration::from_secs(5),
+        )
+        .await;
+        let ended = r.unwrap();
+        assert_eq!(reads, 3);
+        assert_eq!(ended["instance"]["vm"]["name"], "bc-1");
+        let p = crate::output::Printer {
+            format: crate::output::Format::Table,
+            local: false,
+        };
+        let table = p.table(std::slice::from_ref(&ended["instance"]), ENDED_COLS);
+        let row = table.lines().nth(1).unwrap();
+        for want in ["inst_1", "running", "bc-1", "z-a", "RUNNING"] {
+            assert!(row.contains(want), "{table}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_settled_instance_is_not_read_again() {
+        for state in ["running", "stopped", "deleted"] {
+            let (r, reads) = run(answer(state, json!({})), vec![], Duration::from_secs(5)).await;
+            assert_eq!(r.unwrap()["instance"]["state"], state);
+            assert_eq!(reads, 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn failed_and_timed_out_are_failures() {
+        let failed = answer(
+            "failed",
+            json!({ "failure": { "code": "CONDITION_NOT_MET" } }),
+        );
+        let (r, _) = run(
+            answer("provisioning", json!({})),
+            vec![Ok(failed)],
+            Duration::from_secs(5),
+        )
+        .await;
+        let e = r.unwrap_err();
+        assert_eq!(e.exit_code(), 1);
+        assert_eq!(e.to_string(), "instance inst_1 failed: CONDITION_NOT_MET");
+        let (r, reads) = run(
+            answer("stopping", json!({})),
+            vec![],
+            Duration::from_millis(30),
+        )
+        .await;
+        let e = r.unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("instance inst_1 still provisioning after"),
+            "{e}"
+        );
+        assert!(reads >= 1);
+        // Anything but a retryable failure ends the wait.
+        let denied = Failure::Api {
+            status: 403,
+            code: "ACCESS_DENIED".into(),
+            message: "no".into(),
+            details: json!({}),
+        };
+        let (r, _) = run(
+            answer("deleting", json!({})),
+            vec![Err(denied)],
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(r.unwrap_err().exit_code(), 5);
+    }
+
+    #[test]
+    fn get_shows_nested_fields_one_per_row() {
+        let i = json!({ "instanceId": "inst_1", "vm": { "name": "bc-1", "observedAt": 5 },
+            "placement": { "kind": "grant" } });
+        assert_eq!(
+            flat(&i),
+            json!({ "instanceId": "inst_1", "vm.name": "bc-1", "vm.observedAt": 5,
+                "placement.kind": "grant" })
+        );
+    }
 }

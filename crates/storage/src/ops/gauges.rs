@@ -63,3 +63,53 @@ pub async fn gauges(
         .load(conn)
         .await?)
 }
+
+/// The managed instances' gauges (contract 3.12): the live ones by state
+/// and the open steps past their deadline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, diesel::QueryableByName)]
+pub struct VmGauges {
+    /// Managed instances `provisioning`.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub provisioning: i64,
+    /// Managed instances `running`.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub running: i64,
+    /// Managed instances `stopping`.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub stopping: i64,
+    /// Managed instances `stopped`.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub stopped: i64,
+    /// Managed instances `starting`.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub starting: i64,
+    /// Managed instances `deleting`.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub deleting: i64,
+    /// Open steps whose deadline (the database's real time) has passed.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub steps_overdue: i64,
+}
+
+impl VmGauges {
+    /// The live states and their counts, in the lifecycle's order.
+    pub fn by_state(&self) -> [(&'static str, i64); 6] {
+        [
+            ("provisioning", self.provisioning),
+            ("running", self.running),
+            ("stopping", self.stopping),
+            ("stopped", self.stopped),
+            ("starting", self.starting),
+            ("deleting", self.deleting),
+        ]
+    }
+}
+
+/// The managed instances' gauges now: one statement over the live managed
+/// instances' index and the open steps (`deleted` and `failed` instances,
+/// which only accumulate, are not counted).
+pub async fn vm_gauges(conn: &mut AsyncPgConnection) -> Result<VmGauges> {
+    let sql = include_str!("sql/vm_gauges.sql")
+        .replace("{DB_NOW_MS}", crate::ops::instances::managed::DB_NOW_MS);
+    Ok(diesel::sql_query(sql).get_result(conn).await?)
+}

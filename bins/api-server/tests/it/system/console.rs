@@ -729,6 +729,43 @@ async fn an_operator_draws_a_reservation_timeline_and_reads_a_grants_hours() {
         assert!(there, "the timeline lacks {part}");
     }
 
+    // The reservation's instances with their states, as instances.list
+    // gives them (a ledger instance has no VM).
+    let listed = s
+        .root(
+            "instances/list",
+            json!({ "all": true, "reservationId": w.p.reservation }),
+        )
+        .await
+        .ok();
+    let mut want: Vec<(String, String, String)> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|i| i["state"] != "deleted")
+        .map(|i| {
+            let field = |k: &str| i[k].as_str().expect(k).to_owned();
+            (field("instanceId"), field("state"), "—".to_owned())
+        })
+        .collect();
+    want.sort();
+    assert!(!want.is_empty(), "{listed}");
+    chrome
+        .wait_for(
+            "document.querySelector('[data-testid=instances-table]')",
+            "the reservation's instances",
+        )
+        .await;
+    let mut shown: Vec<(String, String, String)> = chrome
+        .eval(
+            "[...document.querySelectorAll('[data-testid=instance-row]')].map((e) => \
+             [e.getAttribute('data-instance-id'), e.getAttribute('data-state'), \
+              e.querySelector('[data-field=vm]').textContent])",
+        )
+        .await;
+    shown.sort();
+    assert_eq!(shown, want);
+
     // Clicking acme's bar shows that grant's hours, as the API counts them.
     let acme = on_reservation
         .iter()
