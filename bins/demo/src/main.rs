@@ -16,6 +16,12 @@
 //! - Instances: acme's in its grants (taken in, handed over when the first
 //!   grant ended, one of them stopped), globex's in its grant, one overflow
 //!   on an ordinary slot, one `n2-standard-8` on-demand.
+//! - A managed pool `us-central1 managed` (with `vm`) on a third reservation
+//!   `demo-m` (4 slots), offered to acme, with two acme instances created
+//!   at the end (`managed-1`, `managed-2`): the worker creates their VMs on
+//!   fake-gce. The story's pool stays a ledger pool: its three days of
+//!   history are played with a moving clock, and a managed instance is
+//!   billed from when the worker saw its VM running.
 //!
 //! With a manual clock set at least three days back (`just run` sets a fresh
 //! database's clock back) the past is played: the clock is moved forward
@@ -342,6 +348,7 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
         let body = json!({ "tenantId": "acme", "instanceId": first });
         w.call_as(&key("acme"), "instances/stop", body).await?;
     }
+    let managed = managed_pool(w, &account, &key("acme")).await?;
     #[expect(clippy::print_stdout, reason = "the seed's summary is its output")]
     {
         println!(
@@ -350,6 +357,7 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
                 "seeded": true,
                 "accountId": account,
                 "poolId": pool,
+                "managedPoolId": managed,
                 "reservations": [res_a, res_b],
                 "keys": keys,
                 "storyHour": t,
@@ -357,4 +365,59 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A managed pool (contract 3.12) on reservation `demo-m` (4 slots), offered
+/// to acme, with two of its instances created now: the worker of `just run`
+/// creates their VMs on fake-gce. Returns the pool's id.
+async fn managed_pool(w: &mut World, account: &str, acme: &str) -> anyhow::Result<String> {
+    w.put_reservation("demo-m", 4).await?;
+    w.call("providerAccounts/scan", json!({ "accountId": account }))
+        .await?;
+    let pool = w
+        .call(
+            "pools/create",
+            json!({
+                "name": "us-central1 managed",
+                "region": "us-central1",
+                "provider": "gce",
+                "accountId": account,
+                "flavors": [{ "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
+                "quotas": { "instances": 20, "vcpus": 80 },
+                "vm": {
+                    "image": "projects/debian-cloud/global/images/family/debian-12",
+                    "zones": ["us-central1-a", "us-central1-b"],
+                    "labels": { "env": "demo" },
+                },
+                "idempotencyKey": "demo-managed-pool",
+            }),
+        )
+        .await?;
+    let pool = id(&pool, &["pool", "poolId"])?;
+    let reservation = format!("projects/{PROJECT}/zones/{ZONE}/reservations/demo-m");
+    w.call(
+        "providerAccounts/bindReservation",
+        json!({ "accountId": account, "reservationId": reservation, "poolId": pool }),
+    )
+    .await?;
+    w.call(
+        "pools/offer",
+        json!({
+            "poolId": pool,
+            "offerTenantId": "acme",
+            "quotas": { "instances": 4, "vcpus": 16, "memoryGib": 64 },
+        }),
+    )
+    .await?;
+    for name in ["managed-1", "managed-2"] {
+        let body = json!({
+            "tenantId": "acme",
+            "poolId": pool,
+            "flavor": FLAVOR,
+            "name": name,
+            "idempotencyKey": name,
+        });
+        w.call_as(acme, "instances/create", body).await?;
+    }
+    Ok(pool)
 }

@@ -13,7 +13,9 @@
 //!    by pool then resource, for its deletion);
 //! 4. **reservation rows**, by reservation id then account id;
 //! 5. **a reservation's open grant rows**, by start then grant id;
-//! 6. **instance rows**, by instance id.
+//! 6. **instance rows**, by instance id;
+//! 7. **a managed instance's step rows** (`vm_steps`), last: claimed alone
+//!    by the worker (`SKIP LOCKED`), and closed after the instance row.
 //!
 //! A function here takes one lock (or one ordered batch of one kind) and
 //! returns what it read under it. Reconciler passes use the `SKIP LOCKED`
