@@ -15,8 +15,8 @@ LEFT JOIN LATERAL (
     AND settled_state IN ('scheduled', 'active')) g ON true
 LEFT JOIN LATERAL (
   SELECT count(*) FILTER (WHERE grant_id IS NOT NULL) AS held,
-         count(*) FILTER (WHERE grant_id IS NULL AND state = 'running') AS ordinary,
-         count(*) FILTER (WHERE state = 'running') AS running
+         count(*) FILTER (WHERE grant_id IS NULL AND powered) AS ordinary,
+         count(*) FILTER (WHERE powered) AS running
   FROM instances WHERE account_id = r.account_id AND reservation_id = r.reservation_id
     AND state <> 'deleted') i ON true
 WHERE r.pool_id IS NOT NULL AND r.status <> 'gone')
