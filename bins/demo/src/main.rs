@@ -16,8 +16,9 @@
 //! - Instances: acme's in its grants (taken in, handed over when the first
 //!   grant ended, one of them stopped), globex's in its grant, one overflow
 //!   on an ordinary slot, one `n2-standard-8` on-demand.
-//! - A managed pool `us-central1 managed` (with `vm`) on a third reservation
-//!   `demo-m` (4 slots), offered to acme, with two acme instances created
+//! - A managed pool `us-central1 managed` (with `vm`) on reservation `demo-m`
+//!   (4 slots) of a second root account (project `platform-vms`), offered to
+//!   acme, with two acme instances created
 //!   at the end (`managed-1`, `managed-2`): the worker creates their VMs on
 //!   fake-gce. The story's pool stays a ledger pool: its three days of
 //!   history are played with a moving clock, and a managed instance is
@@ -42,6 +43,8 @@ use serde_json::{Value, json};
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
 const PROJECT: &str = "platform-dev";
+/// The project of the managed pool's account.
+const VM_PROJECT: &str = "platform-vms";
 const ZONE: &str = "us-central1-a";
 const FLAVOR: &str = "n2-standard-4";
 const BIG_FLAVOR: &str = "n2-standard-8";
@@ -98,8 +101,17 @@ impl World {
     }
 
     async fn put_reservation(&self, name: &str, count: i64) -> anyhow::Result<()> {
+        self.put_reservation_in(PROJECT, name, count).await
+    }
+
+    async fn put_reservation_in(
+        &self,
+        project: &str,
+        name: &str,
+        count: i64,
+    ) -> anyhow::Result<()> {
         let url = format!(
-            "{}/fake/projects/{PROJECT}/zones/{ZONE}/reservations/{name}",
+            "{}/fake/projects/{project}/zones/{ZONE}/reservations/{name}",
             self.gce
         );
         let answer = self
@@ -348,7 +360,7 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
         let body = json!({ "tenantId": "acme", "instanceId": first });
         w.call_as(&key("acme"), "instances/stop", body).await?;
     }
-    let managed = managed_pool(w, &account, &key("acme")).await?;
+    let managed = managed_pool(w, &key("acme")).await?;
     #[expect(clippy::print_stdout, reason = "the seed's summary is its output")]
     {
         println!(
@@ -367,11 +379,24 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A managed pool (contract 3.12) on reservation `demo-m` (4 slots), offered
-/// to acme, with two of its instances created now: the worker of `just run`
-/// creates their VMs on fake-gce. Returns the pool's id.
-async fn managed_pool(w: &mut World, account: &str, acme: &str) -> anyhow::Result<String> {
-    w.put_reservation("demo-m", 4).await?;
+/// A managed pool (contract 3.12) on reservation `demo-m` (4 slots) of a
+/// second account (project `platform-vms`), offered to acme, with two of its
+/// instances created now: the worker of `just run` creates their VMs on
+/// fake-gce. Returns the pool's id.
+async fn managed_pool(w: &mut World, acme: &str) -> anyhow::Result<String> {
+    w.put_reservation_in(VM_PROJECT, "demo-m", 4).await?;
+    let account = w
+        .call(
+            "providerAccounts/create",
+            json!({
+                "name": "gce vms",
+                "provider": "gce",
+                "config": { "project": VM_PROJECT, "endpoint": w.gce, "credentials": "none" },
+                "idempotencyKey": "demo-vm-account",
+            }),
+        )
+        .await?;
+    let account = id(&account, &["account", "accountId"])?;
     w.call("providerAccounts/scan", json!({ "accountId": account }))
         .await?;
     let pool = w
@@ -394,7 +419,7 @@ async fn managed_pool(w: &mut World, account: &str, acme: &str) -> anyhow::Resul
         )
         .await?;
     let pool = id(&pool, &["pool", "poolId"])?;
-    let reservation = format!("projects/{PROJECT}/zones/{ZONE}/reservations/demo-m");
+    let reservation = format!("projects/{VM_PROJECT}/zones/{ZONE}/reservations/demo-m");
     w.call(
         "providerAccounts/bindReservation",
         json!({ "accountId": account, "reservationId": reservation, "poolId": pool }),

@@ -171,6 +171,9 @@ async fn drive_claim(ctx: &VmContext<'_>, claim: StepClaim) -> Result<StepReport
     };
     let mut claim = work.claim.clone();
     let mut polls = 0u32;
+    // A slow operation is read for half a lease at most, then put off: one
+    // stuck operation never holds a worker's slot (or a `--once` run).
+    let held = Instant::now();
     loop {
         let wall = {
             let mut conn = ctx.pool.get().await?;
@@ -245,6 +248,26 @@ async fn drive_claim(ctx: &VmContext<'_>, claim: StepClaim) -> Result<StepReport
                 {
                     return Ok(lost(kind));
                 }
+            }
+            Round::Poll(_) if held.elapsed() > ctx.rules.lease / 2 => {
+                if !save(
+                    ctx,
+                    &claim,
+                    Progress {
+                        due_in_ms: 1000,
+                        lease_ms: 0,
+                        ..Progress::default()
+                    },
+                )
+                .await?
+                {
+                    return Ok(lost(kind));
+                }
+                return Ok(StepReport {
+                    kind,
+                    end: StepEnd::Waiting,
+                    latency: None,
+                });
             }
             Round::Poll(wait) => {
                 polls += 1;

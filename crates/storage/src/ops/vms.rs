@@ -95,30 +95,40 @@ pub async fn claim_steps(
     timeout_ms: i64,
 ) -> Result<Vec<StepClaim>> {
     let token = uuid::Uuid::now_v7().to_string();
-    let claims: Vec<StepClaim> = diesel::sql_query(
-        include_str!("sql/vms_claim_steps.sql").replace("{DB_NOW_MS}", DB_NOW_MS),
-    )
-    .bind::<BigInt, _>(limit)
-    .bind::<BigInt, _>(lease_ms)
-    .bind::<Text, _>(&token)
-    .bind::<BigInt, _>(timeout_ms)
-    .load(conn)
-    .await?;
-    Ok(claims)
+    let sql = include_str!("sql/vms_claim_steps.sql").replace("{DB_NOW_MS}", DB_NOW_MS);
+    // One short transaction behind a transaction pooler.
+    crate::db::single_write(conn, async |conn| {
+        let claims: Vec<StepClaim> = diesel::sql_query(sql)
+            .bind::<BigInt, _>(limit)
+            .bind::<BigInt, _>(lease_ms)
+            .bind::<Text, _>(&token)
+            .bind::<BigInt, _>(timeout_ms)
+            .load(conn)
+            .await?;
+        Ok(claims)
+    })
+    .await
 }
 
 /// The real time (epoch ms) of the next open step's next try, if any: how
 /// long a worker may sleep.
 pub async fn next_due(conn: &mut AsyncPgConnection) -> Result<Option<i64>> {
-    Ok(vm_steps::table
-        .filter(vm_steps::state.eq("open"))
-        .select(diesel::dsl::min(vm_steps::due_wall))
-        .first(conn)
-        .await?)
+    crate::db::read_only(conn, async |conn| {
+        Ok(vm_steps::table
+            .filter(vm_steps::state.eq("open"))
+            .select(diesel::dsl::min(vm_steps::due_wall))
+            .first(conn)
+            .await?)
+    })
+    .await
 }
 
 /// What a worker needs for a claim: the instance, its pool and account.
 pub async fn work_of(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<StepWork> {
+    crate::db::read_only(conn, async |conn| work_of_now(conn, claim).await).await
+}
+
+async fn work_of_now(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<StepWork> {
     let instance = InstanceRow::find(conn, &claim.instance_id)
         .await?
         .ok_or_else(|| StorageError::internal("a step of an unknown instance"))?;
@@ -175,7 +185,7 @@ pub async fn progress(
         ),
         None => (None, None, None),
     };
-    let n = diesel::sql_query(format!(
+    let sql = format!(
         "UPDATE vm_steps SET \
            operation = CASE WHEN $3 THEN $4 ELSE operation END, \
            zone = coalesce($5, zone), zone_index = coalesce($6, zone_index), \
@@ -183,31 +193,38 @@ pub async fn progress(
            attempts = attempts + CASE WHEN $8 THEN 1 ELSE 0 END, \
            due_wall = {DB_NOW_MS} + $9, lease_until = {DB_NOW_MS} + $10 \
          WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
-    ))
-    .bind::<BigInt, _>(claim.step_id)
-    .bind::<Text, _>(&claim.lease_token)
-    .bind::<diesel::sql_types::Bool, _>(set_op)
-    .bind::<Nullable<Text>, _>(op)
-    .bind::<Nullable<Text>, _>(zone)
-    .bind::<Nullable<Integer>, _>(index)
-    .bind::<Nullable<Text>, _>(request)
-    .bind::<diesel::sql_types::Bool, _>(p.failed_try)
-    .bind::<BigInt, _>(p.due_in_ms)
-    .bind::<BigInt, _>(p.lease_ms)
-    .execute(conn)
+    );
+    let n = crate::db::single_write(conn, async |conn| {
+        diesel::sql_query(sql)
+            .bind::<BigInt, _>(claim.step_id)
+            .bind::<Text, _>(&claim.lease_token)
+            .bind::<diesel::sql_types::Bool, _>(set_op)
+            .bind::<Nullable<Text>, _>(op)
+            .bind::<Nullable<Text>, _>(zone)
+            .bind::<Nullable<Integer>, _>(index)
+            .bind::<Nullable<Text>, _>(request)
+            .bind::<diesel::sql_types::Bool, _>(p.failed_try)
+            .bind::<BigInt, _>(p.due_in_ms)
+            .bind::<BigInt, _>(p.lease_ms)
+            .execute(conn)
+            .await
+    })
     .await?;
     Ok(n == 1)
 }
 
 /// Gives a claim's lease back, so another try can start at once.
 pub async fn release(conn: &mut AsyncPgConnection, claim: &StepClaim) -> Result<()> {
-    diesel::update(
-        vm_steps::table
-            .find(claim.step_id)
-            .filter(vm_steps::lease_token.eq(&claim.lease_token)),
-    )
-    .set(vm_steps::lease_until.eq(None::<i64>))
-    .execute(conn)
+    crate::db::single_write(conn, async |conn| {
+        diesel::update(
+            vm_steps::table
+                .find(claim.step_id)
+                .filter(vm_steps::lease_token.eq(&claim.lease_token)),
+        )
+        .set(vm_steps::lease_until.eq(None::<i64>))
+        .execute(conn)
+        .await
+    })
     .await?;
     Ok(())
 }
@@ -354,13 +371,16 @@ pub async fn observed(
     vm_status: &str,
     now: i64,
 ) -> Result<()> {
-    diesel::update(instances::table.find(instance_id))
-        .set((
-            instances::vm_status.eq(vm_status),
-            instances::vm_observed_at.eq(now),
-        ))
-        .execute(conn)
-        .await?;
+    crate::db::single_write(conn, async |conn| {
+        diesel::update(instances::table.find(instance_id))
+            .set((
+                instances::vm_status.eq(vm_status),
+                instances::vm_observed_at.eq(now),
+            ))
+            .execute(conn)
+            .await
+    })
+    .await?;
     Ok(())
 }
 
@@ -368,6 +388,10 @@ pub async fn observed(
 
 /// The accounts behind managed pools, oldest first.
 pub async fn listing_accounts(conn: &mut AsyncPgConnection) -> Result<Vec<Account>> {
+    crate::db::read_only(conn, async |conn| listing_accounts_now(conn).await).await
+}
+
+async fn listing_accounts_now(conn: &mut AsyncPgConnection) -> Result<Vec<Account>> {
     let ids: Vec<String> = pools_t::table
         .filter(pools_t::vm.is_not_null())
         .select(pools_t::account_id)
@@ -416,24 +440,29 @@ pub async fn claim_listing(
         #[diesel(sql_type = BigInt)]
         last_wall: i64,
     }
-    diesel::insert_into(vm_listings::table)
-        .values(vm_listings::account_id.eq(account_id))
-        .on_conflict_do_nothing()
-        .execute(conn)
-        .await?;
-    let row: Option<Row> = diesel::sql_query(format!(
+    let sql = format!(
         "UPDATE vm_listings SET listing_seq = listing_seq + 1, \
            lease_until = {DB_NOW_MS} + $3, last_wall = {DB_NOW_MS} \
          WHERE account_id = $1 AND (lease_until IS NULL OR lease_until < {DB_NOW_MS}) \
            AND (last_wall IS NULL OR last_wall + $2 <= {DB_NOW_MS}) \
          RETURNING listing_seq, last_wall"
-    ))
-    .bind::<Text, _>(account_id)
-    .bind::<BigInt, _>(interval_ms)
-    .bind::<BigInt, _>(lease_ms)
-    .get_result(conn)
-    .await
-    .optional()?;
+    );
+    let row: Option<Row> = conn
+        .transaction::<_, StorageError, _>(async |conn| {
+            diesel::insert_into(vm_listings::table)
+                .values(vm_listings::account_id.eq(account_id))
+                .on_conflict_do_nothing()
+                .execute(conn)
+                .await?;
+            Ok(diesel::sql_query(sql)
+                .bind::<Text, _>(account_id)
+                .bind::<BigInt, _>(interval_ms)
+                .bind::<BigInt, _>(lease_ms)
+                .get_result(conn)
+                .await
+                .optional()?)
+        })
+        .await?;
     Ok(row.map(|r| ListingClaim {
         account_id: account_id.to_owned(),
         seq: r.listing_seq,
@@ -445,6 +474,17 @@ pub async fn claim_listing(
 /// breaks the chain of consecutive listings (a VM must be missed by two
 /// listings that both succeeded).
 pub async fn end_listing(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    succeeded: bool,
+) -> Result<()> {
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        end_listing_now(conn, claim, succeeded).await
+    })
+    .await
+}
+
+async fn end_listing_now(
     conn: &mut AsyncPgConnection,
     claim: &ListingClaim,
     succeeded: bool,
@@ -512,15 +552,18 @@ pub async fn apply_listing(
     now: i64,
 ) -> Result<Drift> {
     let mut drift = Drift::default();
-    let live: Vec<InstanceRow> = instances::table
-        .inner_join(pools_t::table)
-        .filter(pools_t::account_id.eq(&claim.account_id))
-        .filter(instances::managed.eq(true))
-        .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
-        .order(instances::instance_id.asc())
-        .select(InstanceRow::as_select())
-        .load(conn)
-        .await?;
+    let live: Vec<InstanceRow> = crate::db::read_only(conn, async |conn| {
+        instances::table
+            .inner_join(pools_t::table)
+            .filter(pools_t::account_id.eq(&claim.account_id))
+            .filter(instances::managed.eq(true))
+            .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
+            .order(instances::instance_id.asc())
+            .select(InstanceRow::as_select())
+            .load(conn)
+            .await
+    })
+    .await?;
     for inst in &live {
         let vm = seen.iter().find(|v| {
             Some(v.name.as_str()) == inst.vm_name.as_deref()
@@ -533,7 +576,9 @@ pub async fn apply_listing(
             _ => {}
         }
     }
-    drift.orphans = orphans(conn, claim, seen).await?;
+    drift.orphans = conn
+        .transaction::<_, StorageError, _>(async |conn| orphans(conn, claim, seen).await)
+        .await?;
     Ok(drift)
 }
 

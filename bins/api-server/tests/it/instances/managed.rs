@@ -474,3 +474,34 @@ async fn a_recorded_step_wakes_the_worker_at_once_not_an_interval_later() {
     assert!(deleted[deleted.len() / 2] < std::time::Duration::from_secs(10));
     w.terminate_clean().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_past_its_deadline_fails_with_timeout_and_its_vm_is_deleted() {
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    // Every operation ends on its 20th read (about 5 s of polling).
+    let p = crate::support::vms::managed_platform_on(
+        &s,
+        crate::support::gce::Gce::start_polls(20).await,
+        2,
+    )
+    .await;
+    let t = &p.tenant_token;
+    let inst = create_instance_ok(&s, t, "acme", &p.pool, "slow", json!({})).await;
+    let env = [("BC_VM_LIST_INTERVAL", "0"), ("BC_VM_STEP_TIMEOUT", "1s")];
+    let (status, err) = worker::once_with(&s, &["vps.instances"], &env).await;
+    assert!(status.success(), "{err}");
+    let failed = get(&s, t, &id(&inst)).await;
+    assert_eq!(state(&failed), "failed", "{failed}");
+    assert_eq!(failed["failure"]["code"], "timeout");
+    assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(0));
+    // The provider made the VM (its create was sent) and the delete recorded
+    // with the failure removed it.
+    let name = vm_name(&inst);
+    let (_, created) = p.gce.vm_runs().await;
+    assert_eq!(created[&name], 1, "the create reached the provider");
+    assert!(p.gce.vm(&name).await.is_none(), "a vm was left behind");
+    s.set_clock(T0 + 2 * HOUR).await;
+    worker::once(&s, &["vps.usage"]).await;
+    assert!(meters(&s, t, &id(&inst)).await.is_empty(), "nothing billed");
+}

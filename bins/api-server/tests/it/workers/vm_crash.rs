@@ -194,11 +194,13 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
             .iter()
             .filter(|e| e["data"]["instanceId"] == json!(inst))
             .count();
-        assert_eq!(
-            runs_seen,
-            spans.len(),
-            "{inst}: one instance.running per run"
-        );
+        // A VM deleted in the phase it was made in ran for no time: its
+        // create was confirmed after the delete was asked for, unseen.
+        let runs = spans
+            .iter()
+            .filter(|span| span[1].as_i64() > span[0].as_i64())
+            .count();
+        assert_eq!(runs_seen, runs, "{inst}: one instance.running per run");
         checked += 1;
     }
     assert!(checked >= 3, "too few instances ran: {checked}");

@@ -38,9 +38,11 @@ pub async fn db_now_ms(conn: &mut AsyncPgConnection) -> Result<i64> {
         #[diesel(sql_type = BigInt)]
         now: i64,
     }
-    let row: Now = diesel::sql_query(format!("SELECT {DB_NOW_MS} AS now"))
-        .get_result(conn)
-        .await?;
+    let sql = format!("SELECT {DB_NOW_MS} AS now");
+    let row: Now = crate::db::read_only(conn, async |conn| {
+        diesel::sql_query(sql).get_result(conn).await
+    })
+    .await?;
     Ok(row.now)
 }
 
