@@ -529,10 +529,12 @@ pub async fn start(
 ) -> Result<InstanceRow> {
     let tenant = tenant.as_str();
     let instance_id = instance_id.as_str();
-    if InstanceRow::find(conn, instance_id)
-        .await?
-        .is_some_and(|r| r.tenant_id == tenant && r.managed)
-    {
+    let managed = crate::db::read_only(conn, async |conn| {
+        InstanceRow::find(conn, instance_id).await
+    })
+    .await?
+    .is_some_and(|r| r.tenant_id == tenant && r.managed);
+    if managed {
         return start_managed(conn, tenant, instance_id, now).await;
     }
     match start_once(conn, tenant, instance_id, now, false).await {
