@@ -251,7 +251,7 @@ impl From<diesel::result::Error> for Finish {
 /// Applies a step's outcome at `now` (the product's clock) and closes it,
 /// in one transaction; `false` when the claim's lease is lost (nothing is
 /// written). A failed create records a delete of whatever the provider made
-/// for it anyway.
+/// for it anyway, unless its name was taken by another's VM.
 pub async fn finish(
     conn: &mut AsyncPgConnection,
     claim: &StepClaim,
@@ -311,7 +311,9 @@ pub async fn finish(
                 applied,
                 managed::Applied::Changed(t) if t.state == grants_core::vm::VmState::Failed
             );
-            if failed_create {
+            // A name taken by another's VM: not made for it, not ours to delete.
+            let taken = matches!(outcome, Outcome::Failed { code, .. } if code == "name-taken");
+            if failed_create && !taken {
                 let zone = claim.zone.clone();
                 managed::record_step(conn, &inst, StepKind::Delete, &zone, now).await?;
             }
