@@ -175,28 +175,39 @@ pub async fn progress(
         ),
         None => (None, None, None),
     };
-    let n = diesel::sql_query(format!(
-        "UPDATE vm_steps SET \
+    // A create moved to the next zone moves its instance's VM there too, in
+    // the same transaction: later steps and listings look for it in that zone.
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        let n = diesel::sql_query(format!(
+            "UPDATE vm_steps SET \
            operation = CASE WHEN $3 THEN $4 ELSE operation END, \
            zone = coalesce($5, zone), zone_index = coalesce($6, zone_index), \
            request_id = coalesce($7, request_id), \
            attempts = attempts + CASE WHEN $8 THEN 1 ELSE 0 END, \
            due_wall = {DB_NOW_MS} + $9, lease_until = {DB_NOW_MS} + $10 \
          WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
-    ))
-    .bind::<BigInt, _>(claim.step_id)
-    .bind::<Text, _>(&claim.lease_token)
-    .bind::<diesel::sql_types::Bool, _>(set_op)
-    .bind::<Nullable<Text>, _>(op)
-    .bind::<Nullable<Text>, _>(zone)
-    .bind::<Nullable<Integer>, _>(index)
-    .bind::<Nullable<Text>, _>(request)
-    .bind::<diesel::sql_types::Bool, _>(p.failed_try)
-    .bind::<BigInt, _>(p.due_in_ms)
-    .bind::<BigInt, _>(p.lease_ms)
-    .execute(conn)
-    .await?;
-    Ok(n == 1)
+        ))
+        .bind::<BigInt, _>(claim.step_id)
+        .bind::<Text, _>(&claim.lease_token)
+        .bind::<diesel::sql_types::Bool, _>(set_op)
+        .bind::<Nullable<Text>, _>(op)
+        .bind::<Nullable<Text>, _>(zone)
+        .bind::<Nullable<Integer>, _>(index)
+        .bind::<Nullable<Text>, _>(request)
+        .bind::<diesel::sql_types::Bool, _>(p.failed_try)
+        .bind::<BigInt, _>(p.due_in_ms)
+        .bind::<BigInt, _>(p.lease_ms)
+        .execute(conn)
+        .await?;
+        if let (1, Some((zone, _))) = (n, &p.next_zone) {
+            diesel::update(instances::table.find(&claim.instance_id))
+                .set(instances::vm_zone.eq(zone))
+                .execute(conn)
+                .await?;
+        }
+        Ok(n == 1)
+    })
+    .await
 }
 
 /// Gives a claim's lease back, so another try can start at once.

@@ -310,6 +310,11 @@ async fn on_demand_vms_try_the_pools_zones_in_order() {
     let vm = p.gce.vm(&vm_name(&y)).await.expect("y's vm");
     assert_eq!(vm.zone, ZONE_B);
     assert_eq!(vm.affinity["consumeReservationType"], "NO_RESERVATION");
+    // Its later steps go to the zone it is in.
+    instance_op_ok(&s, t, "acme", "delete", &id(&y)).await;
+    settle_steps(&s).await;
+    assert_eq!(state(&get(&s, t, &id(&y)).await), "deleted");
+    assert!(p.gce.vm(&vm_name(&y)).await.is_none(), "y's VM is deleted");
     // Both exhausted: it fails with the code.
     p.gce.fail_creates(2, "ZONE_RESOURCE_POOL_EXHAUSTED").await;
     let z = create_instance_ok(&s, t, "acme", &pool, "z", json!({})).await;
@@ -318,7 +323,7 @@ async fn on_demand_vms_try_the_pools_zones_in_order() {
     assert_eq!(state(&z1), "failed", "{z1}");
     assert_eq!(z1["failure"]["code"], "ZONE_RESOURCE_POOL_EXHAUSTED");
     assert!(p.gce.vm(&vm_name(&z)).await.is_none());
-    assert_eq!(used(&s, t, "acme", &pool, "instances").await, Some(2));
+    assert_eq!(used(&s, t, "acme", &pool, "instances").await, Some(1));
 }
 
 #[tokio::test(flavor = "multi_thread")]
