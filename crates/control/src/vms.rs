@@ -218,7 +218,8 @@ async fn drive_claim(ctx: &VmContext<'_>, claim: StepClaim) -> Result<StepReport
                     Progress {
                         operation: Some(None),
                         next_zone: Some((zone.clone(), index)),
-                        lease_ms: ms(ctx.rules.lease),
+                        // Released: the next claim sends it in that zone at once.
+                        lease_ms: 0,
                         ..Progress::default()
                     },
                 )

@@ -185,32 +185,39 @@ pub async fn progress(
         ),
         None => (None, None, None),
     };
-    let sql = format!(
-        "UPDATE vm_steps SET \
+    // A create moved to the next zone moves its instance's VM there too, in
+    // the same transaction: later steps and listings look for it in that zone.
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        let n = diesel::sql_query(format!(
+            "UPDATE vm_steps SET \
            operation = CASE WHEN $3 THEN $4 ELSE operation END, \
            zone = coalesce($5, zone), zone_index = coalesce($6, zone_index), \
            request_id = coalesce($7, request_id), \
            attempts = attempts + CASE WHEN $8 THEN 1 ELSE 0 END, \
            due_wall = {DB_NOW_MS} + $9, lease_until = {DB_NOW_MS} + $10 \
          WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
-    );
-    let n = crate::db::single_write(conn, async |conn| {
-        diesel::sql_query(sql)
-            .bind::<BigInt, _>(claim.step_id)
-            .bind::<Text, _>(&claim.lease_token)
-            .bind::<diesel::sql_types::Bool, _>(set_op)
-            .bind::<Nullable<Text>, _>(op)
-            .bind::<Nullable<Text>, _>(zone)
-            .bind::<Nullable<Integer>, _>(index)
-            .bind::<Nullable<Text>, _>(request)
-            .bind::<diesel::sql_types::Bool, _>(p.failed_try)
-            .bind::<BigInt, _>(p.due_in_ms)
-            .bind::<BigInt, _>(p.lease_ms)
-            .execute(conn)
-            .await
+        ))
+        .bind::<BigInt, _>(claim.step_id)
+        .bind::<Text, _>(&claim.lease_token)
+        .bind::<diesel::sql_types::Bool, _>(set_op)
+        .bind::<Nullable<Text>, _>(op)
+        .bind::<Nullable<Text>, _>(zone)
+        .bind::<Nullable<Integer>, _>(index)
+        .bind::<Nullable<Text>, _>(request)
+        .bind::<diesel::sql_types::Bool, _>(p.failed_try)
+        .bind::<BigInt, _>(p.due_in_ms)
+        .bind::<BigInt, _>(p.lease_ms)
+        .execute(conn)
+        .await?;
+        if let (1, Some((zone, _))) = (n, &p.next_zone) {
+            diesel::update(instances::table.find(&claim.instance_id))
+                .set(instances::vm_zone.eq(zone))
+                .execute(conn)
+                .await?;
+        }
+        Ok(n == 1)
     })
-    .await?;
-    Ok(n == 1)
+    .await
 }
 
 /// Gives a claim's lease back, so another try can start at once.
@@ -268,7 +275,7 @@ impl From<diesel::result::Error> for Finish {
 /// Applies a step's outcome at `now` (the product's clock) and closes it,
 /// in one transaction; `false` when the claim's lease is lost (nothing is
 /// written). A failed create records a delete of whatever the provider made
-/// for it anyway.
+/// for it anyway, unless its name was taken by another's VM.
 pub async fn finish(
     conn: &mut AsyncPgConnection,
     claim: &StepClaim,
@@ -328,7 +335,9 @@ pub async fn finish(
                 applied,
                 managed::Applied::Changed(t) if t.state == grants_core::vm::VmState::Failed
             );
-            if failed_create {
+            // A name taken by another's VM: not made for it, not ours to delete.
+            let taken = matches!(outcome, Outcome::Failed { code, .. } if code == "name-taken");
+            if failed_create && !taken {
                 let zone = claim.zone.clone();
                 managed::record_step(conn, &inst, StepKind::Delete, &zone, now).await?;
             }

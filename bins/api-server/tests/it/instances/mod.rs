@@ -5,5 +5,6 @@ mod api;
 mod concurrency;
 mod lifecycle;
 mod managed;
+mod managed_rules;
 mod placement;
 mod quotas;

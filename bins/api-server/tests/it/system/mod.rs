@@ -2,6 +2,7 @@
 //! world, both processes' metrics, and PostgreSQL over TLS.
 
 mod bcctl;
+mod bcctl_wait;
 mod console;
 mod db_tls;
 mod demo;
