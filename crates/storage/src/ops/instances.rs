@@ -20,7 +20,6 @@ use crate::model::grant::GrantRow;
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::model::instance::{InstanceFilter, InstanceRow, NewInstanceRow, NewVm};
 use crate::model::keyset::{Page, Position};
-use crate::model::pool_vm::PoolVm;
 use crate::model::quota;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{
@@ -29,15 +28,17 @@ use crate::model::states::{
 use crate::ops::pools::{self, Pool};
 use crate::ops::settlement;
 use crate::ops::tenancy;
-use crate::schema::{grants, instances, provider_accounts};
+use crate::schema::{grants, instances};
 
 pub mod managed;
 mod placement;
+mod start;
 
 use grants_core::vm::Cause;
 use managed::{Observation, vm_name};
 use placement::view;
 pub use placement::{Target, apply_move, place_at, place_with, take_in};
+pub use start::start;
 
 fn capacity_error(view: &ReservationView) -> StorageError {
     StorageError::new(
@@ -180,38 +181,6 @@ fn charges_for(pool: &Pool, flavor: &str) -> Result<Vec<Charge>> {
     Ok(quotas_core::instance_charges(f.vcpus, f.memory_gib, f.gpus))
 }
 
-/// Whether a provider account still exists.
-async fn account_exists(conn: &mut AsyncPgConnection, account_id: &str) -> Result<bool> {
-    let n: i64 = provider_accounts::table
-        .find(account_id)
-        .count()
-        .get_result(conn)
-        .await?;
-    Ok(n > 0)
-}
-
-/// The zone of a new managed instance's VM: its reservation's for a slot
-/// on one, else the pool's first zone (contract 3.12).
-async fn vm_zone(conn: &mut AsyncPgConnection, target: &Target, vm: &PoolVm) -> Result<String> {
-    match target {
-        Target::Grant {
-            account_id,
-            reservation_id,
-            ..
-        }
-        | Target::Reservation {
-            account_id,
-            reservation_id,
-        } => Ok(ReservationRow::find(conn, account_id, reservation_id)
-            .await?
-            .ok_or_else(|| StorageError::internal("placed on an unknown reservation"))?
-            .zone),
-        Target::OnDemand | Target::None => <[String]>::first(&vm.zones)
-            .cloned()
-            .ok_or_else(|| StorageError::internal("a managed pool without zones")),
-    }
-}
-
 /// Input of `instances.create`.
 #[derive(Debug, Clone)]
 pub struct NewInstance<'a> {
@@ -268,7 +237,7 @@ pub async fn create(
                 format!("project {p} is not a project of {}", new.tenant_id),
             ));
         }
-        if pool.vm.is_some() && !account_exists(conn, &pool.account_id).await? {
+        if pool.vm.is_some() && !managed::account_exists(conn, &pool.account_id).await? {
             return Err(StorageError::invalid_state(format!(
                 "the provider account of managed pool {} is gone",
                 pool.pool_id
@@ -301,7 +270,7 @@ pub async fn create(
         let name = vm_name(&id);
         let zone = match &pool.vm {
             None => None,
-            Some(vm) => Some(vm_zone(conn, &target, vm).await?),
+            Some(vm) => Some(managed::vm_zone(conn, &target, vm).await?),
         };
         let changed_wall = match zone {
             Some(_) => managed::db_now_ms(conn).await?,
@@ -506,191 +475,6 @@ pub async fn stop(
         place_at(conn, &inst, &target, InstanceState::Stopped, now).await?;
         events::publish(conn, now, events).await?;
         find(conn, tenant, instance_id).await
-    })
-    .await
-}
-
-/// `instances.start`: back into its grant if that grant is still live,
-/// otherwise placed again like a new instance.
-///
-/// Lock order: placing it again locks the pool's candidate reservations in
-/// id order, and those must be locked before the instance row and before
-/// no reservation of a later id (a concurrent `instances.create` locks them
-/// in that order). An instance off any reservation has its candidates
-/// locked first. One on a reservation locks only that reservation, unless
-/// it turns out, once settled there, to need a placement (its grant ended
-/// or was cancelled): then the transaction rolls back and starts again
-/// with the candidates and its reservation locked first, in id order.
-pub async fn start(
-    conn: &mut AsyncPgConnection,
-    tenant: &TenantId,
-    instance_id: &InstanceId,
-    now: i64,
-) -> Result<InstanceRow> {
-    let tenant = tenant.as_str();
-    let instance_id = instance_id.as_str();
-    let managed = crate::db::read_only(conn, async |conn| {
-        InstanceRow::find(conn, instance_id).await
-    })
-    .await?
-    .is_some_and(|r| r.tenant_id == tenant && r.managed);
-    if managed {
-        return start_managed(conn, tenant, instance_id, now).await;
-    }
-    match start_once(conn, tenant, instance_id, now, false).await {
-        Err(StartError::NeedsPool) => {}
-        Err(StartError::Storage(e)) => return Err(e),
-        Ok(inst) => return Ok(inst),
-    }
-    match start_once(conn, tenant, instance_id, now, true).await {
-        Err(StartError::NeedsPool) => Err(StorageError::internal(
-            "the instance needed a placement with its pool's reservations unlocked",
-        )),
-        Err(StartError::Storage(e)) => Err(e),
-        Ok(inst) => Ok(inst),
-    }
-}
-
-/// [`start`] of a managed instance: its VM never moves, so only the
-/// reservation it was created on decides (a live grant of the tenant that
-/// serves it, else an ordinary slot, else `CAPACITY_UNAVAILABLE`); an
-/// on-demand VM, or one whose reservation is gone, starts on-demand.
-async fn start_managed(
-    conn: &mut AsyncPgConnection,
-    tenant: &str,
-    instance_id: &str,
-    now: i64,
-) -> Result<InstanceRow> {
-    conn.transaction::<_, StorageError, _>(async move |conn| {
-        let mut events = Vec::new();
-        let peek = find(conn, tenant, instance_id).await?;
-        // The VM's reservation first (the lock order), settled.
-        let vm_res = match (&peek.vm_account_id, &peek.vm_reservation_id) {
-            (Some(a), Some(r)) => locks::reservation(conn, a, r).await?,
-            _ => None,
-        };
-        if let Some(r) = &vm_res {
-            settlement::settle(conn, r, now, &mut events).await?;
-        }
-        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
-        let placed = match (inst.state, &vm_res) {
-            (InstanceState::Stopped, Some(r)) if r.status != ReservationStatus::Gone => {
-                let mut request =
-                    PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
-                request.held_grant = inst.grant_id.clone();
-                let open = locks::started_grants(conn, r, now).await?;
-                let view = view(conn, r, now, open).await?;
-                let seat =
-                    grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
-                Some(Target::from_seat(seat, r))
-            }
-            (InstanceState::Stopped, _) => Some(Target::OnDemand),
-            _ => None,
-        };
-        let seen = Observation::default();
-        managed::apply(
-            conn,
-            &inst,
-            res.as_ref(),
-            Cause::StartRequested,
-            placed,
-            seen,
-            now,
-            &mut events,
-        )
-        .await?;
-        events::publish(conn, now, events).await?;
-        find(conn, tenant, instance_id).await
-    })
-    .await
-}
-
-/// Why one try of [`start`] gave up.
-enum StartError {
-    /// It needs a placement over its pool but did not lock the candidates
-    /// first: roll back and try again locking them.
-    NeedsPool,
-    /// A failure of the operation.
-    Storage(StorageError),
-}
-
-impl From<StorageError> for StartError {
-    fn from(e: StorageError) -> Self {
-        StartError::Storage(e)
-    }
-}
-
-impl From<diesel::result::Error> for StartError {
-    fn from(e: diesel::result::Error) -> Self {
-        StartError::Storage(e.into())
-    }
-}
-
-/// One try of [`start`]; with `lock_pool`, the pool's candidates and the
-/// instance's reservation are locked first whatever its placement.
-async fn start_once(
-    conn: &mut AsyncPgConnection,
-    tenant: &str,
-    instance_id: &str,
-    now: i64,
-    lock_pool: bool,
-) -> std::result::Result<InstanceRow, StartError> {
-    conn.transaction::<_, StartError, _>(async move |conn| {
-        let mut events = Vec::new();
-        let mut pool_locked = false;
-        if let Some(peek) = InstanceRow::find(conn, instance_id)
-            .await?
-            .filter(|r| r.tenant_id == tenant)
-            && (lock_pool || peek.reservation_id.is_none())
-        {
-            let mut rows = ReservationRow::candidates(conn, &peek.pool_id, &peek.flavor).await?;
-            if let (Some(a), Some(r)) = (&peek.account_id, &peek.reservation_id) {
-                rows.push((a.clone(), r.clone()));
-            }
-            rows.sort_by(|(a1, r1), (a2, r2)| (r1, a1).cmp(&(r2, a2)));
-            rows.dedup();
-            for (account_id, reservation_id) in &rows {
-                locks::reservation(conn, account_id, reservation_id).await?;
-            }
-            pool_locked = true;
-        }
-        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
-        match inst.state {
-            InstanceState::Deleted => return Err(deleted_instance().into()),
-            InstanceState::Running => {
-                events::publish(conn, now, events).await?;
-                return Ok(inst);
-            }
-            _ => {}
-        }
-        let mut request = PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
-        let target = match (&inst.grant_id, &res) {
-            (Some(g), Some(r)) => {
-                // It still holds its slot in a live grant (settlement would
-                // have moved it otherwise): only its own reservation decides.
-                request.held_grant = Some(g.clone());
-                let open = locks::started_grants(conn, r, now).await?;
-                let view = view(conn, r, now, open).await?;
-                let seat =
-                    grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
-                Target::from_seat(seat, r)
-            }
-            _ if !pool_locked => return Err(StartError::NeedsPool),
-            _ => {
-                decide(
-                    conn,
-                    &inst.pool_id,
-                    &inst.flavor,
-                    &request,
-                    now,
-                    &mut events,
-                )
-                .await?
-            }
-        };
-        place_at(conn, &inst, &target, InstanceState::Running, now).await?;
-        events::publish(conn, now, events).await?;
-        Ok(find(conn, tenant, instance_id).await?)
     })
     .await
 }

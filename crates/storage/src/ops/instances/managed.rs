@@ -18,7 +18,14 @@ use crate::model::states::{DeletedReason, InstanceState};
 use crate::ops::settlement;
 use crate::schema::{instances, vm_steps};
 
-use super::placement::{Target, place_with};
+use super::placement::{Target, place_with, view};
+use super::{capacity_error, find, lock_instance};
+use crate::locks;
+use crate::model::pool_vm::PoolVm;
+use crate::model::states::ReservationStatus;
+use crate::schema::provider_accounts;
+use diesel_async::AsyncConnection;
+use grants_core::PlacementRequest;
 
 /// The channel the api-server notifies when it records a step.
 pub const STEPS_CHANNEL: &str = "bc_vm_steps";
@@ -295,4 +302,94 @@ fn event_of(
         (S::Deleted, _) => EventData::InstanceDeleted(change(inst, before)),
         _ => return None,
     })
+}
+
+/// Whether a provider account still exists.
+pub(super) async fn account_exists(conn: &mut AsyncPgConnection, account_id: &str) -> Result<bool> {
+    let n: i64 = provider_accounts::table
+        .find(account_id)
+        .count()
+        .get_result(conn)
+        .await?;
+    Ok(n > 0)
+}
+
+/// The zone of a new managed instance's VM: its reservation's for a slot
+/// on one, else the pool's first zone (contract 3.12).
+pub(super) async fn vm_zone(
+    conn: &mut AsyncPgConnection,
+    target: &Target,
+    vm: &PoolVm,
+) -> Result<String> {
+    match target {
+        Target::Grant {
+            account_id,
+            reservation_id,
+            ..
+        }
+        | Target::Reservation {
+            account_id,
+            reservation_id,
+        } => Ok(ReservationRow::find(conn, account_id, reservation_id)
+            .await?
+            .ok_or_else(|| StorageError::internal("placed on an unknown reservation"))?
+            .zone),
+        Target::OnDemand | Target::None => <[String]>::first(&vm.zones)
+            .cloned()
+            .ok_or_else(|| StorageError::internal("a managed pool without zones")),
+    }
+}
+
+/// [`super::start`] of a managed instance: its VM never moves, so only the
+/// reservation it was created on decides (a live grant of the tenant that
+/// serves it, else an ordinary slot, else `CAPACITY_UNAVAILABLE`); an
+/// on-demand VM, or one whose reservation is gone, starts on-demand.
+pub(super) async fn start(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+) -> Result<InstanceRow> {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
+        let mut events = Vec::new();
+        let peek = find(conn, tenant, instance_id).await?;
+        // The VM's reservation first (the lock order), settled.
+        let vm_res = match (&peek.vm_account_id, &peek.vm_reservation_id) {
+            (Some(a), Some(r)) => locks::reservation(conn, a, r).await?,
+            _ => None,
+        };
+        if let Some(r) = &vm_res {
+            settlement::settle(conn, r, now, &mut events).await?;
+        }
+        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        let placed = match (inst.state, &vm_res) {
+            (InstanceState::Stopped, Some(r)) if r.status != ReservationStatus::Gone => {
+                let mut request =
+                    PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
+                request.held_grant = inst.grant_id.clone();
+                let open = locks::started_grants(conn, r, now).await?;
+                let view = view(conn, r, now, open).await?;
+                let seat =
+                    grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
+                Some(Target::from_seat(seat, r))
+            }
+            (InstanceState::Stopped, _) => Some(Target::OnDemand),
+            _ => None,
+        };
+        let seen = Observation::default();
+        apply(
+            conn,
+            &inst,
+            res.as_ref(),
+            Cause::StartRequested,
+            placed,
+            seen,
+            now,
+            &mut events,
+        )
+        .await?;
+        crate::model::events::publish(conn, now, events).await?;
+        find(conn, tenant, instance_id).await
+    })
+    .await
 }

@@ -1,0 +1,147 @@
+//! `instances.start`: a ledger instance back into its grant or placed again
+//! like a new one, under the lock order; a managed one on its own
+//! reservation ([`super::managed`]).
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use grants_core::PlacementRequest;
+
+use super::placement::{Target, place_at, view};
+use super::{capacity_error, decide, deleted_instance, find, lock_instance, managed};
+use crate::error::{Result, StorageError};
+use crate::ids::{InstanceId, TenantId};
+use crate::locks;
+use crate::model::events;
+use crate::model::instance::InstanceRow;
+use crate::model::reservation::ReservationRow;
+use crate::model::states::InstanceState;
+
+/// `instances.start`: back into its grant if that grant is still live,
+/// otherwise placed again like a new instance.
+///
+/// Lock order: placing it again locks the pool's candidate reservations in
+/// id order, and those must be locked before the instance row and before
+/// no reservation of a later id (a concurrent `instances.create` locks them
+/// in that order). An instance off any reservation has its candidates
+/// locked first. One on a reservation locks only that reservation, unless
+/// it turns out, once settled there, to need a placement (its grant ended
+/// or was cancelled): then the transaction rolls back and starts again
+/// with the candidates and its reservation locked first, in id order.
+pub async fn start(
+    conn: &mut AsyncPgConnection,
+    tenant: &TenantId,
+    instance_id: &InstanceId,
+    now: i64,
+) -> Result<InstanceRow> {
+    let tenant = tenant.as_str();
+    let instance_id = instance_id.as_str();
+    let managed = crate::db::read_only(conn, async |conn| {
+        InstanceRow::find(conn, instance_id).await
+    })
+    .await?
+    .is_some_and(|r| r.tenant_id == tenant && r.managed);
+    if managed {
+        return managed::start(conn, tenant, instance_id, now).await;
+    }
+    match start_once(conn, tenant, instance_id, now, false).await {
+        Err(StartError::NeedsPool) => {}
+        Err(StartError::Storage(e)) => return Err(e),
+        Ok(inst) => return Ok(inst),
+    }
+    match start_once(conn, tenant, instance_id, now, true).await {
+        Err(StartError::NeedsPool) => Err(StorageError::internal(
+            "the instance needed a placement with its pool's reservations unlocked",
+        )),
+        Err(StartError::Storage(e)) => Err(e),
+        Ok(inst) => Ok(inst),
+    }
+}
+
+/// Why one try of [`start`] gave up.
+enum StartError {
+    /// It needs a placement over its pool but did not lock the candidates
+    /// first: roll back and try again locking them.
+    NeedsPool,
+    /// A failure of the operation.
+    Storage(StorageError),
+}
+
+impl From<StorageError> for StartError {
+    fn from(e: StorageError) -> Self {
+        StartError::Storage(e)
+    }
+}
+
+impl From<diesel::result::Error> for StartError {
+    fn from(e: diesel::result::Error) -> Self {
+        StartError::Storage(e.into())
+    }
+}
+
+/// One try of [`start`]; with `lock_pool`, the pool's candidates and the
+/// instance's reservation are locked first whatever its placement.
+async fn start_once(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+    lock_pool: bool,
+) -> std::result::Result<InstanceRow, StartError> {
+    conn.transaction::<_, StartError, _>(async move |conn| {
+        let mut events = Vec::new();
+        let mut pool_locked = false;
+        if let Some(peek) = InstanceRow::find(conn, instance_id)
+            .await?
+            .filter(|r| r.tenant_id == tenant)
+            && (lock_pool || peek.reservation_id.is_none())
+        {
+            let mut rows = ReservationRow::candidates(conn, &peek.pool_id, &peek.flavor).await?;
+            if let (Some(a), Some(r)) = (&peek.account_id, &peek.reservation_id) {
+                rows.push((a.clone(), r.clone()));
+            }
+            rows.sort_by(|(a1, r1), (a2, r2)| (r1, a1).cmp(&(r2, a2)));
+            rows.dedup();
+            for (account_id, reservation_id) in &rows {
+                locks::reservation(conn, account_id, reservation_id).await?;
+            }
+            pool_locked = true;
+        }
+        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        match inst.state {
+            InstanceState::Deleted => return Err(deleted_instance().into()),
+            InstanceState::Running => {
+                events::publish(conn, now, events).await?;
+                return Ok(inst);
+            }
+            _ => {}
+        }
+        let mut request = PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
+        let target = match (&inst.grant_id, &res) {
+            (Some(g), Some(r)) => {
+                // It still holds its slot in a live grant (settlement would
+                // have moved it otherwise): only its own reservation decides.
+                request.held_grant = Some(g.clone());
+                let open = locks::started_grants(conn, r, now).await?;
+                let view = view(conn, r, now, open).await?;
+                let seat =
+                    grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
+                Target::from_seat(seat, r)
+            }
+            _ if !pool_locked => return Err(StartError::NeedsPool),
+            _ => {
+                decide(
+                    conn,
+                    &inst.pool_id,
+                    &inst.flavor,
+                    &request,
+                    now,
+                    &mut events,
+                )
+                .await?
+            }
+        };
+        place_at(conn, &inst, &target, InstanceState::Running, now).await?;
+        events::publish(conn, now, events).await?;
+        Ok(find(conn, tenant, instance_id).await?)
+    })
+    .await
+}

@@ -1,0 +1,423 @@
+//! Listings of an account's managed VMs (contract 3.12, drift): claimed
+//! like scans, applied instance by instance under the drift rules, and the
+//! orphans they find.
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use grants_core::vm::Cause;
+
+use crate::error::{Result, StorageError};
+use crate::model::event_data::{EventData, OrphanDeleted};
+use crate::model::events::{self, NewEvent};
+use crate::model::instance::InstanceRow;
+use crate::model::states::{DeletedReason, InstanceState};
+use crate::ops::accounts::{self, Account};
+use crate::ops::instances::managed::{self, DB_NOW_MS, Observation};
+use crate::ops::instances::{lock_for_worker, lock_quota_of};
+use crate::schema::{instances, pools as pools_t, vm_listings, vm_orphans};
+
+/// The accounts behind managed pools, oldest first.
+pub async fn listing_accounts(conn: &mut AsyncPgConnection) -> Result<Vec<Account>> {
+    crate::db::read_only(conn, async |conn| listing_accounts_now(conn).await).await
+}
+
+async fn listing_accounts_now(conn: &mut AsyncPgConnection) -> Result<Vec<Account>> {
+    let ids: Vec<String> = pools_t::table
+        .filter(pools_t::vm.is_not_null())
+        .select(pools_t::account_id)
+        .distinct()
+        .load(conn)
+        .await?;
+    let owners: Vec<(String, String)> = crate::schema::provider_accounts::table
+        .filter(crate::schema::provider_accounts::account_id.eq_any(&ids))
+        .order(crate::schema::provider_accounts::account_id.asc())
+        .select((
+            crate::schema::provider_accounts::account_id,
+            crate::schema::provider_accounts::tenant_id,
+        ))
+        .load(conn)
+        .await?;
+    let mut out = Vec::new();
+    for (account, tenant) in owners {
+        out.push(accounts::find(conn, &tenant, &account).await?);
+    }
+    Ok(out)
+}
+
+/// A listing claimed: its sequence number and the real time it began.
+#[derive(Debug, Clone)]
+pub struct ListingClaim {
+    /// The account.
+    pub account_id: String,
+    /// Its listings so far, this one included.
+    pub seq: i64,
+    /// When it began (real time, epoch ms).
+    pub started_wall: i64,
+}
+
+/// Claims a listing of the account's VMs: `None` when another replica holds
+/// one, or the last began less than `interval_ms` ago.
+pub async fn claim_listing(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    interval_ms: i64,
+    lease_ms: i64,
+) -> Result<Option<ListingClaim>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        listing_seq: i64,
+        #[diesel(sql_type = BigInt)]
+        last_wall: i64,
+    }
+    let sql = format!(
+        "UPDATE vm_listings SET listing_seq = listing_seq + 1, \
+           lease_until = {DB_NOW_MS} + $3, last_wall = {DB_NOW_MS} \
+         WHERE account_id = $1 AND (lease_until IS NULL OR lease_until < {DB_NOW_MS}) \
+           AND (last_wall IS NULL OR last_wall + $2 <= {DB_NOW_MS}) \
+         RETURNING listing_seq, last_wall"
+    );
+    let row: Option<Row> = conn
+        .transaction::<_, StorageError, _>(async |conn| {
+            diesel::insert_into(vm_listings::table)
+                .values(vm_listings::account_id.eq(account_id))
+                .on_conflict_do_nothing()
+                .execute(conn)
+                .await?;
+            Ok(diesel::sql_query(sql)
+                .bind::<Text, _>(account_id)
+                .bind::<BigInt, _>(interval_ms)
+                .bind::<BigInt, _>(lease_ms)
+                .get_result(conn)
+                .await
+                .optional()?)
+        })
+        .await?;
+    Ok(row.map(|r| ListingClaim {
+        account_id: account_id.to_owned(),
+        seq: r.listing_seq,
+        started_wall: r.last_wall,
+    }))
+}
+
+/// Ends a listing: its lease is given back; a failed one is counted and
+/// breaks the chain of consecutive listings (a VM must be missed by two
+/// listings that both succeeded).
+pub async fn end_listing(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    succeeded: bool,
+) -> Result<()> {
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        end_listing_now(conn, claim, succeeded).await
+    })
+    .await
+}
+
+async fn end_listing_now(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    succeeded: bool,
+) -> Result<()> {
+    diesel::update(vm_listings::table.find(&claim.account_id))
+        .set((
+            vm_listings::lease_until.eq(None::<i64>),
+            vm_listings::failures.eq(if succeeded {
+                diesel::dsl::sql::<Integer>("0")
+            } else {
+                diesel::dsl::sql::<Integer>("failures + 1")
+            }),
+        ))
+        .execute(conn)
+        .await?;
+    if !succeeded {
+        // The next listing is not consecutive with the last one that
+        // succeeded.
+        diesel::sql_query(
+            "UPDATE vm_listings SET listing_seq = listing_seq + 1 WHERE account_id = $1",
+        )
+        .bind::<Text, _>(&claim.account_id)
+        .execute(conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// A VM as a listing saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenVm {
+    /// Name.
+    pub name: String,
+    /// Zone.
+    pub zone: String,
+    /// Status (`RUNNING`, `TERMINATED`, ...).
+    pub status: String,
+    /// Its `bc-instance` label.
+    pub instance_id: Option<String>,
+}
+
+/// What a listing changed.
+#[derive(Debug, Clone, Default)]
+pub struct Drift {
+    /// Instances found stopped at the provider.
+    pub stopped: u64,
+    /// Stopped instances found running, stopped again.
+    pub restopped: u64,
+    /// Instances whose VM vanished.
+    pub lost: u64,
+    /// Orphan VMs to delete now: (zone, name, request id).
+    pub orphans: Vec<(String, String, String)>,
+}
+
+const STOPPED: [&str; 3] = ["TERMINATED", "STOPPED", "SUSPENDED"];
+
+/// Applies a listing of `claim`'s account at `now` (the product's clock):
+/// the drift rules of contract 3.12, one short transaction per instance
+/// that changes. An instance with a step open, or changed by one since the
+/// listing began, is left alone.
+pub async fn apply_listing(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    seen: &[SeenVm],
+    now: i64,
+) -> Result<Drift> {
+    let mut drift = Drift::default();
+    let live: Vec<InstanceRow> = crate::db::read_only(conn, async |conn| {
+        instances::table
+            .inner_join(pools_t::table)
+            .filter(pools_t::account_id.eq(&claim.account_id))
+            .filter(instances::managed.eq(true))
+            .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
+            .order(instances::instance_id.asc())
+            .select(InstanceRow::as_select())
+            .load(conn)
+            .await
+    })
+    .await?;
+    for inst in &live {
+        let vm = seen.iter().find(|v| {
+            Some(v.name.as_str()) == inst.vm_name.as_deref()
+                && Some(v.zone.as_str()) == inst.vm_zone.as_deref()
+        });
+        match drift_one(conn, claim, &inst.instance_id, vm, now).await? {
+            Some(Cause::ObservedStopped) => drift.stopped += 1,
+            Some(Cause::ObservedRunning) => drift.restopped += 1,
+            Some(Cause::Lost) => drift.lost += 1,
+            _ => {}
+        }
+    }
+    drift.orphans = conn
+        .transaction::<_, StorageError, _>(async |conn| orphans(conn, claim, seen).await)
+        .await?;
+    Ok(drift)
+}
+
+/// The drift rules for one instance, in one transaction.
+async fn drift_one(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    instance_id: &str,
+    vm: Option<&SeenVm>,
+    now: i64,
+) -> Result<Option<Cause>> {
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        let Some(peek) = InstanceRow::find(conn, instance_id).await? else {
+            return Ok(None);
+        };
+        if vm.is_none() {
+            lock_quota_of(conn, &peek).await?;
+        }
+        let mut events = Vec::new();
+        let (inst, res) = lock_for_worker(conn, instance_id, now, &mut events).await?;
+        let settled_since = inst
+            .vm_changed_wall
+            .is_some_and(|w| w >= claim.started_wall);
+        if settled_since
+            || inst.state.to_vm().step().is_some()
+            || inst.state.is_final()
+            || managed::has_open_step(conn, instance_id).await?
+        {
+            events::publish(conn, now, events).await?;
+            return Ok(None);
+        }
+        let (cause, seen) = match vm {
+            Some(vm) => {
+                diesel::update(instances::table.find(instance_id))
+                    .set((
+                        instances::vm_missing_seq.eq(None::<i64>),
+                        instances::vm_missing_at.eq(None::<i64>),
+                        instances::vm_status.eq(&vm.status),
+                        instances::vm_observed_at.eq(now),
+                    ))
+                    .execute(conn)
+                    .await?;
+                let stopped = STOPPED.contains(&vm.status.as_str());
+                let observation = Observation {
+                    vm_status: Some(vm.status.clone()),
+                    stop_reason: Some("provider"),
+                    ..Observation::default()
+                };
+                match inst.state {
+                    InstanceState::Running if stopped => (Cause::ObservedStopped, observation),
+                    InstanceState::Stopped if vm.status == "RUNNING" => {
+                        (Cause::ObservedRunning, observation)
+                    }
+                    _ => {
+                        events::publish(conn, now, events).await?;
+                        return Ok(None);
+                    }
+                }
+            }
+            None => {
+                if inst.vm_missing_seq != Some(claim.seq - 1) {
+                    diesel::update(instances::table.find(instance_id))
+                        .set((
+                            instances::vm_missing_seq.eq(claim.seq),
+                            instances::vm_missing_at.eq(now),
+                        ))
+                        .execute(conn)
+                        .await?;
+                    events::publish(conn, now, events).await?;
+                    return Ok(None);
+                }
+                (
+                    Cause::Lost,
+                    Observation {
+                        failure_code: Some("not-found".to_owned()),
+                        deleted_reason: Some(DeletedReason::Lost),
+                        ..Observation::default()
+                    },
+                )
+            }
+        };
+        // A lost VM is gone from the first listing that missed it.
+        let at = match cause {
+            Cause::Lost => inst.vm_missing_at.unwrap_or(now),
+            _ => now,
+        };
+        let applied = managed::apply(
+            conn,
+            &inst,
+            res.as_ref(),
+            cause,
+            None,
+            seen,
+            at,
+            &mut events,
+        )
+        .await?;
+        events::publish(conn, now, events).await?;
+        tracing::warn!(
+            instance = %instance_id,
+            vm = ?vm.map(|v| (&v.name, &v.zone, &v.status)),
+            drift = ?cause,
+            "the provider's view differs from the record: the record follows it"
+        );
+        Ok(matches!(applied, managed::Applied::Changed(_)).then_some(cause))
+    })
+    .await
+}
+
+/// Records the labelled VMs without a live instance; those seen by two
+/// listings in a row are returned to be deleted.
+async fn orphans(
+    conn: &mut AsyncPgConnection,
+    claim: &ListingClaim,
+    seen: &[SeenVm],
+) -> Result<Vec<(String, String, String)>> {
+    let labelled: Vec<&str> = seen
+        .iter()
+        .filter_map(|v| v.instance_id.as_deref())
+        .collect();
+    let live: Vec<(String, Option<String>, Option<String>)> = instances::table
+        .filter(instances::instance_id.eq_any(&labelled))
+        .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
+        .select((
+            instances::instance_id,
+            instances::vm_name,
+            instances::vm_zone,
+        ))
+        .load(conn)
+        .await?;
+    let mut out = Vec::new();
+    for vm in seen {
+        let owned = live.iter().any(|(id, name, zone)| {
+            Some(id.as_str()) == vm.instance_id.as_deref()
+                && name.as_deref() == Some(vm.name.as_str())
+                && zone.as_deref() == Some(vm.zone.as_str())
+        });
+        if owned {
+            continue;
+        }
+        let request_id = uuid::Uuid::now_v7().to_string();
+        let (first, last, request): (i64, i64, String) = diesel::sql_query(
+            "INSERT INTO vm_orphans (account_id, zone, vm_name, instance_id, first_seq, last_seq, \
+               request_id) VALUES ($1, $2, $3, $4, $5, $5, $6) \
+             ON CONFLICT (account_id, zone, vm_name) DO UPDATE SET \
+               first_seq = CASE WHEN vm_orphans.last_seq = $5 - 1 \
+                 THEN vm_orphans.first_seq ELSE $5 END, \
+               last_seq = $5 \
+             RETURNING first_seq, last_seq, request_id",
+        )
+        .bind::<Text, _>(&claim.account_id)
+        .bind::<Text, _>(&vm.zone)
+        .bind::<Text, _>(&vm.name)
+        .bind::<Nullable<Text>, _>(vm.instance_id.as_deref())
+        .bind::<BigInt, _>(claim.seq)
+        .bind::<Text, _>(&request_id)
+        .get_result::<OrphanRow>(conn)
+        .await
+        .map(|r| (r.first_seq, r.last_seq, r.request_id))?;
+        if last > first {
+            out.push((vm.zone.clone(), vm.name.clone(), request));
+        }
+    }
+    Ok(out)
+}
+
+#[derive(QueryableByName)]
+struct OrphanRow {
+    #[diesel(sql_type = BigInt)]
+    first_seq: i64,
+    #[diesel(sql_type = BigInt)]
+    last_seq: i64,
+    #[diesel(sql_type = Text)]
+    request_id: String,
+}
+
+/// Records that an orphan VM's delete was accepted by the provider, and
+/// publishes `instance.orphan-deleted` in the root tenant, once.
+pub async fn orphan_deleted(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    account_id: &str,
+    zone: &str,
+    vm_name: &str,
+    now: i64,
+) -> Result<bool> {
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        let instance: Option<Option<String>> = diesel::update(
+            vm_orphans::table
+                .find((account_id, zone, vm_name))
+                .filter(vm_orphans::deleted_at.is_null()),
+        )
+        .set(vm_orphans::deleted_at.eq(now))
+        .returning(vm_orphans::instance_id)
+        .get_result(conn)
+        .await
+        .optional()?;
+        let Some(instance_id) = instance else {
+            return Ok(false);
+        };
+        let data = EventData::OrphanDeleted(OrphanDeleted {
+            vm_name: vm_name.to_owned(),
+            zone: zone.to_owned(),
+            instance_id,
+        });
+        events::publish(conn, now, vec![NewEvent::new(root, data, now)]).await?;
+        tracing::warn!(account = %account_id, zone, vm = vm_name, "orphan vm deleted");
+        Ok(true)
+    })
+    .await
+}
