@@ -333,6 +333,61 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhook_attempts (attempt_seq) {
+        attempt_seq -> Int8,
+        delivery_id -> Text,
+        webhook_id -> Text,
+        event_id -> Text,
+        event_type -> Text,
+        attempt -> Int4,
+        at -> Int8,
+        outcome -> Text,
+        status -> Nullable<Int4>,
+        duration_ms -> Int8,
+        next_attempt_at -> Nullable<Int8>,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (webhook_id, seq) {
+        webhook_id -> Text,
+        seq -> Int8,
+        event_id -> Text,
+        event_type -> Text,
+        state -> Text,
+        attempts -> Int4,
+        next_at -> Int8,
+        first_at -> Int8,
+        lease_until -> Nullable<Int8>,
+        lease_token -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    webhooks (webhook_id) {
+        webhook_id -> Text,
+        tenant_id -> Text,
+        url -> Text,
+        types -> Nullable<Array<Nullable<Text>>>,
+        description -> Nullable<Text>,
+        state -> Text,
+        key_id -> Text,
+        nonce -> Bytea,
+        ciphertext -> Bytea,
+        old_key_id -> Nullable<Text>,
+        old_nonce -> Nullable<Bytea>,
+        old_ciphertext -> Nullable<Bytea>,
+        old_until -> Nullable<Int8>,
+        from_seq -> Int8,
+        scanned_seq -> Int8,
+        failing_since -> Nullable<Int8>,
+        created_at -> Int8,
+        updated_at -> Int8,
+        deleted_at -> Nullable<Int8>,
+    }
+}
+
 diesel::joinable!(api_keys -> tenants (tenant_id));
 diesel::joinable!(grant_expiry_notices -> grants (grant_id));
 diesel::joinable!(grant_underuse_checks -> grants (grant_id));
@@ -355,6 +410,9 @@ diesel::joinable!(secrets -> tenants (tenant_id));
 diesel::joinable!(vm_listings -> provider_accounts (account_id));
 diesel::joinable!(vm_orphans -> provider_accounts (account_id));
 diesel::joinable!(vm_steps -> instances (instance_id));
+diesel::joinable!(webhook_attempts -> webhooks (webhook_id));
+diesel::joinable!(webhook_deliveries -> webhooks (webhook_id));
+diesel::joinable!(webhooks -> tenants (tenant_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
@@ -383,4 +441,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     vm_listings,
     vm_orphans,
     vm_steps,
+    webhook_attempts,
+    webhook_deliveries,
+    webhooks,
 );
