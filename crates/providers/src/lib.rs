@@ -10,6 +10,7 @@ mod credentials;
 pub mod gce;
 mod guard;
 mod instances;
+pub mod outbound;
 pub mod policy;
 mod secret;
 

@@ -61,6 +61,12 @@ pub enum EventData {
     /// tenant).
     #[serde(rename = "instance.orphan-deleted")]
     OrphanDeleted(OrphanDeleted),
+    /// A test of a webhook (sent only to that webhook).
+    #[serde(rename = "webhook.test")]
+    WebhookTest(WebhookTest),
+    /// A webhook disabled after 3 days of failed deliveries (sent to none).
+    #[serde(rename = "webhook.disabled")]
+    WebhookDisabled(WebhookDisabled),
 }
 
 impl EventData {
@@ -82,6 +88,8 @@ impl EventData {
             EventData::InstanceFailed(_) => "instance.failed",
             EventData::InstanceLost(_) => "instance.lost",
             EventData::OrphanDeleted(_) => "instance.orphan-deleted",
+            EventData::WebhookTest(_) => "webhook.test",
+            EventData::WebhookDisabled(_) => "webhook.disabled",
         }
     }
 
@@ -342,4 +350,22 @@ pub struct OrphanDeleted {
     /// The instance its `bc-instance` label names, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_id: Option<String>,
+}
+
+/// `webhook.test`: sent only to the webhook it names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookTest {
+    /// `whk_...`
+    pub webhook_id: String,
+}
+
+/// `webhook.disabled`: a webhook none of whose attempts succeeded for 3 days.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDisabled {
+    /// `whk_...`
+    pub webhook_id: String,
+    /// Its endpoint.
+    pub url: String,
 }

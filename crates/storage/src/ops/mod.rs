@@ -4,6 +4,7 @@
 //! lock.
 
 pub mod accounts;
+pub mod deliveries;
 pub mod gauges;
 pub mod grants;
 pub mod instances;
