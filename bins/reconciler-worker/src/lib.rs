@@ -7,6 +7,7 @@
 pub mod metrics;
 pub mod passes;
 pub mod vms;
+pub mod webhooks;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,6 +63,7 @@ pub struct Config {
     /// (default `0.2`): the grant notices of contract 9.
     pub notices: storage::ops::notices::NoticeRules,
     pub vm_rules: control::vms::VmRules,
+    pub webhook_policy: Arc<ProviderPolicy>,
 }
 
 /// A duration setting (`600`, seconds, or `10m`, `90s`, ...).
@@ -145,6 +147,12 @@ impl Config {
                     .unwrap_or(storage::ops::scans::DEFAULT_SCAN_LEASE_MS.unsigned_abs()),
             ),
             notices: storage::ops::notices::NoticeRules::from_env().map_err(anyhow::Error::msg)?,
+            webhook_policy: Arc::new(
+                providers::outbound::webhook_policy(
+                    var(providers::outbound::WEBHOOK_ENDPOINTS_VAR).as_deref(),
+                )
+                .context(providers::outbound::WEBHOOK_ENDPOINTS_VAR)?,
+            ),
             vm_rules: {
                 let d = control::vms::VmRules::default();
                 control::vms::VmRules {
@@ -266,7 +274,21 @@ pub async fn run(
         ),
         vm_rules: config.vm_rules.clone(),
         vm_wake: Arc::new(tokio::sync::Notify::new()),
+        webhook_policy: config.webhook_policy.clone(),
+        provider_options: config.provider_options.clone(),
+        webhook_rules: control::webhooks::WebhookRules::default(),
+        events_wake: Arc::new(tokio::sync::Notify::new()),
     });
+    if names.contains(&"events.webhooks")
+        && !config.once
+        && config.prepared_statements != storage::db::PreparedStatements::Off
+    {
+        tokio::spawn(vms::listen_on(
+            config.database_url.clone(),
+            storage::ops::deliveries::EVENTS_CHANNEL,
+            ctx.events_wake.clone(),
+        ));
+    }
     let managing = names.contains(&"vps.instances");
     if managing && !config.once {
         if config.prepared_statements == storage::db::PreparedStatements::Off {

@@ -35,6 +35,14 @@ pub struct PassContext {
     pub vm_rules: control::vms::VmRules,
     /// Woken when the api-server records a step (`NOTIFY`).
     pub vm_wake: std::sync::Arc<tokio::sync::Notify>,
+    /// `BC_WEBHOOK_ENDPOINTS`: what other tenants' webhooks may reach.
+    pub webhook_policy: std::sync::Arc<providers::ProviderPolicy>,
+    /// The provider clients' TLS roots and DNS overrides, for webhooks too.
+    pub provider_options: providers::gce::GceProviderOptions,
+    /// How webhook deliveries are paced.
+    pub webhook_rules: control::webhooks::WebhookRules,
+    /// Woken when events are committed (`NOTIFY`).
+    pub events_wake: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// What a pass did, for its log line and metrics.
@@ -51,6 +59,8 @@ pub struct PassReport {
     pub drift: std::collections::BTreeMap<&'static str, u64>,
     /// Orphan VMs deleted.
     pub orphans_deleted: u64,
+    /// Delivered webhook events' delay from commit to delivery (ms).
+    pub webhook_lags_ms: Vec<i64>,
 }
 
 impl fmt::Display for PassReport {
@@ -96,6 +106,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(Grants),
         Box::new(crate::vms::Instances),
         Box::new(Usage),
+        Box::new(crate::webhooks::Webhooks),
     ]
 }
 

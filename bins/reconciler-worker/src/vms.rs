@@ -97,17 +97,22 @@ async fn next_step_in(ctx: &PassContext) -> Option<Duration> {
 /// Wakes `wake` whenever a step is recorded: `LISTEN` on a connection of
 /// its own, opened again after a failure. Runs until the process ends.
 pub async fn listen(url: String, wake: Arc<Notify>) {
+    listen_on(url, STEPS_CHANNEL, wake).await;
+}
+
+/// Wakes `wake` at every notification on `channel` (see [`listen`]).
+pub async fn listen_on(url: String, channel: &'static str, wake: Arc<Notify>) {
     loop {
         match storage::db::establish(&url).await {
             Ok(mut conn) => {
                 use diesel_async::RunQueryDsl;
-                let listening = diesel::sql_query(format!("LISTEN {STEPS_CHANNEL}"))
+                let listening = diesel::sql_query(format!("LISTEN {channel}"))
                     .execute(&mut conn)
                     .await;
                 if let Err(e) = listening {
-                    tracing::warn!(error = %e, "LISTEN failed; steps wait for the interval");
+                    tracing::warn!(error = %e, channel, "LISTEN failed: work waits an interval");
                 } else {
-                    tracing::info!(channel = STEPS_CHANNEL, "listening for recorded vm steps");
+                    tracing::info!(channel, "listening for notifications");
                     // A step recorded while not listening is found now.
                     wake.notify_one();
                     let mut stream = std::pin::pin!(conn.notifications_stream());

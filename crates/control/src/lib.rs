@@ -5,3 +5,4 @@ pub mod accounts;
 pub mod scans;
 pub mod secrets;
 pub mod vms;
+pub mod webhooks;

@@ -105,6 +105,10 @@ pub async fn publish(
             .execute(conn)
             .await?;
     }
+    // Wakes the webhook deliveries when the transaction commits.
+    diesel::sql_query("SELECT pg_notify('bc_events', '')")
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

@@ -297,7 +297,8 @@ pub fn retry_after(attempts: i32) -> i64 {
 
 /// Records an attempt of a claimed delivery at `now`: the attempts log, the
 /// delivery's next state and the webhook's run of failures, disabling it
-/// (`webhook.disabled`) after 3 days of failures. `false` when the claim's
+/// (`webhook.disabled`) after 3 days of failures. Answers the attempt's
+/// outcome (`delivered`, `retrying`, `failed`), or `None` when the claim's
 /// lease was lost (nothing is written).
 pub async fn record_attempt(
     conn: &mut AsyncPgConnection,
@@ -305,7 +306,7 @@ pub async fn record_attempt(
     claimed: &Claimed,
     attempt: &Attempt,
     now: i64,
-) -> Result<bool> {
+) -> Result<Option<&'static str>> {
     conn.transaction::<_, StorageError, _>(async |conn| {
         let number = claimed.attempts + 1;
         let (outcome, next) = if attempt.delivered {
@@ -330,7 +331,7 @@ pub async fn record_attempt(
         .execute(conn)
         .await?;
         if n != 1 {
-            return Ok(false);
+            return Ok(None);
         }
         diesel::sql_query(
             "INSERT INTO webhook_attempts (delivery_id, webhook_id, event_id, event_type, \
@@ -393,7 +394,7 @@ pub async fn record_attempt(
                 );
             }
         }
-        Ok(true)
+        Ok(Some(outcome))
     })
     .await
 }
@@ -413,4 +414,61 @@ pub async fn release(conn: &mut AsyncPgConnection, claimed: &Claimed) -> Result<
     })
     .await?;
     Ok(())
+}
+
+/// The secrets a webhook signs with at `now`: its current one, and the one
+/// it replaced while that still signs (24 hours after a rotation). Opened
+/// for one batch of requests only; never logged.
+pub async fn signing_keys(
+    conn: &mut AsyncPgConnection,
+    keyring: &crate::crypto::Keyring,
+    webhook_id: &str,
+    now: i64,
+) -> Result<Vec<String>> {
+    use crate::schema::webhooks as w;
+    type Row = (
+        String,
+        String,
+        Vec<u8>,
+        Vec<u8>,
+        Option<String>,
+        Option<Vec<u8>>,
+        Option<Vec<u8>>,
+        Option<i64>,
+    );
+    let row: Row = crate::db::read_only(conn, async |conn| {
+        w::table
+            .find(webhook_id)
+            .select((
+                w::tenant_id,
+                w::key_id,
+                w::nonce,
+                w::ciphertext,
+                w::old_key_id,
+                w::old_nonce,
+                w::old_ciphertext,
+                w::old_until,
+            ))
+            .first(conn)
+            .await
+    })
+    .await?;
+    let (tenant, key_id, nonce, ciphertext, old_key, old_nonce, old_ct, old_until) = row;
+    let open = |key_id: String, nonce: Vec<u8>, ciphertext: Vec<u8>| {
+        let sealed = crate::crypto::Sealed {
+            key_id,
+            nonce,
+            ciphertext,
+        };
+        keyring
+            .open(&tenant, webhook_id, &sealed)
+            .map_err(|e| StorageError::internal(format!("a webhook's secret: {e}")))
+    };
+    let mut keys = vec![open(key_id, nonce, ciphertext)?];
+    if let (Some(k), Some(n), Some(c), Some(until)) = (old_key, old_nonce, old_ct, old_until)
+        && now < until
+    {
+        keys.push(open(k, n, c)?);
+    }
+    Ok(keys)
 }

@@ -8,11 +8,12 @@ use crate::support::clock::{HOUR, T0};
 use crate::support::fixtures::{grant, id, instance, platform_at_t0};
 use crate::support::worker;
 
-const PASSES: [&str; 4] = [
+const PASSES: [&str; 5] = [
     "vps.reservations",
     "vps.grants",
     "vps.instances",
     "vps.usage",
+    "events.webhooks",
 ];
 
 #[tokio::test(flavor = "multi_thread")]
