@@ -64,6 +64,7 @@ pub struct Config {
     pub notices: storage::ops::notices::NoticeRules,
     pub vm_rules: control::vms::VmRules,
     pub webhook_policy: Arc<ProviderPolicy>,
+    pub webhook_rules: control::webhooks::WebhookRules,
 }
 
 /// A duration setting (`600`, seconds, or `10m`, `90s`, ...).
@@ -153,6 +154,12 @@ impl Config {
                 )
                 .context(providers::outbound::WEBHOOK_ENDPOINTS_VAR)?,
             ),
+            webhook_rules: control::webhooks::WebhookRules {
+                lease: duration_var("BC_WEBHOOK_LEASE", var("BC_WEBHOOK_LEASE"))?
+                    .filter(|d| !d.is_zero())
+                    .unwrap_or(control::webhooks::WebhookRules::default().lease),
+                ..control::webhooks::WebhookRules::default()
+            },
             vm_rules: {
                 let d = control::vms::VmRules::default();
                 control::vms::VmRules {
@@ -276,7 +283,7 @@ pub async fn run(
         vm_wake: Arc::new(tokio::sync::Notify::new()),
         webhook_policy: config.webhook_policy.clone(),
         provider_options: config.provider_options.clone(),
-        webhook_rules: control::webhooks::WebhookRules::default(),
+        webhook_rules: config.webhook_rules.clone(),
         events_wake: Arc::new(tokio::sync::Notify::new()),
     });
     if names.contains(&"events.webhooks")

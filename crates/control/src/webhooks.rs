@@ -150,6 +150,14 @@ async fn send_batch(ctx: &WebhookContext<'_>, batch: &Batch, now: i64) -> Result
             let mut conn = ctx.pool.get().await?;
             deliveries::event_body(&mut conn, &batch.tenant_id, d.seq).await?
         };
+        let number = {
+            let mut conn = ctx.pool.get().await?;
+            deliveries::start_attempt(&mut conn, d).await?
+        };
+        let Some(number) = number else {
+            tracing::warn!(webhook = %batch.webhook_id, event = %d.event_id, "lease lost");
+            break;
+        };
         let attempt = match &body {
             Some(body) => post(&client, batch, d, body, &secrets, ctx.rules.timeout).await,
             // The event is gone (its month archived): nothing to send.
@@ -161,7 +169,7 @@ async fn send_batch(ctx: &WebhookContext<'_>, batch: &Batch, now: i64) -> Result
         };
         let mut conn = ctx.pool.get().await?;
         let at = ctx.clock.now(&mut conn).await?;
-        match deliveries::record_attempt(&mut conn, batch, d, &attempt, at).await? {
+        match deliveries::record_attempt(&mut conn, batch, d, number, &attempt, at).await? {
             None => {
                 tracing::warn!(webhook = %batch.webhook_id, event = %d.event_id, "lease lost");
             }

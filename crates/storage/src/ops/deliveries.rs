@@ -295,7 +295,35 @@ pub fn retry_after(attempts: i32) -> i64 {
         .min(MAX_RETRY_MS)
 }
 
-/// Records an attempt of a claimed delivery at `now`: the attempts log, the
+/// Counts an attempt of a claimed delivery before it is sent, so that a
+/// replica killed between sending and recording leaves it counted: an event
+/// never arrives more often than its delivery's `attempts`. Answers the
+/// attempt's number, or `None` when the claim's lease was lost.
+pub async fn start_attempt(conn: &mut AsyncPgConnection, claimed: &Claimed) -> Result<Option<i32>> {
+    #[derive(QueryableByName)]
+    struct Number {
+        #[diesel(sql_type = Integer)]
+        attempts: i32,
+    }
+    let n: Option<Number> = crate::db::single_write(conn, async |conn| {
+        diesel::sql_query(
+            "UPDATE webhook_deliveries SET attempts = attempts + 1 \
+             WHERE webhook_id = $1 AND seq = $2 AND lease_token = $3 \
+               AND state IN ('pending', 'retrying') RETURNING attempts",
+        )
+        .bind::<Text, _>(&claimed.webhook_id)
+        .bind::<BigInt, _>(claimed.seq)
+        .bind::<Text, _>(&claimed.lease_token)
+        .get_result(conn)
+        .await
+        .optional()
+    })
+    .await?;
+    Ok(n.map(|n| n.attempts))
+}
+
+/// Records attempt `number` (from [`start_attempt`]) of a claimed delivery
+/// at `now`: the attempts log, the
 /// delivery's next state and the webhook's run of failures, disabling it
 /// (`webhook.disabled`) after 3 days of failures. Answers the attempt's
 /// outcome (`delivered`, `retrying`, `failed`), or `None` when the claim's
@@ -304,11 +332,11 @@ pub async fn record_attempt(
     conn: &mut AsyncPgConnection,
     batch: &Batch,
     claimed: &Claimed,
+    number: i32,
     attempt: &Attempt,
     now: i64,
 ) -> Result<Option<&'static str>> {
     conn.transaction::<_, StorageError, _>(async |conn| {
-        let number = claimed.attempts + 1;
         let (outcome, next) = if attempt.delivered {
             ("delivered", None)
         } else if now + retry_after(number) > claimed.first_at + GIVE_UP_MS {
