@@ -19,3 +19,4 @@ pub mod settlement;
 pub mod tenancy;
 pub mod views;
 pub mod vms;
+pub mod webhooks;
