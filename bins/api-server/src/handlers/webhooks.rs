@@ -132,11 +132,21 @@ pub fn methods() -> Vec<Method> {
     ]
 }
 
-/// The documented and checked shape of `types`: event types, each once.
+/// The documented and checked shape of `types` at create: event types,
+/// each once.
 fn types_schema(_: &mut SchemaGenerator) -> Schema {
+    types_described("Event types to send; absent or empty: every type of the tenant's.")
+}
+
+/// `types` at update.
+fn new_types_schema(_: &mut SchemaGenerator) -> Schema {
+    types_described("New event types to send (empty: every type); absent: unchanged.")
+}
+
+fn types_described(description: &str) -> Schema {
     Schema::try_from(json!({
         "type": "array",
-        "description": "Event types to send; absent or empty: every type of the tenant's.",
+        "description": description,
         "maxItems": MAX_TYPES,
         "uniqueItems": true,
         "items": { "type": "string", "enum": EventData::TYPES },
@@ -284,7 +294,7 @@ struct Update {
     #[schemars(length(min = 1, max = MAX_URL))]
     url: Option<String>,
     #[serde(default)]
-    #[schemars(schema_with = "types_schema")]
+    #[schemars(schema_with = "new_types_schema")]
     types: Option<Vec<String>>,
     /// A new description; empty: none.
     #[schemars(length(max = MAX_DESCRIPTION))]
