@@ -36,6 +36,8 @@ pub struct App {
     pub cursors: storage::cursor::CursorSealer,
     /// `BC_MAX_ACCOUNTS_PER_TENANT` (contract 1.7).
     pub max_accounts_per_tenant: i64,
+    /// `BC_WEBHOOK_ENDPOINTS` (contract 3.13).
+    pub webhook_endpoints: providers::Origins,
     /// `BC_SCAN_TIMEOUT_MS`: an explicit scan's limit on its listing.
     pub scan_timeout: std::time::Duration,
     /// Explicit scans in flight per tenant (`gate::MAX_SCANS_PER_TENANT`).

@@ -172,6 +172,7 @@ fn wire_details(details: Vec<Detail>) -> Map<String, Value> {
                 let resource = match what {
                     Limited::Quota(resource) => resource,
                     Limited::ProviderAccounts => "providerAccounts".to_owned(),
+                    Limited::Webhooks => "webhooks".to_owned(),
                 };
                 put("resource", resource.into());
                 put("max", max.into());
@@ -223,6 +224,7 @@ fn reason_name(reason: Reason) -> &'static str {
         Reason::Unmetered => "unmetered",
         Reason::NoSecretsKey => "no-secrets-key",
         Reason::NoAccount => "no-account",
+        Reason::EndpointNotAllowed => "endpoint-not-allowed",
     }
 }
 

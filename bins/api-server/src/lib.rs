@@ -57,6 +57,9 @@ pub struct Config {
     /// `BC_MAX_ACCOUNTS_PER_TENANT` (default 20): the most provider accounts
     /// a tenant other than root may have (contract 1.7).
     pub max_accounts_per_tenant: i64,
+    /// `BC_WEBHOOK_ENDPOINTS`: origins other tenants' webhooks may name
+    /// beyond the https rule and the address guard (contract 3.13).
+    pub webhook_endpoints: providers::Origins,
     /// `BC_SCAN_TIMEOUT_MS` (default 60000): the longest an explicit
     /// `providerAccounts.scan` waits for its listing, as the worker's scans.
     pub scan_timeout: Duration,
@@ -130,6 +133,7 @@ impl Config {
                     format!("BC_MAX_ACCOUNTS_PER_TENANT must be a whole number, not {v:?}")
                 })?,
             },
+            webhook_endpoints: providers::Origins::from_env("BC_WEBHOOK_ENDPOINTS")?,
         })
     }
 }
@@ -196,6 +200,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         keyring: config.keyring.clone(),
         cursors,
         max_accounts_per_tenant: config.max_accounts_per_tenant,
+        webhook_endpoints: config.webhook_endpoints.clone(),
         scan_timeout: config.scan_timeout,
         scans: gate::TenantGate::default(),
         http: limits,

@@ -283,6 +283,7 @@ impl Registry {
         methods.extend(crate::handlers::audit::methods());
         methods.extend(crate::handlers::system::methods());
         methods.extend(crate::handlers::views::methods());
+        methods.extend(crate::handlers::webhooks::methods());
         let by_path = methods
             .iter()
             .enumerate()

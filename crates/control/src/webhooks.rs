@@ -130,7 +130,8 @@ async fn send_batch(ctx: &WebhookContext<'_>, batch: &Batch, now: i64) -> Result
     let mut report = DeliveryReport::default();
     let secrets = {
         let mut conn = ctx.pool.get().await?;
-        deliveries::signing_keys(&mut conn, ctx.keyring, &batch.webhook_id, now).await
+        storage::ops::webhooks::signing_secrets(&mut conn, ctx.keyring, &batch.webhook_id, now)
+            .await
     };
     let guard = (batch.tenant_id != ctx.root.as_str()).then(|| ctx.policy.clone());
     let client = providers::outbound::guarded_client(guard, ctx.rules.timeout, ctx.options)

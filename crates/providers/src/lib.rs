@@ -18,7 +18,7 @@ pub use instances::{
     InstanceFactory, InstanceProvider, MANAGED_LABEL, OperationStatus, Vm, VmOperation, VmSpec,
     policy_instance_factory,
 };
-pub use policy::{AccountOwner, PolicyError, ProviderAccess, ProviderPolicy};
+pub use policy::{AccountOwner, Origins, PolicyError, ProviderAccess, ProviderPolicy};
 
 /// The future returned by provider calls: boxed so that [`ReservationProvider`]
 /// stays dyn-compatible (`Arc<dyn ReservationProvider>`), and `Send` so it can

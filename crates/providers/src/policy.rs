@@ -345,12 +345,7 @@ impl ProviderPolicy {
         if owner == AccountOwner::Root {
             return Ok(());
         }
-        let listed = self.endpoints.iter().any(|o| {
-            o.scheme == url.scheme()
-                && o.host.eq_ignore_ascii_case(host)
-                && o.port.is_none_or(|p| p == port)
-        });
-        if listed {
+        if origin_listed(&self.endpoints, url.scheme(), host, port) {
             Ok(())
         } else {
             refuse("the endpoint's origin is not listed in BC_PROVIDER_ENDPOINTS")
@@ -456,15 +451,30 @@ impl ProviderPolicy {
     /// `host` whatever its addresses: the host is itself listed in
     /// `BC_PROVIDER_ENDPOINTS`, by IP or as `localhost`.
     pub(crate) fn guard_exempt(&self, host: &str) -> bool {
-        let ip = ip_of_host(host);
-        if ip.is_none() && !host.eq_ignore_ascii_case("localhost") {
-            return false;
-        }
-        self.endpoints.iter().any(|o| match ip {
-            Some(ip) => ip_of_host(&o.host) == Some(ip),
-            None => o.host.eq_ignore_ascii_case(host),
-        })
+        host_exempt(&self.endpoints, host)
     }
+}
+
+/// Whether `origins` list the origin (`scheme`, `host` compared
+/// case-insensitively, `port` with the scheme's default filled in; a `*`
+/// port matches any).
+fn origin_listed(origins: &[Origin], scheme: &str, host: &str, port: u16) -> bool {
+    origins.iter().any(|o| {
+        o.scheme == scheme && o.host.eq_ignore_ascii_case(host) && o.port.is_none_or(|p| p == port)
+    })
+}
+
+/// Whether `host` is itself listed in `origins`, by IP or as `localhost`:
+/// the connect-time address guard lets it through whatever its addresses.
+fn host_exempt(origins: &[Origin], host: &str) -> bool {
+    let ip = ip_of_host(host);
+    if ip.is_none() && !host.eq_ignore_ascii_case("localhost") {
+        return false;
+    }
+    origins.iter().any(|o| match ip {
+        Some(ip) => ip_of_host(&o.host) == Some(ip),
+        None => o.host.eq_ignore_ascii_case(host),
+    })
 }
 
 /// The address of an IP-literal host (`127.0.0.1`, `[::1]`), `None` for a name.
@@ -621,6 +631,10 @@ fn opened_path(file: &std::fs::File) -> Option<PathBuf> {
 fn opened_path(_file: &std::fs::File) -> Option<PathBuf> {
     None
 }
+
+mod origins;
+
+pub use origins::{Origins, is_internal};
 
 #[cfg(test)]
 mod tests;

@@ -27,6 +27,8 @@ pub enum Reader<'a> {
     Tenant(&'a str),
     /// The root tenant reading every tenant's (`all: true`).
     AllTenants,
+    /// A tenant reading one webhook's attempts (`webhooks.deliveries`).
+    Webhook(&'a str),
 }
 
 impl Reader<'_> {
@@ -39,6 +41,10 @@ impl Reader<'_> {
                 h.update(t.as_bytes());
             }
             Reader::AllTenants => h.update(b"all-tenants\0"),
+            Reader::Webhook(w) => {
+                h.update(b"webhook\0");
+                h.update(w.as_bytes());
+            }
         }
         let d = h.finalize();
         let mut tag = [0u8; 8];

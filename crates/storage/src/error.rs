@@ -91,6 +91,8 @@ pub enum Reason {
     NoSecretsKey,
     /// The provider account of a managed pool is gone.
     NoAccount,
+    /// A URL names an endpoint the tenant may not reach.
+    EndpointNotAllowed,
 }
 
 /// What a quota-like limit counts.
@@ -100,6 +102,8 @@ pub enum Limited {
     Quota(String),
     /// The provider accounts a tenant may have.
     ProviderAccounts,
+    /// The webhooks a tenant may have.
+    Webhooks,
 }
 
 /// One structured detail of an error. Storage says what it is; api-server

@@ -12,6 +12,7 @@ pub mod secrets;
 pub mod system;
 pub mod tenancy;
 pub mod views;
+pub mod webhooks;
 
 use crate::error::Code;
 use crate::registry::Service;

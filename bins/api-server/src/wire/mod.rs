@@ -94,6 +94,7 @@ mod secrets;
 mod system;
 mod tenancy;
 mod views;
+mod webhooks;
 
 pub use accounts::{Account, AccountDeleted, AccountReply, Reservation, ReservationReply};
 pub use audit::AuditRecord;
@@ -108,4 +109,7 @@ pub use tenancy::{
 pub use views::{
     AnonymousGrant, CommittedStep, GrantHour, InUseStep, ReservationTimeline, TimelineEvent,
     TimelineGrant, TimelineReply,
+};
+pub use webhooks::{
+    Webhook, WebhookDeleted, WebhookDelivery, WebhookReply, WebhookTested, WebhookWithSecret,
 };

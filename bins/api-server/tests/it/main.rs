@@ -24,4 +24,5 @@ mod smoke;
 mod system;
 mod tenancy;
 mod views;
+mod webhooks;
 mod workers;

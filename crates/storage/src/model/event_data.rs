@@ -61,10 +61,11 @@ pub enum EventData {
     /// tenant).
     #[serde(rename = "instance.orphan-deleted")]
     OrphanDeleted(OrphanDeleted),
-    /// A test of a webhook (sent only to that webhook).
+    /// A test of a webhook (`webhooks.test`): sent only to that webhook.
     #[serde(rename = "webhook.test")]
     WebhookTest(WebhookTest),
-    /// A webhook disabled after 3 days of failed deliveries (sent to none).
+    /// A webhook none of whose attempts succeeded for 3 days was disabled
+    /// (sent to no webhook).
     #[serde(rename = "webhook.disabled")]
     WebhookDisabled(WebhookDisabled),
 }
@@ -92,6 +93,27 @@ impl EventData {
             EventData::WebhookDisabled(_) => "webhook.disabled",
         }
     }
+
+    /// Every event type, in the order of the variants (what a webhook's
+    /// `types` may name).
+    pub const TYPES: &'static [&'static str] = &[
+        "reservation-grant.created",
+        "reservation-grant.active",
+        "reservation-grant.ended",
+        "reservation-grant.cancelled",
+        "reservation-grant.capacity-short",
+        "reservation-grant.expiring",
+        "reservation-grant.underused",
+        "quota.updated",
+        "instance.running",
+        "instance.stopped",
+        "instance.deleted",
+        "instance.failed",
+        "instance.lost",
+        "instance.orphan-deleted",
+        "webhook.test",
+        "webhook.disabled",
+    ];
 
     /// The payload alone (the log's `data` column).
     pub fn to_data(&self) -> serde_json::Result<serde_json::Value> {
@@ -281,7 +303,17 @@ mod tests {
                 resource: "instances".into(),
                 max: 3,
             }),
+            EventData::WebhookTest(WebhookTest {
+                webhook_id: "whk_1".into(),
+            }),
+            EventData::WebhookDisabled(WebhookDisabled {
+                webhook_id: "whk_1".into(),
+                url: "https://hooks.example.com/x".into(),
+            }),
         ];
+        for e in &all {
+            assert!(EventData::TYPES.contains(&e.event_type()), "{e:?}");
+        }
         for e in all {
             let tagged = serde_json::to_value(&e).unwrap();
             assert_eq!(tagged["type"], e.event_type());
@@ -352,15 +384,15 @@ pub struct OrphanDeleted {
     pub instance_id: Option<String>,
 }
 
-/// `webhook.test`: sent only to the webhook it names.
+/// `webhook.test`: a test of one webhook.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookTest {
-    /// `whk_...`
+    /// `whk_...`: the one webhook it is sent to.
     pub webhook_id: String,
 }
 
-/// `webhook.disabled`: a webhook none of whose attempts succeeded for 3 days.
+/// `webhook.disabled`: a webhook stopped sending after 3 days of failures.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookDisabled {

@@ -15,3 +15,4 @@ pub mod reservation;
 pub mod secret;
 pub mod segment;
 pub mod states;
+pub mod webhook;

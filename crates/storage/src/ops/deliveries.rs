@@ -209,9 +209,9 @@ pub async fn claim(
         let token = format!("{}", uuid::Uuid::now_v7());
         let sql = format!(
             "WITH free AS ( \
-               SELECT pg_try_advisory_xact_lock(hashtext('webhook:' || $1)) AS mine \
+               SELECT (pg_try_advisory_xact_lock(hashtext('webhook:' || $1)) \
                  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries WHERE webhook_id = $1 \
-                   AND state IN ('pending', 'retrying') AND lease_until > {DB_NOW_MS}) AS ok), \
+                   AND state IN ('pending', 'retrying') AND lease_until > {DB_NOW_MS})) AS ok), \
              due AS ( \
                SELECT seq FROM webhook_deliveries, free WHERE free.ok AND webhook_id = $1 \
                  AND state IN ('pending', 'retrying') AND next_at <= $2 \
@@ -337,12 +337,14 @@ pub async fn record_attempt(
     now: i64,
 ) -> Result<Option<&'static str>> {
     conn.transaction::<_, StorageError, _>(async |conn| {
+        // The last retry is at the end of the 3 days; it failing gives up.
+        let deadline = claimed.first_at + GIVE_UP_MS;
         let (outcome, next) = if attempt.delivered {
             ("delivered", None)
-        } else if now + retry_after(number) > claimed.first_at + GIVE_UP_MS {
+        } else if now >= deadline {
             ("failed", None)
         } else {
-            ("retrying", Some(now + retry_after(number)))
+            ("retrying", Some((now + retry_after(number)).min(deadline)))
         };
         let n = diesel::sql_query(
             "UPDATE webhook_deliveries SET attempts = $3, state = $4, \
@@ -442,61 +444,4 @@ pub async fn release(conn: &mut AsyncPgConnection, claimed: &Claimed) -> Result<
     })
     .await?;
     Ok(())
-}
-
-/// The secrets a webhook signs with at `now`: its current one, and the one
-/// it replaced while that still signs (24 hours after a rotation). Opened
-/// for one batch of requests only; never logged.
-pub async fn signing_keys(
-    conn: &mut AsyncPgConnection,
-    keyring: &crate::crypto::Keyring,
-    webhook_id: &str,
-    now: i64,
-) -> Result<Vec<String>> {
-    use crate::schema::webhooks as w;
-    type Row = (
-        String,
-        String,
-        Vec<u8>,
-        Vec<u8>,
-        Option<String>,
-        Option<Vec<u8>>,
-        Option<Vec<u8>>,
-        Option<i64>,
-    );
-    let row: Row = crate::db::read_only(conn, async |conn| {
-        w::table
-            .find(webhook_id)
-            .select((
-                w::tenant_id,
-                w::key_id,
-                w::nonce,
-                w::ciphertext,
-                w::old_key_id,
-                w::old_nonce,
-                w::old_ciphertext,
-                w::old_until,
-            ))
-            .first(conn)
-            .await
-    })
-    .await?;
-    let (tenant, key_id, nonce, ciphertext, old_key, old_nonce, old_ct, old_until) = row;
-    let open = |key_id: String, nonce: Vec<u8>, ciphertext: Vec<u8>| {
-        let sealed = crate::crypto::Sealed {
-            key_id,
-            nonce,
-            ciphertext,
-        };
-        keyring
-            .open(&tenant, webhook_id, &sealed)
-            .map_err(|e| StorageError::internal(format!("a webhook's secret: {e}")))
-    };
-    let mut keys = vec![open(key_id, nonce, ciphertext)?];
-    if let (Some(k), Some(n), Some(c), Some(until)) = (old_key, old_nonce, old_ct, old_until)
-        && now < until
-    {
-        keys.push(open(k, n, c)?);
-    }
-    Ok(keys)
 }

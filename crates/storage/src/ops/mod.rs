@@ -20,3 +20,4 @@ pub mod settlement;
 pub mod tenancy;
 pub mod views;
 pub mod vms;
+pub mod webhooks;

@@ -13,6 +13,7 @@ pub mod fixtures;
 pub mod gce;
 pub mod meter;
 pub mod openapi;
+pub mod receiver;
 pub mod rng;
 pub mod server;
 pub mod vms;

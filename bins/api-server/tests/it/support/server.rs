@@ -80,6 +80,8 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     /// Runs the server under `ulimit -n` this many file descriptors.
     pub fd_limit: Option<u32>,
+    /// Writes the server's log to this file instead of the test's stderr.
+    pub log: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -88,6 +90,7 @@ impl Default for Options {
             clock: "manual",
             env: Vec::new(),
             fd_limit: None,
+            log: None,
         }
     }
 }
@@ -117,9 +120,11 @@ impl Server {
     /// Starts a server on an existing database.
     pub async fn start_on(db: TestDatabase, opts: Options) -> Server {
         let mut cmd = command(db.product_url(), &opts);
-        cmd.stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
+        let stderr = match &opts.log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
+            None => Stdio::inherit(),
+        };
+        cmd.stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn api-server");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
