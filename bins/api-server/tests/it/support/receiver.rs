@@ -46,6 +46,11 @@ pub struct Receiver {
 impl Receiver {
     /// Starts one on an ephemeral port.
     pub async fn start() -> Receiver {
+        Receiver::start_slow(0).await
+    }
+
+    /// Starts one that takes `delay_ms` to answer each request.
+    pub async fn start_slow(delay_ms: u64) -> Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -77,6 +82,7 @@ impl Receiver {
                             });
                             let (status, location) =
                                 q.lock().expect("lock").pop_front().unwrap_or((200, None));
+                            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
                             let mut resp = Response::builder().status(status);
                             if let Some(l) = location {
                                 resp = resp.header("location", l);

@@ -51,7 +51,9 @@ async fn replicas_killed_while_delivering_lose_nothing_and_never_exceed_the_atte
     })
     .await;
     s.set_clock(T0).await;
-    let r = Receiver::start().await;
+    // Each answer takes 100 ms: the 30 deliveries take seconds, during which
+    // replicas are killed.
+    let r = Receiver::start_slow(100).await;
     let v = s
         .root(
             "webhooks/create",
@@ -128,6 +130,7 @@ async fn replicas_killed_while_delivering_lose_nothing_and_never_exceed_the_atte
     let order: Vec<&str> = rows.iter().map(|r| r.event_id.as_str()).collect();
     let want: Vec<&str> = events.iter().map(String::as_str).collect();
     assert_eq!(order, want);
+    assert!(kills >= 5, "only {kills} kills happened while delivering");
     let extra: i32 = arrivals.values().map(|n| n - 1).sum();
     eprintln!("webhook crash: {kills} kills, {extra} repeated arrivals of 30 events");
 }
