@@ -35,12 +35,15 @@ impl Received {
     }
 }
 
+/// The answers still to give: (status, `Location`).
+type Script = Arc<Mutex<VecDeque<(u16, Option<String>)>>>;
+
 /// A running receiver.
 pub struct Receiver {
     /// `http://127.0.0.1:PORT/hook`
     pub url: String,
     seen: Arc<Mutex<Vec<Received>>>,
-    script: Arc<Mutex<VecDeque<(u16, Option<String>)>>>,
+    script: Script,
 }
 
 impl Receiver {
@@ -56,7 +59,7 @@ impl Receiver {
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let seen: Arc<Mutex<Vec<Received>>> = Arc::default();
-        let script: Arc<Mutex<VecDeque<(u16, Option<String>)>>> = Arc::default();
+        let script: Script = Arc::default();
         let (s, q) = (seen.clone(), script.clone());
         tokio::spawn(async move {
             loop {
@@ -136,5 +139,5 @@ pub fn signed_by(header: &str, body: &str, secret: &str) -> bool {
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("key");
     mac.update(format!("{t}.{body}").as_bytes());
     let want = hex::encode(mac.finalize().into_bytes());
-    sigs.iter().any(|s| *s == want)
+    sigs.contains(&want)
 }

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::accounts::google_auth::SECRETS_KEY;
 use crate::support::clock::{MIN, T0};
 use crate::support::fixtures::{platform, set_quota};
-use crate::support::receiver::{Receiver, signed_by};
+use crate::support::receiver::{Received, Receiver, signed_by};
 use crate::support::server::{Options, ROOT, ROOT_TOKEN, Server, rand_suffix};
 use crate::support::worker;
 
@@ -91,7 +91,7 @@ async fn events_arrive_signed_once_each_in_log_order_filtered_by_type() {
     }
     assert_eq!(seen[0].json()["data"]["webhookId"], json!(id));
     // The other webhook gets only its type, and none of the tests of the first.
-    let quiet: Vec<Value> = quotas_only.seen().iter().map(|q| q.json()).collect();
+    let quiet: Vec<Value> = quotas_only.seen().iter().map(Received::json).collect();
     assert_eq!(quiet.len(), 1, "{quiet:?}");
     assert_eq!(quiet[0]["eventId"], json!(quota_event));
     assert_eq!(quiet[0]["type"], "quota.updated");
