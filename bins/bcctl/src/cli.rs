@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub use crate::commands::{
     Accounts, Call, Clock, Events, Grants, Instances, Keys, Login, Pools, Projects, Quotas,
-    Secrets, SumBy, Tenants, Terms, Timeline, Usage,
+    Secrets, SumBy, Tenants, Terms, Timeline, Usage, Webhooks,
 };
 use crate::output::Format;
 
@@ -103,6 +103,14 @@ pub enum Command {
         after_help = "Example:\n  bcctl secrets put gce-key --from-file key.json"
     )]
     Secrets(Secrets),
+    /// Webhooks of the acting tenant: its events pushed, signed, to its
+    /// endpoints.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  bcctl --tenant acme webhooks create \
+            --url https://hooks.acme.example/bc"
+    )]
+    Webhooks(Webhooks),
     /// Pools.
     #[command(
         subcommand,

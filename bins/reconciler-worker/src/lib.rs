@@ -448,8 +448,8 @@ async fn gauges_loop(
     }
 }
 
-/// Refreshes the lag, reservation and managed instances' gauges: three
-/// cheap statements; a failure is logged and leaves the last values.
+/// Refreshes the lag, reservation, managed instances' and webhooks' gauges:
+/// four cheap statements; a failure is logged and leaves the last values.
 async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
     let read = async {
         let mut conn = ctx.pool.get().await?;
@@ -466,12 +466,17 @@ async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
             storage::ops::gauges::vm_gauges(conn).await
         })
         .await?;
-        Ok::<_, anyhow::Error>((lag, reservations, vms))
+        let webhooks = storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::gauges::webhook_gauges(conn, now).await
+        })
+        .await?;
+        Ok::<_, anyhow::Error>((lag, reservations, vms, webhooks))
     };
     match read.await {
-        Ok((lag, reservations, vms)) => {
+        Ok((lag, reservations, vms, webhooks)) => {
             metrics.set_state(lag, &reservations);
             metrics.set_vm_state(&vms);
+            metrics.set_webhook_state(&webhooks);
         }
         Err(e) => tracing::warn!(error = %e, "reading the metrics' gauges failed"),
     }

@@ -24,6 +24,10 @@
 //! | `bc_vm_orphans_deleted_total` | counter | |
 //! | `bc_instances` | gauge | `state` (a managed instance's live states) |
 //! | `bc_vm_steps_overdue` | gauge | |
+//! | `bc_webhook_deliveries_total` | counter | `outcome` (`delivered`, `retrying`, `failed`) |
+//! | `bc_webhook_delivery_lag_seconds` | histogram (0.1 s to 3 days) | |
+//! | `bc_webhooks_disabled` | gauge | |
+//! | `bc_webhook_deliveries_due` | gauge | |
 //! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
 //!
 //! `result` is `ok`, `error`, `backing_off` or `claimed_elsewhere`; `state`
@@ -42,6 +46,14 @@
 //! `bc_vm_steps_overdue` the open steps past their deadline
 //! (`BC_VM_STEP_TIMEOUT`) by the database's clock, which the worker should
 //! have ended.
+//!
+//! Webhooks (contract 3.13, the `events.webhooks` pass): an attempt's `outcome` is that of
+//! `webhooks.deliveries`; the lag is a delivered event's delay from its
+//! commit to the answer, by the product's clock (a retried event's counts
+//! its retries); `bc_webhooks_disabled` counts the webhooks `disabled` and
+//! not deleted, `bc_webhook_deliveries_due` the deliveries of enabled
+//! webhooks `pending` or `retrying` whose next attempt is due now: what the
+//! worker should be sending already (a backlog).
 //!
 //! Label values are bounded (contract 1.7): passes and items are fixed
 //! names; `account` of the scan counter takes the first
@@ -63,6 +75,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::passes::PassReport;
+
+mod webhooks;
 
 /// The most reservations the gauges describe one by one.
 pub const MAX_RESERVATIONS: i64 = 500;
@@ -125,6 +139,11 @@ struct StepOutcome {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -289,6 +308,7 @@ pub struct WorkerMetrics {
     dropped: Gauge,
     capacity_short: Counter,
     vm: VmMetrics,
+    webhooks: webhooks::WebhookMetrics,
     /// What provider adapters report.
     pub provider: Arc<ProviderMetrics>,
 }
@@ -396,6 +416,7 @@ impl WorkerMetrics {
             capacity_short.clone(),
         );
         let vm = VmMetrics::register(&mut r);
+        let webhooks = webhooks::WebhookMetrics::register(&mut r);
         let provider = Arc::new(ProviderMetrics {
             duration: Family::new_with_constructor(latency),
             pages: Counter::default(),
@@ -441,6 +462,7 @@ impl WorkerMetrics {
             dropped,
             capacity_short,
             vm,
+            webhooks,
             provider,
         }
     }
@@ -477,6 +499,9 @@ impl WorkerMetrics {
             }
         }
         self.vm.observe(report);
+        if pass == crate::webhooks::PASS {
+            self.webhooks.observe(report);
+        }
         if report.accounts.is_empty() {
             return;
         }
@@ -551,6 +576,11 @@ impl WorkerMetrics {
     /// Sets the managed instances' gauges from what the database says now.
     pub fn set_vm_state(&self, gauges: &storage::ops::gauges::VmGauges) {
         self.vm.set(gauges);
+    }
+
+    /// Sets the webhooks' gauges from what the database says now.
+    pub fn set_webhook_state(&self, gauges: &storage::ops::gauges::WebhookGauges) {
+        self.webhooks.set(gauges);
     }
 
     /// The exposition in `format`.

@@ -10,12 +10,15 @@ use control::webhooks::{WebhookContext, deliver};
 use crate::passes::{Pass, PassContext, PassFuture, PassReport};
 use crate::vms::PassPause;
 
+/// The pass's name.
+pub const PASS: &str = "events.webhooks";
+
 /// `events.webhooks`.
 pub struct Webhooks;
 
 impl Pass for Webhooks {
     fn name(&self) -> &'static str {
-        "events.webhooks"
+        PASS
     }
 
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {

@@ -5,7 +5,7 @@
 //!
 //! One file per command group, grouped as the api-server's handlers are
 //! (`tenancy`, `accounts`, `secrets`, `capacity`, `grants`, `instances`,
-//! `system`, `views`), plus `login` and the generic `call`; each holds its
+//! `system`, `views`, `webhooks`), plus `login` and the generic `call`; each holds its
 //! group's arguments and what they call.
 
 use clap::CommandFactory;
@@ -29,6 +29,7 @@ mod secrets;
 mod system;
 mod tenancy;
 mod views;
+mod webhooks;
 
 pub use accounts::Accounts;
 pub use call::Call;
@@ -40,6 +41,7 @@ pub use secrets::Secrets;
 pub use system::{Clock, Events, SumBy, Usage};
 pub use tenancy::{Keys, Projects, Tenants};
 pub use views::Timeline;
+pub use webhooks::Webhooks;
 
 /// Everything one command needs.
 struct Ctx {
@@ -178,6 +180,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Projects(p) => tenancy::projects(&ctx, p).await,
         Command::Accounts(a) => accounts::accounts(&ctx, a).await,
         Command::Secrets(s) => secrets::secrets(&ctx, s).await,
+        Command::Webhooks(w) => webhooks::webhooks(&ctx, w).await,
         Command::Pools(p) => capacity::pools(&ctx, p).await,
         Command::Quotas(q) => capacity::quota_cmd(&ctx, q).await,
         Command::Grants(gr) => grants::grants(&ctx, gr).await,

@@ -1,4 +1,5 @@
-//! The worker's gauges of the bound reservations, read in one statement.
+//! The worker's gauges: the bound reservations, the managed instances and
+//! the webhooks, each read in one statement.
 
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -112,4 +113,35 @@ pub async fn vm_gauges(conn: &mut AsyncPgConnection) -> Result<VmGauges> {
     let sql = include_str!("sql/vm_gauges.sql")
         .replace("{DB_NOW_MS}", crate::ops::instances::managed::DB_NOW_MS);
     Ok(diesel::sql_query(sql).get_result(conn).await?)
+}
+
+/// The webhooks' gauges (contract 3.13).
+#[derive(Debug, Clone, Default, PartialEq, Eq, diesel::QueryableByName)]
+pub struct WebhookGauges {
+    /// Webhooks `disabled` and not deleted (by their tenant, or after 3 days
+    /// of failures).
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub disabled: i64,
+    /// Deliveries of enabled webhooks waiting for an attempt now: `pending`
+    /// or `retrying` and due by the product's clock. A delivery waiting for
+    /// its retry's time is not counted: only what the worker should be
+    /// sending already.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub due: i64,
+}
+
+/// The webhooks' gauges at `now` (the product's clock): one statement, the
+/// due deliveries counted through their partial index.
+pub async fn webhook_gauges(conn: &mut AsyncPgConnection, now: i64) -> Result<WebhookGauges> {
+    Ok(diesel::sql_query(
+        "SELECT \
+           (SELECT count(*) FROM webhooks \
+             WHERE state = 'disabled' AND deleted_at IS NULL) AS disabled, \
+           (SELECT count(*) FROM webhook_deliveries d JOIN webhooks w USING (webhook_id) \
+             WHERE d.state IN ('pending', 'retrying') AND d.next_at <= $1 \
+               AND w.state = 'enabled' AND w.deleted_at IS NULL) AS due",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(now)
+    .get_result(conn)
+    .await?)
 }
