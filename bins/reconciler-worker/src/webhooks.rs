@@ -1,7 +1,7 @@
 //! `events.webhooks` (contract 3.13, 6): delivers the tenants' events to
-//! their webhooks. Between rounds it sleeps until the interval ends, or an
-//! event is committed (`NOTIFY`), or a second passes while deliveries wait
-//! for a retry, whichever comes first.
+//! their webhooks. Between rounds it sleeps until the interval ends or an
+//! event is committed (`NOTIFY`), whichever comes first; a retry that falls
+//! due is sent at the next round.
 
 use std::time::Duration;
 

@@ -32,7 +32,7 @@ const SCAN_BATCH: i64 = 1000;
 pub const EVENTS_CHANNEL: &str = "bc_events";
 
 /// Records, for every enabled webhook, the deliveries of the events
-/// committed after its position (up to [`SCAN_BATCH`] each), at `now`.
+/// committed after its position (up to 1,000 each per round), at `now`.
 /// Returns how many were recorded.
 pub async fn record_new(conn: &mut AsyncPgConnection, now: i64) -> Result<u64> {
     let ids: Vec<String> = crate::db::read_only(conn, async |conn| {
