@@ -260,6 +260,14 @@ pub async fn replay(
     keyring: &Keyring,
     key: KeyedRequest<'_>,
 ) -> Result<Option<Created<WithSecret>>> {
+    crate::db::read_only(conn, async |conn| replay_now(conn, keyring, key).await).await
+}
+
+async fn replay_now(
+    conn: &mut AsyncPgConnection,
+    keyring: &Keyring,
+    key: KeyedRequest<'_>,
+) -> Result<Option<Created<WithSecret>>> {
     let found: Option<(Vec<u8>, String)> = idempotency_keys::table
         .filter(idempotency_keys::tenant_id.eq(key.tenant_id))
         .filter(idempotency_keys::method.eq(key.method))
@@ -541,13 +549,16 @@ pub async fn signing_secrets(
     id: &str,
     now: i64,
 ) -> Result<Vec<String>> {
-    let row: WebhookRow = wh::table
-        .find(id)
-        .select(WebhookRow::as_select())
-        .first(conn)
-        .await
-        .optional()?
-        .ok_or_else(|| StorageError::not_found("webhook", id))?;
+    let row: WebhookRow = crate::db::read_only(conn, async |conn| {
+        wh::table
+            .find(id)
+            .select(WebhookRow::as_select())
+            .first(conn)
+            .await
+            .optional()
+    })
+    .await?
+    .ok_or_else(|| StorageError::not_found("webhook", id))?;
     let mut secrets = vec![open(keyring, &row, &row.sealed())?];
     if let Some(old) = row.old_sealed(now) {
         secrets.push(open(keyring, &row, &old)?);

@@ -16,6 +16,8 @@ use crate::support::server::{Answer, ROOT, ROOT_TOKEN, Server, rand_suffix};
 /// fails at once with a provider error instead of reaching the internet.
 const DEAD_ENDPOINT: &str = "http://127.0.0.1:9";
 const MISSING_GRANT: &str = "rgrant_00000000000000000000000000";
+/// A webhook id no test makes.
+const MISSING_WEBHOOK: &str = "whk_00000000000000000000000000";
 const MISSING_INSTANCE: &str = "inst_00000000000000000000000000";
 
 /// Methods the contract calls "root only" (2.4): the acting tenant must be
@@ -333,6 +335,19 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
         "instances.get" | "instances.stop" | "instances.start" | "instances.delete" => {
             (json!({ "instanceId": MISSING_INSTANCE }), false)
         }
+        // Without BC_SECRETS_KEY a create is INVALID_STATE; the others find
+        // no such webhook.
+        "webhooks.create" => (
+            json!({ "url": "https://hooks.example.com/x", "idempotencyKey": format!("wh-{n}") }),
+            false,
+        ),
+        "webhooks.list" => (json!({}), true),
+        "webhooks.get"
+        | "webhooks.update"
+        | "webhooks.delete"
+        | "webhooks.rotateSecret"
+        | "webhooks.test"
+        | "webhooks.deliveries" => (json!({ "webhookId": MISSING_WEBHOOK }), false),
         _ => return None,
     };
     let mut body = body;

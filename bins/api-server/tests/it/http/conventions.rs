@@ -524,7 +524,7 @@ async fn the_method_list_matches_the_contract() {
         );
         let kind = if matches!(
             method,
-            "get" | "list" | "listReservations" | "timeline" | "usage" | "preview"
+            "get" | "list" | "listReservations" | "timeline" | "usage" | "preview" | "deliveries"
         ) {
             "read"
         } else {
