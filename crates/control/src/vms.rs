@@ -186,22 +186,18 @@ async fn drive_claim(ctx: &VmContext<'_>, claim: StepClaim) -> Result<StepReport
             return record(ctx, &work, &claim, kind, outcome).await;
         }
         let round = look(provider.as_ref(), &work, &claim, kind).await;
+        let lease_ms = ms(ctx.rules.lease);
         match round {
             Round::End(outcome) => return record(ctx, &work, &claim, kind, outcome).await,
             Round::Operation(op) => {
                 claim.operation = Some(op.clone());
-                if !save(
-                    ctx,
-                    &claim,
-                    Progress {
-                        operation: Some(Some(op)),
-                        lease_ms: ms(ctx.rules.lease),
-                        ..Progress::default()
-                    },
-                )
-                .await?
-                {
-                    return Ok(lost(kind));
+                let p = Progress {
+                    operation: Some(Some(op)),
+                    lease_ms,
+                    ..Progress::default()
+                };
+                if let Some(lost) = keep(ctx, &claim, p, kind).await? {
+                    return Ok(lost);
                 }
             }
             Round::NextZone(zone, index) => {
@@ -210,80 +206,45 @@ async fn drive_claim(ctx: &VmContext<'_>, claim: StepClaim) -> Result<StepReport
                     zone = %zone,
                     "zone exhausted: the on-demand create goes on in the next zone"
                 );
-                if !save(
-                    ctx,
-                    &claim,
-                    Progress {
-                        operation: Some(None),
-                        next_zone: Some((zone.clone(), index)),
-                        // Released: the next claim sends it in that zone at once.
-                        lease_ms: 0,
-                        ..Progress::default()
-                    },
-                )
-                .await?
-                {
-                    return Ok(lost(kind));
-                }
-                // The fresh request id is read back with the next claim.
-                return Ok(StepReport {
-                    kind,
-                    end: StepEnd::Waiting,
-                    latency: None,
-                });
+                // Given back: the next claim reads the fresh request id and
+                // sends it in that zone at once.
+                let p = Progress {
+                    operation: Some(None),
+                    next_zone: Some((zone, index)),
+                    ..Progress::default()
+                };
+                return put_off(ctx, &claim, p, kind).await;
             }
             Round::Resend => {
                 claim.operation = None;
-                if !save(
-                    ctx,
-                    &claim,
-                    Progress {
-                        operation: Some(None),
-                        lease_ms: ms(ctx.rules.lease),
-                        ..Progress::default()
-                    },
-                )
-                .await?
-                {
-                    return Ok(lost(kind));
+                let p = Progress {
+                    operation: Some(None),
+                    lease_ms,
+                    ..Progress::default()
+                };
+                if let Some(lost) = keep(ctx, &claim, p, kind).await? {
+                    return Ok(lost);
                 }
             }
             Round::Poll(_) if held.elapsed() > ctx.rules.lease / 2 => {
-                if !save(
-                    ctx,
-                    &claim,
-                    Progress {
-                        due_in_ms: 1000,
-                        lease_ms: 0,
-                        ..Progress::default()
-                    },
-                )
-                .await?
-                {
-                    return Ok(lost(kind));
-                }
-                return Ok(StepReport {
-                    kind,
-                    end: StepEnd::Waiting,
-                    latency: None,
-                });
+                let p = Progress {
+                    due_in_ms: 1000,
+                    ..Progress::default()
+                };
+                return put_off(ctx, &claim, p, kind).await;
             }
             Round::Poll(wait) => {
                 polls += 1;
                 tokio::time::sleep(wait).await;
                 // The lease is renewed about every second of waiting.
-                if polls.is_multiple_of(4)
-                    && !save(
-                        ctx,
-                        &claim,
-                        Progress {
-                            lease_ms: ms(ctx.rules.lease),
-                            ..Progress::default()
-                        },
-                    )
-                    .await?
-                {
-                    return Ok(lost(kind));
+                if polls.is_multiple_of(4) {
+                    let p = Progress {
+                        lease_ms,
+                        ..Progress::default()
+                    };
+                    if let Some(lost) = keep(ctx, &claim, p, kind).await? {
+                        return Ok(lost);
+                    }
                 }
             }
             Round::Retry(e) => {
@@ -296,29 +257,43 @@ async fn drive_claim(ctx: &VmContext<'_>, claim: StepClaim) -> Result<StepReport
                     backoff_ms = backoff.as_millis() as u64,
                     "vm step failed, will retry with the same request id"
                 );
-                claim.attempts += 1;
-                if !save(
-                    ctx,
-                    &claim,
-                    Progress {
-                        failed_try: true,
-                        due_in_ms: ms(backoff),
-                        lease_ms: 0,
-                        ..Progress::default()
-                    },
-                )
-                .await?
-                {
-                    return Ok(lost(kind));
-                }
-                return Ok(StepReport {
-                    kind,
-                    end: StepEnd::Waiting,
-                    latency: None,
-                });
+                let p = Progress {
+                    failed_try: true,
+                    due_in_ms: ms(backoff),
+                    ..Progress::default()
+                };
+                return put_off(ctx, &claim, p, kind).await;
             }
         }
     }
+}
+
+/// Records progress and goes on: `Some` (the lease is lost) stops the step.
+async fn keep(
+    ctx: &VmContext<'_>,
+    claim: &StepClaim,
+    p: Progress,
+    kind: StepKind,
+) -> Result<Option<StepReport>> {
+    Ok((!save(ctx, claim, p).await?).then(|| lost(kind)))
+}
+
+/// Records progress and gives the claim back (`p.lease_ms` is 0): the step
+/// is due again at `p.due_in_ms`.
+async fn put_off(
+    ctx: &VmContext<'_>,
+    claim: &StepClaim,
+    p: Progress,
+    kind: StepKind,
+) -> Result<StepReport> {
+    if !save(ctx, claim, p).await? {
+        return Ok(lost(kind));
+    }
+    Ok(StepReport {
+        kind,
+        end: StepEnd::Waiting,
+        latency: None,
+    })
 }
 
 fn lost(kind: StepKind) -> StepReport {
@@ -404,22 +379,12 @@ async fn give_up_or_wait(
     }
     let wait = backoff(work.claim.attempts, ctx.rules.max_backoff);
     tracing::warn!(error = %error, "vm step put off");
-    save(
-        ctx,
-        &work.claim,
-        Progress {
-            failed_try: true,
-            due_in_ms: ms(wait),
-            lease_ms: 0,
-            ..Progress::default()
-        },
-    )
-    .await?;
-    Ok(StepReport {
-        kind,
-        end: StepEnd::Waiting,
-        latency: None,
-    })
+    let p = Progress {
+        failed_try: true,
+        due_in_ms: ms(wait),
+        ..Progress::default()
+    };
+    put_off(ctx, &work.claim, p, kind).await
 }
 
 async fn provider_for(

@@ -96,3 +96,24 @@ fn system_now() -> i64 {
         .unwrap_or_default();
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// The database's real time in epoch milliseconds, as SQL. Leases, backoff
+/// and deadlines (scans, VM steps, webhook deliveries) are about real
+/// elapsed time between replicas, never about the product's (possibly
+/// manual) clock, and the database's time is the one all replicas share.
+pub(crate) const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// The database's real time now (epoch ms): see [`DB_NOW_MS`].
+pub async fn db_now_ms(conn: &mut AsyncPgConnection) -> Result<i64> {
+    #[derive(QueryableByName)]
+    struct Now {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        now: i64,
+    }
+    let sql = format!("SELECT {DB_NOW_MS} AS now");
+    let row: Now = crate::db::read_only(conn, async |conn| {
+        diesel::sql_query(sql).get_result(conn).await
+    })
+    .await?;
+    Ok(row.now)
+}

@@ -352,7 +352,7 @@ impl GceProvider {
             let answer = self.request(&mut session, &call).await?;
             let (found, next) = vm_wire::parse_instance_page(&answer)?;
             vms.extend(found);
-            match next {
+            match super::next_page(page_token.as_deref(), next)? {
                 None => {
                     tracing::debug!(
                         project = %self.config.project,
@@ -362,12 +362,7 @@ impl GceProvider {
                     );
                     return Ok(vms);
                 }
-                Some(next) if page_token.as_deref() == Some(next.as_str()) => {
-                    return Err(ProviderError::Malformed(
-                        "the provider answered the same page token twice".into(),
-                    ));
-                }
-                Some(next) => page_token = Some(next),
+                next => page_token = next,
             }
         }
         Err(ProviderError::Malformed(format!(

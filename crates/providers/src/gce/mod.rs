@@ -323,7 +323,7 @@ impl GceProvider {
             page += 1;
             let parsed = wire::parse_page(&body, &self.config.project)?;
             reservations.extend(parsed.reservations);
-            match parsed.next_page_token {
+            match next_page(page_token.as_deref(), parsed.next_page_token)? {
                 None => {
                     tracing::debug!(
                         project = %self.config.project,
@@ -333,12 +333,7 @@ impl GceProvider {
                     );
                     return Ok(reservations);
                 }
-                Some(next) if page_token.as_deref() == Some(next.as_str()) => {
-                    return Err(ProviderError::Malformed(
-                        "the provider answered the same page token twice".into(),
-                    ));
-                }
-                Some(next) => page_token = Some(next),
+                next => page_token = next,
             }
         }
         Err(ProviderError::Malformed(format!(
@@ -587,6 +582,21 @@ fn describe(e: &reqwest::Error) -> String {
             None => text,
         },
         None => text,
+    }
+}
+
+/// The page token to ask for next after a page answered `next` for
+/// `current`: `None` when the listing is complete; an answer repeating the
+/// token it was asked with is malformed (it would never end).
+pub(crate) fn next_page(
+    current: Option<&str>,
+    next: Option<String>,
+) -> Result<Option<String>, ProviderError> {
+    match next {
+        Some(next) if current == Some(next.as_str()) => Err(ProviderError::Malformed(
+            "the provider answered the same page token twice".into(),
+        )),
+        next => Ok(next),
     }
 }
 

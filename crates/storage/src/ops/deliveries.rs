@@ -13,11 +13,11 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
+use crate::clock::DB_NOW_MS;
 use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::model::event_data::{EventData, WebhookDisabled};
 use crate::model::events::{self, NewEvent};
-use crate::ops::instances::managed::DB_NOW_MS;
 
 /// The first retry waits a minute; each later one twice as long.
 pub const FIRST_RETRY_MS: i64 = 60_000;

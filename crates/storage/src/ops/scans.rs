@@ -10,6 +10,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Commitment, ForcedEnd, GrantState, Term};
 
+use crate::clock::DB_NOW_MS;
 use crate::error::{Result, StorageError};
 use crate::ids::TenantId;
 use crate::locks;
@@ -309,12 +310,6 @@ impl ClaimRules {
 /// The default lease of a scan claim: longer than a listing can take (each
 /// page request times out after 30 s).
 pub const DEFAULT_SCAN_LEASE_MS: i64 = 5 * 60 * 1000;
-
-/// The database's real time in epoch milliseconds. Scan leases and spacing
-/// are about real elapsed time between replicas, never about the product's
-/// (possibly manual) clock, and the database's time is the one all replicas
-/// share.
-const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// Claims a scan of `account_id` for `tenant`: takes the account's next
 /// ticket and its lease. `Ok(None)` when another scan holds a live lease or

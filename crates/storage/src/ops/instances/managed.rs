@@ -34,24 +34,8 @@ pub const STEPS_CHANNEL: &str = "bc_vm_steps";
 /// `BC_VM_STEP_TIMEOUT` says otherwise (10 minutes, contract 3.12).
 pub const DEFAULT_STEP_TIMEOUT_MS: i64 = 10 * 60 * 1000;
 
-/// The database's real time in epoch milliseconds: steps' leases, backoff
-/// and deadlines are about elapsed time, never the product's clock.
-pub(crate) const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
-
-/// The database's real time now (epoch ms).
-pub async fn db_now_ms(conn: &mut AsyncPgConnection) -> Result<i64> {
-    #[derive(QueryableByName)]
-    struct Now {
-        #[diesel(sql_type = BigInt)]
-        now: i64,
-    }
-    let sql = format!("SELECT {DB_NOW_MS} AS now");
-    let row: Now = crate::db::read_only(conn, async |conn| {
-        diesel::sql_query(sql).get_result(conn).await
-    })
-    .await?;
-    Ok(row.now)
-}
+pub(crate) use crate::clock::DB_NOW_MS;
+pub use crate::clock::db_now_ms;
 
 /// A managed instance's VM name: `bc-` and its id's suffix.
 pub fn vm_name(instance_id: &str) -> String {
