@@ -103,7 +103,8 @@ fn system_now() -> i64 {
 /// manual) clock, and the database's time is the one all replicas share.
 pub(crate) const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-/// The database's real time now (epoch ms): see [`DB_NOW_MS`].
+/// The database's real time now (epoch ms), as the leases of scans, VM steps
+/// and webhook deliveries measure it.
 pub async fn db_now_ms(conn: &mut AsyncPgConnection) -> Result<i64> {
     #[derive(QueryableByName)]
     struct Now {
