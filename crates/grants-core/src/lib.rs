@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod capacity;
+pub mod deficit;
 pub mod metering;
 pub mod notices;
 pub mod placement;
