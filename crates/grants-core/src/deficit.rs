@@ -247,6 +247,31 @@ pub fn deficit_records(
     out
 }
 
+/// The credit of `grants[subject]` per hour bucket from the bucket holding
+/// `from` up to `until`, in micro-slot-hours, rounded as the records are (the
+/// cumulative credit rounded at each bucket end, and at `until` for the
+/// bucket it falls in): for an ended bucket, exactly its record. Only buckets
+/// with a credit appear.
+pub fn deficit_micros_from(
+    subject: usize,
+    grants: &[Commitment],
+    history: &[TotalChange],
+    from: i64,
+    until: i64,
+) -> BTreeMap<i64, i64> {
+    let first = bucket_start(from);
+    let mut cumulative = BigRational::zero();
+    let mut out = BTreeMap::new();
+    for (bucket, ms) in deficit_ms_by_bucket(subject, grants, history, until) {
+        let before = round_to_micros(&cumulative);
+        cumulative += ms;
+        if bucket >= first {
+            out.insert(bucket, round_to_micros(&cumulative) - before);
+        }
+    }
+    out
+}
+
 /// Slot-milliseconds to micro-slot-hours, rounded half-up, as
 /// [`crate::metering`] rounds: `floor(ms × 5 / 18 + 1/2)`.
 pub fn round_to_micros(ms: &BigRational) -> i64 {
@@ -337,6 +362,25 @@ mod tests {
             [1_000_000]
         );
         assert!(deficit_records(0, &grants, &history, 10 * H, 20 * H).is_empty());
+    }
+
+    #[test]
+    fn the_view_of_ended_buckets_is_their_records() {
+        let history = [TotalChange { at: 0, total: 2 }];
+        let grants = [g(0, 3 * H, 1), g(0, 3 * H, 1), g(0, 3 * H, 1)];
+        let records = deficit_records(1, &grants, &history, H, 3 * H);
+        let view = deficit_micros_from(1, &grants, &history, H, 3 * H);
+        let from_records: BTreeMap<i64, i64> = records
+            .iter()
+            .map(|r| (r.period_start, r.quantity_micro))
+            .collect();
+        assert_eq!(view, from_records);
+        // Half of the current hour: 1/6 slot-hour so far.
+        let partial = deficit_micros_from(1, &grants, &history, 3 * H, 3 * H + H / 2);
+        assert!(partial.is_empty(), "the term is over");
+        let partial = deficit_micros_from(1, &grants, &history, 2 * H, 2 * H + H / 2);
+        // 5/6 rounded (833_333) less 2/3 rounded (666_667).
+        assert_eq!(partial.get(&(2 * H)), Some(&166_666));
     }
 
     #[test]

@@ -95,6 +95,7 @@ diesel::table! {
         created_at -> Int8,
         ended_at -> Nullable<Int8>,
         metered_through -> Int8,
+        deficit_micro -> Int8,
     }
 }
 
@@ -218,6 +219,16 @@ diesel::table! {
         resource -> Text,
         max_value -> Int8,
         used -> Int8,
+    }
+}
+
+diesel::table! {
+    reservation_totals (account_id, reservation_id, at) {
+        account_id -> Text,
+        reservation_id -> Text,
+        at -> Int8,
+        total -> Int8,
+        short -> Bool,
     }
 }
 
@@ -433,6 +444,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     projects,
     provider_accounts,
     quotas,
+    reservation_totals,
     reservations,
     secrets,
     tenants,

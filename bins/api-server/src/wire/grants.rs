@@ -43,6 +43,11 @@ pub struct Grant {
     pub ended_at: Option<Millis>,
     /// Slot-hours are written up to this instant.
     pub metered_through: Millis,
+    /// Slot-hours credited so far for capacity the provider did not hold:
+    /// the sum of the grant's vm.grant.deficit.hours records (6 decimals).
+    /// Part of every grant object, so `get` and `list` show the same one.
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
+    pub deficit_slot_hours: String,
 }
 
 impl From<grants::Grant> for Grant {
@@ -63,6 +68,7 @@ impl From<grants::Grant> for Grant {
             created_at: r.created_at,
             ended_at: g.ended_at,
             metered_through: r.metered_through,
+            deficit_slot_hours: grants_core::format_micros(r.deficit_micro),
         }
     }
 }

@@ -169,6 +169,11 @@ pub struct GrantHour {
     /// Instance-hours running in the grant, up to now.
     #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
     pub usage_hours: String,
+    /// Slot-hours credited in the hour for capacity the provider did not
+    /// hold: its vm.grant.deficit.hours record once written, before that
+    /// what the shortfall so far comes to (6 decimals).
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
+    pub deficit_hours: String,
 }
 
 impl From<grants_core::views::hours::HourRow> for GrantHour {
@@ -180,6 +185,7 @@ impl From<grants_core::views::hours::HourRow> for GrantHour {
             slot_hours: grants_core::format_micros(r.slot_micros),
             held_hours: grants_core::format_micros(r.held_micros),
             usage_hours: grants_core::format_micros(r.usage_micros),
+            deficit_hours: grants_core::format_micros(r.deficit_micros),
         }
     }
 }

@@ -25,6 +25,11 @@ pub struct HourRow {
     pub held_micros: i64,
     /// Instance-hours running in the grant, up to now, rounded likewise.
     pub usage_micros: i64,
+    /// Slot-hours credited in the bucket for capacity the provider did not
+    /// hold (`vm.grant.deficit.hours`, contract 5.4). The rows of
+    /// [`grant_hours`] carry 0; the caller sets it from the grant's credits
+    /// (see [`crate::deficit`]).
+    pub deficit_micros: i64,
 }
 
 /// How many hour buckets `window` overlaps.
@@ -155,6 +160,7 @@ pub fn grant_hours_with(
                 slot_micros: micros(slot),
                 held_micros: micros(round_to_micros(*held)),
                 usage_micros: micros(round_to_micros(*running)),
+                deficit_micros: 0,
             }
         })
         .collect()

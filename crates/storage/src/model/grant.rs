@@ -106,6 +106,8 @@ pub struct GrantRow {
     pub ended_at: Option<i64>,
     /// Slot-hours written up to here.
     pub metered_through: i64,
+    /// `vm.grant.deficit.hours` written so far, in micro-slot-hours.
+    pub deficit_micro: i64,
 }
 
 impl GrantRow {

@@ -25,6 +25,7 @@ use crate::model::states::{InstanceState, SettledState};
 use crate::ops::settlement;
 use crate::schema::{grants, instances, placement_segments as seg, pools, reservations};
 
+mod deficit;
 mod usage;
 
 pub use usage::{UsageFilter, UsageRecord, list};
@@ -131,21 +132,31 @@ async fn write_records(
     Ok(written as u64)
 }
 
-/// Sets the metered-through marks of grants in one statement.
-async fn set_grant_marks(
-    conn: &mut AsyncPgConnection,
-    ids: &[String],
-    marks: &[i64],
-) -> Result<()> {
-    if ids.is_empty() {
+/// What a metering transaction advances on its grants.
+#[derive(Debug, Default)]
+struct Marks {
+    /// The grants.
+    ids: Vec<String>,
+    /// Their new `meteredThrough`.
+    through: Vec<i64>,
+    /// The micro-slot-hours credited to each by this transaction.
+    credited: Vec<i64>,
+}
+
+/// Sets the metered-through marks of grants, and adds their new credits, in
+/// one statement.
+async fn set_grant_marks(conn: &mut AsyncPgConnection, marks: &Marks) -> Result<()> {
+    if marks.ids.is_empty() {
         return Ok(());
     }
     diesel::sql_query(
-        "UPDATE grants SET metered_through = v.t \
-         FROM unnest($1::text[], $2::bigint[]) AS v(id, t) WHERE grants.grant_id = v.id",
+        "UPDATE grants SET metered_through = v.t, deficit_micro = deficit_micro + v.c \
+         FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS v(id, t, c) \
+         WHERE grants.grant_id = v.id",
     )
-    .bind::<Array<Text>, _>(ids)
-    .bind::<Array<BigInt>, _>(marks)
+    .bind::<Array<Text>, _>(&marks.ids)
+    .bind::<Array<BigInt>, _>(&marks.through)
+    .bind::<Array<BigInt>, _>(&marks.credited)
     .execute(conn)
     .await?;
     Ok(())
@@ -255,8 +266,9 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                     .map(|g| (g.account_id.clone(), g.reservation_id.clone()))
                     .collect();
                 let places = reservation_places(conn, &keys).await?;
+                let mut credits = deficit::credits(conn, &batch, now).await?;
                 let mut records = Vec::new();
-                let mut marks: (Vec<String>, Vec<i64>) = (Vec::new(), Vec::new());
+                let mut marks = Marks::default();
                 for g in &batch {
                     let slots = u32::try_from(g.slots).unwrap_or(0);
                     let due = grants_core::grant_slot_records(
@@ -272,7 +284,7 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                         .get(&(g.account_id.clone(), g.reservation_id.clone()))
                         .cloned()
                         .unwrap_or_default();
-                    records.push(RecordGroup {
+                    let slot_group = RecordGroup {
                         tenant_id: g.tenant_id.clone(),
                         project_id: g.project_id.clone(),
                         meter: "vm.grant.slot.hours",
@@ -290,11 +302,23 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                         }
                         .to_value()?,
                         records: due,
-                    });
-                    marks.0.push(g.grant_id.clone());
-                    marks.1.push(through);
+                    };
+                    // The credit of the same buckets, with the same tags.
+                    let credit = credits.remove(&g.grant_id).unwrap_or_default();
+                    let credited: i64 = credit.iter().map(|r| r.quantity_micro).sum();
+                    if !credit.is_empty() {
+                        records.push(RecordGroup {
+                            meter: "vm.grant.deficit.hours",
+                            records: credit,
+                            ..slot_group.clone()
+                        });
+                    }
+                    records.push(slot_group);
+                    marks.ids.push(g.grant_id.clone());
+                    marks.through.push(through);
+                    marks.credited.push(credited);
                 }
-                set_grant_marks(conn, &marks.0, &marks.1).await?;
+                set_grant_marks(conn, &marks).await?;
                 let written = write_records(conn, now, &records).await?;
                 Ok((batch.len() as u64, written))
             })

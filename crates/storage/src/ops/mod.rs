@@ -18,6 +18,7 @@ pub mod scans;
 pub mod secrets;
 pub mod settlement;
 pub mod tenancy;
+pub mod totals;
 pub mod views;
 pub mod vms;
 pub mod webhooks;

@@ -19,7 +19,7 @@ use crate::model::events::{self, NewEvent};
 use crate::model::states::{ReservationStatus, SettledState};
 use crate::model::{grant::GrantRow, reservation::ReservationRow};
 use crate::ops::accounts::{self, Account};
-use crate::ops::settlement;
+use crate::ops::{settlement, totals};
 use crate::schema::{grants, provider_accounts, reservations};
 
 /// A reservation as a provider listed it: what a scan's answer is made of.
@@ -149,13 +149,23 @@ pub async fn apply_scan(
                 .returning(ReservationRow::as_returning())
                 .get_result(conn)
                 .await?;
+            // Every change of total is kept, for the deficit credits (5.4).
+            let (account, id) = (account_id, r.reservation_id.as_str());
             match before {
-                None => outcome.appeared += 1,
+                None => {
+                    outcome.appeared += 1;
+                    totals::record(conn, account, id, now, row.total, false).await?;
+                }
                 Some(b) if b.total != row.total => {
                     settlement::settle(conn, &row, now, &mut events).await?;
-                    if capacity_short(conn, &root, &row, now, &mut events).await? {
+                    let short = capacity_short(conn, &root, &row, now, &mut events).await?;
+                    if short {
                         outcome.capacity_short += 1;
                     }
+                    totals::record(conn, account, id, now, row.total, short).await?;
+                }
+                Some(b) if b.status == ReservationStatus::Gone => {
+                    totals::record(conn, account, id, now, row.total, false).await?;
                 }
                 Some(_) => {}
             }
@@ -186,6 +196,8 @@ pub async fn apply_scan(
                 ))
                 .execute(conn)
                 .await?;
+            // Its grants ended at `now`: nothing is owed after.
+            totals::record(conn, account_id, &k.reservation_id, now, 0, false).await?;
             tracing::warn!(
                 account = %account_id,
                 reservation = %k.reservation_id,

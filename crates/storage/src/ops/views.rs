@@ -23,7 +23,7 @@ use crate::model::grant::GrantRow;
 use crate::model::reservation::ReservationRow;
 use crate::model::segment::{self, SegmentRow};
 use crate::ops::grants::Grant;
-use crate::ops::settlement;
+use crate::ops::{settlement, totals};
 use crate::schema::provider_accounts;
 
 /// The most hour buckets one `reservationGrants.usage` answer holds.
@@ -297,7 +297,7 @@ pub async fn grant_usage(
             _ => (Vec::new(), Vec::new()),
         };
     let slots = u32::try_from(row.slots).unwrap_or(0);
-    Ok(grant_hours_with(
-        grant_id, slots, term, window, &totals, &stints, now,
-    ))
+    let mut rows = grant_hours_with(grant_id, slots, term, window, &totals, &stints, now);
+    totals::fill_credits(conn, &row, &mut rows, now).await?;
+    Ok(rows)
 }

@@ -64,7 +64,7 @@ pub fn check_shape(r: &Value) {
         assert!(tags[t].is_string(), "tag {t} missing: {r}");
     }
     match meter {
-        "vm.grant.slot.hours" => {
+        "vm.grant.slot.hours" | "vm.grant.deficit.hours" => {
             assert_eq!(unit, "slot-hours", "{r}");
             assert!(r["grantId"].is_string(), "{r}");
             assert!(r.get("instanceId").is_none(), "{r}");

@@ -204,11 +204,18 @@ async fn capacity_short_is_published_once_per_change_of_total() {
     s.set_clock(T0 + 2 * HOUR).await;
     worker::once(&s, &["vps.grants"]).await;
     let slots = usage(&s, &t, "acme", "vm.grant.slot.hours").await;
+    let of_g1 = |meter: &str| json!({ "grantId": g1, "meter": meter });
     assert_eq!(
-        q(&usage_all(&s, &t, "acme", json!({ "grantId": g1 })).await),
+        q(&usage_all(&s, &t, "acme", of_g1("vm.grant.slot.hours")).await),
         at(&[(0, "2.000000"), (1, "2.000000")])
     );
     assert_eq!(slots.len(), 3);
+    // And are credited (contract 5.4) for what the last total, 3 from
+    // T0+MIN, leaves out once g2 starts: 1 slot of 4, half of it g1's.
+    assert_eq!(
+        q(&usage_all(&s, &t, "acme", of_g1("vm.grant.deficit.hours")).await),
+        at(&[(1, "0.500000")])
+    );
     assert_eq!(get_grant(&s, &g1).await["state"], "active");
     assert_eq!(get_grant(&s, &g2).await["state"], "active");
 }

@@ -1,0 +1,290 @@
+//! The history of each reservation's total (contract 5.4): written by the
+//! scans that see it change, read by the metering of deficit credits, the
+//! grant's hours view and the shortfall gauges.
+//!
+//! A change is recorded at the scan's instant, except that it never lands in
+//! an hour bucket whose credits are already written: a scan's answer applied
+//! after the reservation's grants were metered through an hour takes effect
+//! at that hour's end, so a written record is never contradicted. Rows are
+//! pruned once no grant that is not fully metered can need them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Text};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use grants_core::deficit::TotalChange;
+use grants_core::{Commitment, HOUR_MS, Term};
+
+use crate::error::Result;
+use crate::model::states::SettledState;
+use crate::schema::{grants, reservation_totals as rt};
+
+/// A reservation's key: its account and its id.
+pub type ReservationKey = (String, String);
+
+/// Records that the (locked) reservation's total is `total` from the scan's
+/// instant `now` on, `short` when it is below the peak of the reservation's
+/// scheduled and active grants from then on. Returns the instant recorded:
+/// `now`, or later when the reservation's credits are already written past
+/// it or a change is already recorded after it.
+pub async fn record(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+    now: i64,
+    total: i64,
+    short: bool,
+) -> Result<i64> {
+    let last: Option<i64> = rt::table
+        .filter(rt::account_id.eq(account_id))
+        .filter(rt::reservation_id.eq(reservation_id))
+        .select(diesel::dsl::max(rt::at))
+        .first(conn)
+        .await?;
+    // The end of the last hour bucket metered for any of its grants.
+    let metered: Option<i64> = grants::table
+        .filter(grants::account_id.eq(account_id))
+        .filter(grants::reservation_id.eq(reservation_id))
+        .filter(grants::settled_state.ne(SettledState::Cancelled))
+        .filter(grants::metered_through.gt(grants::starts_at))
+        .select(diesel::dsl::max(grants::metered_through))
+        .first(conn)
+        .await?;
+    let closed = metered.map_or(i64::MIN, |m| {
+        m.div_euclid(HOUR_MS) * HOUR_MS
+            + if m.rem_euclid(HOUR_MS) == 0 {
+                0
+            } else {
+                HOUR_MS
+            }
+    });
+    let at = now.max(last.unwrap_or(i64::MIN)).max(closed);
+    if at > now {
+        tracing::info!(
+            account = %account_id,
+            reservation = %reservation_id,
+            now,
+            at,
+            "total change recorded after the hours already credited"
+        );
+    }
+    diesel::insert_into(rt::table)
+        .values((
+            rt::account_id.eq(account_id),
+            rt::reservation_id.eq(reservation_id),
+            rt::at.eq(at),
+            rt::total.eq(total.max(0)),
+            rt::short.eq(short),
+        ))
+        .on_conflict((rt::account_id, rt::reservation_id, rt::at))
+        .do_update()
+        .set((rt::total.eq(total.max(0)), rt::short.eq(short)))
+        .execute(conn)
+        .await?;
+    prune(conn, account_id, reservation_id).await?;
+    Ok(at)
+}
+
+/// Deletes the rows of a reservation that no grant still to be metered
+/// needs: those superseded by a later row at or before the earliest start of
+/// such a grant (every row when there is none, but the last).
+async fn prune(conn: &mut AsyncPgConnection, account_id: &str, reservation_id: &str) -> Result<()> {
+    let needed_from: Option<i64> = grants::table
+        .filter(grants::account_id.eq(account_id))
+        .filter(grants::reservation_id.eq(reservation_id))
+        .filter(grants::settled_state.ne(SettledState::Cancelled))
+        .filter(grants::metered_through.lt(grants::ends_at))
+        .select(diesel::dsl::min(grants::starts_at))
+        .first(conn)
+        .await?;
+    diesel::sql_query(
+        "DELETE FROM reservation_totals t \
+          WHERE t.account_id = $1 AND t.reservation_id = $2 \
+            AND EXISTS (SELECT 1 FROM reservation_totals n \
+                         WHERE n.account_id = $1 AND n.reservation_id = $2 \
+                           AND n.at > t.at AND n.at <= $3)",
+    )
+    .bind::<Text, _>(account_id)
+    .bind::<Text, _>(reservation_id)
+    .bind::<BigInt, _>(needed_from.unwrap_or(i64::MAX))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Those of `keys` with a row marked short: the only reservations whose
+/// grants may be owed a credit.
+pub async fn short_among(
+    conn: &mut AsyncPgConnection,
+    keys: &[ReservationKey],
+) -> Result<BTreeSet<ReservationKey>> {
+    if keys.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let accounts: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+    let ids: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+    #[derive(QueryableByName)]
+    struct Key {
+        #[diesel(sql_type = Text)]
+        account_id: String,
+        #[diesel(sql_type = Text)]
+        reservation_id: String,
+    }
+    let rows: Vec<Key> = diesel::sql_query(
+        "SELECT DISTINCT account_id, reservation_id FROM reservation_totals \
+          WHERE short AND (account_id, reservation_id) IN \
+                (SELECT * FROM unnest($1::text[], $2::text[]))",
+    )
+    .bind::<Array<Text>, _>(&accounts)
+    .bind::<Array<Text>, _>(&ids)
+    .load(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|k| (k.account_id, k.reservation_id))
+        .collect())
+}
+
+/// The reservation's total as the scans saw it, oldest first.
+pub async fn history(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+) -> Result<Vec<TotalChange>> {
+    let rows: Vec<(i64, i64)> = rt::table
+        .filter(rt::account_id.eq(account_id))
+        .filter(rt::reservation_id.eq(reservation_id))
+        .order(rt::at.asc())
+        .select((rt::at, rt::total))
+        .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(at, total)| TotalChange {
+            at,
+            total: u64::try_from(total).unwrap_or(0),
+        })
+        .collect())
+}
+
+/// The reservation's non-cancelled grants whose term meets `window` (ended
+/// ones with their final end), by grant id: what `committed(t)` sums over it.
+pub async fn commitments(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+    window: Term,
+) -> Result<BTreeMap<String, Commitment>> {
+    let rows: Vec<(String, i32, i64, i64)> = grants::table
+        .filter(grants::account_id.eq(account_id))
+        .filter(grants::reservation_id.eq(reservation_id))
+        .filter(grants::settled_state.ne(SettledState::Cancelled))
+        .filter(grants::ends_at.gt(window.start))
+        .filter(grants::starts_at.lt(window.end))
+        .select((
+            grants::grant_id,
+            grants::slots,
+            grants::starts_at,
+            grants::ends_at,
+        ))
+        .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, slots, start, end)| {
+            let slots = u32::try_from(slots).unwrap_or(0);
+            (id, Commitment::new(Term::new(start, end), slots))
+        })
+        .collect())
+}
+
+/// What the deficit arithmetic needs about one reservation over `window`:
+/// its grants in a fixed order and its history.
+pub struct Shortfalls {
+    /// Grant ids, in the order of `grants`.
+    pub ids: Vec<String>,
+    /// The grants, as `grants_core::deficit` takes them.
+    pub grants: Vec<Commitment>,
+    /// The total's history.
+    pub history: Vec<TotalChange>,
+}
+
+impl Shortfalls {
+    /// Reads them.
+    pub async fn load(
+        conn: &mut AsyncPgConnection,
+        account_id: &str,
+        reservation_id: &str,
+        window: Term,
+    ) -> Result<Shortfalls> {
+        let (ids, grants) = commitments(conn, account_id, reservation_id, window)
+            .await?
+            .into_iter()
+            .unzip();
+        Ok(Shortfalls {
+            ids,
+            grants,
+            history: history(conn, account_id, reservation_id).await?,
+        })
+    }
+
+    /// The position of a grant in `grants`.
+    pub fn position(&self, grant_id: &str) -> Option<usize> {
+        self.ids.iter().position(|id| id == grant_id)
+    }
+}
+
+/// Sets `deficit_micros` on a grant's hour rows (`reservationGrants.usage`):
+/// its written `vm.grant.deficit.hours` record for the hours metered, and
+/// for the others the credit the history so far comes to, up to `now`.
+pub async fn fill_credits(
+    conn: &mut AsyncPgConnection,
+    grant: &crate::model::grant::GrantRow,
+    rows: &mut [grants_core::views::hours::HourRow],
+    now: i64,
+) -> Result<()> {
+    use crate::schema::usage_records as u;
+    let (Some(first), Some(last)) = (<[_]>::first(rows), <[_]>::last(rows)) else {
+        return Ok(());
+    };
+    let (from, to) = (first.period_start, last.period_end);
+    let written: BTreeMap<i64, i64> = u::table
+        .filter(u::meter.eq("vm.grant.deficit.hours"))
+        .filter(u::subject.eq(&grant.grant_id))
+        .filter(u::target.eq(&grant.grant_id))
+        .filter(u::period_start.ge(from))
+        .filter(u::period_start.lt(to.min(grant.metered_through)))
+        .select((u::period_start, u::quantity_micro))
+        .load::<(i64, i64)>(conn)
+        .await?
+        .into_iter()
+        .collect();
+    let unmetered = from.max(grant.metered_through);
+    let key = (grant.account_id.clone(), grant.reservation_id.clone());
+    let pending = if unmetered < to.min(now) && !short_among(conn, &[key]).await?.is_empty() {
+        let window = Term::new(grant.starts_at, now.min(grant.ends_at));
+        let res = Shortfalls::load(conn, &grant.account_id, &grant.reservation_id, window).await?;
+        match res.position(&grant.grant_id) {
+            Some(subject) => grants_core::deficit::deficit_micros_from(
+                subject,
+                &res.grants,
+                &res.history,
+                unmetered,
+                now,
+            ),
+            None => BTreeMap::new(),
+        }
+    } else {
+        BTreeMap::new()
+    };
+    for row in rows.iter_mut() {
+        let source = if row.period_start < grant.metered_through {
+            &written
+        } else {
+            &pending
+        };
+        row.deficit_micros = source.get(&row.period_start).copied().unwrap_or(0);
+    }
+    Ok(())
+}

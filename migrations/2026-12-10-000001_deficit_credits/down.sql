@@ -1,0 +1,2 @@
+ALTER TABLE grants DROP COLUMN deficit_micro;
+DROP TABLE reservation_totals;
