@@ -1,5 +1,5 @@
 //! Billing: usage records written by the real `reconciler-worker --once`.
 
 mod basics;
-mod deficit;
+pub(crate) mod deficit;
 mod rules;

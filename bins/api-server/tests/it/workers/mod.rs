@@ -2,6 +2,7 @@
 //! crashes, one tenant's limits, and the monthly partitions it creates.
 
 mod crash;
+mod deficit_crash;
 mod limits;
 mod partitions;
 mod process;
