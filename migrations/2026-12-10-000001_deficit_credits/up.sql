@@ -37,3 +37,5 @@ SELECT r.account_id, r.reservation_id, r.last_scanned_at, r.total,
 -- (`reservationGrants.get` `deficitSlotHours`).
 ALTER TABLE grants
     ADD COLUMN deficit_micro bigint NOT NULL DEFAULT 0 CHECK (deficit_micro >= 0);
+-- The credited grants, for the per-pool gauge.
+CREATE INDEX grants_credited_idx ON grants (pool_id) WHERE deficit_micro > 0;

@@ -448,8 +448,9 @@ async fn gauges_loop(
     }
 }
 
-/// Refreshes the lag, reservation, managed instances' and webhooks' gauges:
-/// four cheap statements; a failure is logged and leaves the last values.
+/// Refreshes the lag, reservation, managed instances', webhooks' and deficit
+/// credits' gauges: a few cheap statements; a failure is logged and leaves
+/// the last values.
 async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
     let read = async {
         let mut conn = ctx.pool.get().await?;
@@ -470,13 +471,18 @@ async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
             storage::ops::gauges::webhook_gauges(conn, now).await
         })
         .await?;
-        Ok::<_, anyhow::Error>((lag, reservations, vms, webhooks))
+        let deficit = storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::gauges::deficit_gauges(conn, now, metrics::MAX_RESERVATIONS).await
+        })
+        .await?;
+        Ok::<_, anyhow::Error>((now, lag, reservations, vms, webhooks, deficit))
     };
     match read.await {
-        Ok((lag, reservations, vms, webhooks)) => {
+        Ok((now, lag, reservations, vms, webhooks, (short, pools))) => {
             metrics.set_state(lag, &reservations);
             metrics.set_vm_state(&vms);
             metrics.set_webhook_state(&webhooks);
+            metrics.set_deficit_state(now, &short, &pools);
         }
         Err(e) => tracing::warn!(error = %e, "reading the metrics' gauges failed"),
     }

@@ -28,6 +28,9 @@
 //! | `bc_webhook_delivery_lag_seconds` | histogram (0.1 s to 3 days) | |
 //! | `bc_webhooks_disabled` | gauge | |
 //! | `bc_webhook_deliveries_due` | gauge | |
+//! | `bc_reservation_short_slots` | gauge | `account`, `reservation` (short now, capped) |
+//! | `bc_reservation_short_seconds` | gauge | `account`, `reservation` (short now, capped) |
+//! | `bc_deficit_credited_slot_hours` | gauge | `pool` (capped) |
 //! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
 //!
 //! `result` is `ok`, `error`, `backing_off` or `claimed_elsewhere`; `state`
@@ -76,6 +79,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::passes::PassReport;
 
+mod deficit;
 mod webhooks;
 
 /// The most reservations the gauges describe one by one.
@@ -309,6 +313,7 @@ pub struct WorkerMetrics {
     capacity_short: Counter,
     vm: VmMetrics,
     webhooks: webhooks::WebhookMetrics,
+    deficit: deficit::DeficitMetrics,
     /// What provider adapters report.
     pub provider: Arc<ProviderMetrics>,
 }
@@ -417,6 +422,7 @@ impl WorkerMetrics {
         );
         let vm = VmMetrics::register(&mut r);
         let webhooks = webhooks::WebhookMetrics::register(&mut r);
+        let deficit = deficit::DeficitMetrics::register(&mut r);
         let provider = Arc::new(ProviderMetrics {
             duration: Family::new_with_constructor(latency),
             pages: Counter::default(),
@@ -463,6 +469,7 @@ impl WorkerMetrics {
             capacity_short,
             vm,
             webhooks,
+            deficit,
             provider,
         }
     }
@@ -581,6 +588,16 @@ impl WorkerMetrics {
     /// Sets the webhooks' gauges from what the database says now.
     pub fn set_webhook_state(&self, gauges: &storage::ops::gauges::WebhookGauges) {
         self.webhooks.set(gauges);
+    }
+
+    /// Sets the deficit credits' gauges from what the database says at `now`.
+    pub fn set_deficit_state(
+        &self,
+        now: i64,
+        short: &[storage::ops::gauges::ShortReservation],
+        pools: &[storage::ops::gauges::PoolCredit],
+    ) {
+        self.deficit.set(now, short, pools);
     }
 
     /// The exposition in `format`.

@@ -280,6 +280,7 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
                     text("SLOT-HOURS", "slotHours"),
                     text("HELD", "heldHours"),
                     text("RUNNING", "usageHours"),
+                    text("CREDITED", "deficitHours"),
                 ],
             );
         }

@@ -145,3 +145,58 @@ pub async fn webhook_gauges(conn: &mut AsyncPgConnection, now: i64) -> Result<We
     .get_result(conn)
     .await?)
 }
+
+/// A reservation short now (contract 5.4): its grants live now commit more
+/// slots than its total.
+#[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName)]
+pub struct ShortReservation {
+    /// The account.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub account_id: String,
+    /// The reservation.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub reservation_id: String,
+    /// Slots committed now and not held by the provider.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub short_slots: i64,
+    /// Since when, in epoch ms: the scan that first saw the total below the
+    /// grants in the current run of short totals.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub since: i64,
+}
+
+/// The credits of one pool's grants so far.
+#[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName)]
+pub struct PoolCredit {
+    /// The pool.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub pool_id: String,
+    /// `vm.grant.deficit.hours` written for its grants, in micro-slot-hours.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub micros: i64,
+}
+
+/// The deficit credits' gauges at `now`: the reservations short now (the
+/// first `limit`, by account and reservation), and the slot-hours credited
+/// per pool (the first `limit` pools). Two statements over the short rows'
+/// and the credited grants' partial indexes.
+pub async fn deficit_gauges(
+    conn: &mut AsyncPgConnection,
+    now: i64,
+    limit: i64,
+) -> Result<(Vec<ShortReservation>, Vec<PoolCredit>)> {
+    use diesel::sql_types::BigInt;
+    let short = diesel::sql_query(include_str!("sql/gauges_short.sql"))
+        .bind::<BigInt, _>(now)
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+        .await?;
+    let pools = diesel::sql_query(
+        "SELECT pool_id, sum(deficit_micro)::bigint AS micros FROM grants \
+          WHERE deficit_micro > 0 GROUP BY pool_id ORDER BY pool_id LIMIT $1",
+    )
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    Ok((short, pools))
+}

@@ -1077,3 +1077,30 @@ async fn instance_state(ctl: &Ctl, vm: &str) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// `bcctl grants usage` shows the hours credited for a shortfall (contract
+/// 5.4) beside the slot-hours, and `grants get` the grant's credit so far.
+#[tokio::test(flavor = "multi_thread")]
+async fn grants_usage_shows_the_hours_credited_for_a_shortfall() {
+    use crate::billing::deficit::{GRANTS, total_at};
+    let (s, p) = platform_at_t0(4).await;
+    let g = grant(&s, &p, "acme", 2, T0, T0 + 3 * HOUR).await;
+    grant(&s, &p, "acme", 2, T0, T0 + 3 * HOUR).await;
+    total_at(&s, &p, 2, T0 + 30 * MIN).await;
+    s.set_clock(T0 + HOUR).await;
+    worker::once(&s, &[GRANTS]).await;
+
+    let acme = Ctl::new(&s, &p.tenant_token);
+    let table = acme.run(&["--tenant", "acme", "grants", "usage", &g]).await;
+    let lines: Vec<&str> = table.ok().lines().collect();
+    assert!(lines[0].trim_end().ends_with("CREDITED"), "{lines:?}");
+    let last = |l: &str| l.split_whitespace().last().map(str::to_owned);
+    let credited: Vec<Option<String>> = lines[1..].iter().map(|l| last(l)).collect();
+    let want = ["0.500000", "0.000000", "0.000000"].map(|q| Some(q.to_owned()));
+    assert_eq!(credited, want, "{lines:?}");
+    let got = acme
+        .run(&["-o", "json", "--tenant", "acme", "grants", "get", &g])
+        .await
+        .json();
+    assert_eq!(got["grant"]["deficitSlotHours"], "0.500000", "{got}");
+}

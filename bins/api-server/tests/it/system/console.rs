@@ -665,6 +665,11 @@ async fn an_operator_signs_in_sees_reservations_and_grants_and_a_tenant_sees_its
 async fn an_operator_draws_a_reservation_timeline_and_reads_a_grants_hours() {
     let s = Server::start().await;
     let w = world(&s).await;
+    // The provider holds 2 of the reservation's 8 slots from now on, while
+    // acme's grant commits 3: 45 minutes later acme is owed 0.75 slot-hour.
+    w.p.gce.put("res-a", 2, 0, "READY").await;
+    worker::once(&s, &["vps.reservations"]).await;
+    s.set_clock(s.now().await + 45 * MIN).await;
     let chrome = Chrome::launch().await;
     chrome.goto(&format!("{}/console/", s.url)).await;
     chrome.sign_in(ROOT, ROOT_TOKEN).await;
@@ -799,6 +804,7 @@ async fn an_operator_draws_a_reservation_timeline_and_reads_a_grants_hours() {
         ("usage-total-slot-hours", "slotHours"),
         ("usage-total-held-hours", "heldHours"),
         ("usage-total-usage-hours", "usageHours"),
+        ("usage-total-deficit-hours", "deficitHours"),
     ] {
         let sum: i64 = hours
             .iter()
@@ -811,6 +817,14 @@ async fn an_operator_draws_a_reservation_timeline_and_reads_a_grants_hours() {
             .await;
         assert_eq!(shown, fmt_micros(sum), "{field}");
     }
+    let credited: String = chrome
+        .eval("document.querySelector('[data-testid=usage-total-deficit-hours]').textContent")
+        .await;
+    assert_eq!(credited, "0.750000");
+    let bars: usize = chrome
+        .eval("document.querySelectorAll('[data-testid=usage-credit]').length")
+        .await;
+    assert_eq!(bars, 2, "the credit drawn in the two hours it falls in");
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshot.png");
     chrome.screenshot(&target).await;
 
