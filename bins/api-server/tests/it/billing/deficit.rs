@@ -181,3 +181,49 @@ async fn nothing_is_credited_while_the_total_covers_the_grants() {
         assert_eq!(get_grant(&s, g).await["deficitSlotHours"], "0.000000");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_workers_metrics_show_a_short_reservation_and_the_credits_per_pool() {
+    use crate::system::metrics::{scrape_until, value};
+    let (s, p) = platform_at_t0(4).await;
+    grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    // Short by 3 from 00:30, credited through 02:00, still short at 02:30.
+    total_at(&s, &p, 1, T0 + 30 * MIN).await;
+    s.set_clock(T0 + 2 * HOUR + 30 * MIN).await;
+    worker::once(&s, &[GRANTS]).await;
+
+    let port = worker::free_port();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let mut cmd = worker::command(&s);
+    cmd.env("BC_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .args(["--only", GRANTS]);
+    let w = worker::Running::spawn(cmd);
+    let r = [
+        ("account", p.account.as_str()),
+        ("reservation", p.reservation.as_str()),
+    ];
+    let pool = [("pool", p.pool.as_str())];
+    let samples = scrape_until(&url, "the short reservation", |m| {
+        value(m, "bc_reservation_short_seconds", &r).is_some()
+    })
+    .await;
+    // Two hours since the scan that saw it short; 3 slots missing; 3 slots
+    // × 1.5 hours credited to the pool's grants.
+    assert_eq!(
+        value(&samples, "bc_reservation_short_seconds", &r),
+        Some(7200.0)
+    );
+    assert_eq!(value(&samples, "bc_reservation_short_slots", &r), Some(3.0));
+    assert_eq!(
+        value(&samples, "bc_deficit_credited_slot_hours", &pool),
+        Some(4.5)
+    );
+    // Restored: the reservation is no longer short.
+    total_at(&s, &p, 4, T0 + 3 * HOUR).await;
+    scrape_until(&url, "the reservation restored", |m| {
+        value(m, "bc_reservation_short_seconds", &r).is_none()
+    })
+    .await;
+    w.kill().await;
+}
