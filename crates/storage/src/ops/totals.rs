@@ -20,6 +20,19 @@ use crate::error::Result;
 use crate::model::states::SettledState;
 use crate::schema::{grants, reservation_totals as rt};
 
+/// The non-cancelled grants of a reservation (ended ones with their final
+/// end): what `committed(t)` sums.
+fn committed_grants<'a>(
+    account_id: &'a str,
+    reservation_id: &'a str,
+) -> grants::BoxedQuery<'a, diesel::pg::Pg> {
+    grants::table
+        .filter(grants::account_id.eq(account_id))
+        .filter(grants::reservation_id.eq(reservation_id))
+        .filter(grants::settled_state.ne(SettledState::Cancelled))
+        .into_boxed()
+}
+
 /// A reservation's key: its account and its id.
 pub type ReservationKey = (String, String);
 
@@ -43,10 +56,7 @@ pub async fn record(
         .first(conn)
         .await?;
     // The end of the last hour bucket metered for any of its grants.
-    let metered: Option<i64> = grants::table
-        .filter(grants::account_id.eq(account_id))
-        .filter(grants::reservation_id.eq(reservation_id))
-        .filter(grants::settled_state.ne(SettledState::Cancelled))
+    let metered: Option<i64> = committed_grants(account_id, reservation_id)
         .filter(grants::metered_through.gt(grants::starts_at))
         .select(diesel::dsl::max(grants::metered_through))
         .first(conn)
@@ -90,10 +100,7 @@ pub async fn record(
 /// needs: those superseded by a later row at or before the earliest start of
 /// such a grant (every row when there is none, but the last).
 async fn prune(conn: &mut AsyncPgConnection, account_id: &str, reservation_id: &str) -> Result<()> {
-    let needed_from: Option<i64> = grants::table
-        .filter(grants::account_id.eq(account_id))
-        .filter(grants::reservation_id.eq(reservation_id))
-        .filter(grants::settled_state.ne(SettledState::Cancelled))
+    let needed_from: Option<i64> = committed_grants(account_id, reservation_id)
         .filter(grants::metered_through.lt(grants::ends_at))
         .select(diesel::dsl::min(grants::starts_at))
         .first(conn)
@@ -176,10 +183,7 @@ pub async fn commitments(
     reservation_id: &str,
     window: Term,
 ) -> Result<BTreeMap<String, Commitment>> {
-    let rows: Vec<(String, i32, i64, i64)> = grants::table
-        .filter(grants::account_id.eq(account_id))
-        .filter(grants::reservation_id.eq(reservation_id))
-        .filter(grants::settled_state.ne(SettledState::Cancelled))
+    let rows: Vec<(String, i32, i64, i64)> = committed_grants(account_id, reservation_id)
         .filter(grants::ends_at.gt(window.start))
         .filter(grants::starts_at.lt(window.end))
         .select((
