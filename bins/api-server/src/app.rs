@@ -80,10 +80,26 @@ impl Call {
         }
     }
 
+    /// A connection: the one the request authenticated on, the first time
+    /// (no second checkout), then a new one from the pool.
+    pub async fn conn(&self) -> Result<Conn, ApiError> {
+        let held = self.held.lock().ok().and_then(|mut held| held.take());
+        match held {
+            Some(conn) => Ok(conn),
+            None => self.app.conn().await,
+        }
+    }
+
+    /// Gives the connection the request authenticated on back to the pool,
+    /// before a handler waits on something slow (a provider).
+    pub fn release_conn(&self) {
+        drop(self.held.lock().ok().and_then(|mut held| held.take()));
+    }
+
     /// A connection and the request's instant (read with the
     /// authentication, in the same round trip).
     pub async fn conn_now(&self) -> Result<(Conn, i64), ApiError> {
-        Ok((self.app.conn().await?, self.now))
+        Ok((self.conn().await?, self.now))
     }
 
     /// The object a creating operation answered; a replay is marked for

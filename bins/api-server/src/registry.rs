@@ -53,6 +53,9 @@ pub struct Call {
     pub name: String,
     /// What the handler tells the audit trail (a replay).
     pub audit: Arc<crate::audit::Marks>,
+    /// The connection the request authenticated on, handed to the handler's
+    /// first [`Call::conn`]: one pool checkout per request.
+    pub held: std::sync::Mutex<Option<storage::db::Conn>>,
 }
 
 /// A successful answer, already serialized as a JSON object.

@@ -457,17 +457,16 @@ async fn call(
     // The key's lookup and the clock's read (a row under the manual clock)
     // go in one round trip: pipelined on one connection (between BEGIN and
     // COMMIT behind a transaction pooler, `storage::db::read_only`).
-    let (caller, now) = {
-        let mut conn = app.conn().await?;
-        storage::db::read_only(&mut conn, async |conn| {
-            let conn = &*conn;
-            futures::try_join!(
-                storage::ops::tenancy::authenticate(conn, &secret),
-                app.clock.now_shared(conn)
-            )
-        })
-        .await?
-    };
+    // The connection then goes to the handler (`Call::conn`).
+    let mut conn = app.conn().await?;
+    let (caller, now) = storage::db::read_only(&mut conn, async |conn| {
+        let conn = &*conn;
+        futures::try_join!(
+            storage::ops::tenancy::authenticate(conn, &secret),
+            app.clock.now_shared(conn)
+        )
+    })
+    .await?;
     let caller =
         caller.ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown or revoked API key"))?;
     log.key_id = Some(caller.key_id.clone());
@@ -519,6 +518,7 @@ async fn call(
         input,
         name: m.name(),
         audit: trail.marks(),
+        held: std::sync::Mutex::new(Some(conn)),
     })
     .await
 }

@@ -9,7 +9,7 @@ use diesel_async::pooled_connection::{
 };
 use diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncMigrationHarness, AsyncPgConnection, RunQueryDsl,
-    SimpleAsyncConnection, TransactionManager,
+    TransactionManager,
 };
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
@@ -43,13 +43,11 @@ pub fn pool(url: &str, max_size: usize) -> anyhow::Result<DbPool> {
     tracing::info!(settings = %describe(url)?, "database connections");
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     config.custom_setup = Box::new(|url| Box::pin(establish_pooled(url)));
-    if pooler::pinned() {
-        // The default check (`SELECT 1` as a prepared statement) would be
-        // sent outside a transaction: the simple protocol prepares nothing.
-        config.recycling_method = RecyclingMethod::CustomFunction(Box::new(|conn| {
-            Box::pin(conn.batch_execute(pooler::POOL_CHECK))
-        }));
-    }
+    // No round trip on a checkout (the default sends `SELECT 1` every
+    // time): a connection whose session ended (a restart, a failover, a
+    // terminated backend) is already known closed and is replaced, and a
+    // connection that fails a statement is marked broken and dropped.
+    config.recycling_method = RecyclingMethod::Fast;
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
     Ok(Pool::builder(manager)
         .max_size(max_size)

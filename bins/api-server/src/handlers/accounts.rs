@@ -153,7 +153,7 @@ struct AccountRef {
 }
 
 async fn get(call: Call, input: AccountRef) -> Result<AccountReply, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(storage::db::read_only(&mut conn, async |conn| {
         accounts::get(conn, call.tenant(), &input.account_id).await
     })
@@ -162,7 +162,7 @@ async fn get(call: Call, input: AccountRef) -> Result<AccountReply, ApiError> {
 }
 
 async fn list(call: Call, _: TenantOnly) -> Result<Items<wire::Account>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
             accounts::list(conn, call.tenant()).await
@@ -267,6 +267,8 @@ async fn scan(call: Call, input: AccountRef) -> Result<Items<wire::Reservation>,
             .with("used", used)
             .with("requested", 1)
         })?;
+    // The listing may take up to the scan's limit: hold no connection.
+    call.release_conn();
     let (outcome, found) = scans::scan(
         &call.app.pool,
         call.app.clock,

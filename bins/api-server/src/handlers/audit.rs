@@ -70,7 +70,7 @@ async fn list(call: Call, input: ListAudit) -> Result<Page<wire::AuditRecord>, A
         to: input.to,
         method: input.method,
     };
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     let (items, next, has_more) = storage::db::read_only(&mut conn, async |conn| {
         audit::page(conn, &filter, after, input.limit).await
     })

@@ -356,7 +356,7 @@ struct PoolRef {
 }
 
 async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(storage::db::read_only(&mut conn, async |conn| {
         pools::get(conn, &call.actor, &input.pool_id).await
     })
@@ -365,7 +365,7 @@ async fn get_pool(call: Call, input: PoolRef) -> Result<PoolReply, ApiError> {
 }
 
 async fn list_pools(call: Call, _: TenantOnly) -> Result<Items<wire::Pool>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| pools::list(conn, &call.actor).await)
             .await?,
@@ -380,7 +380,7 @@ struct GetQuotas {
 }
 
 async fn get_quotas(call: Call, input: GetQuotas) -> Result<Items<wire::Quota>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     let rows = storage::db::read_only(&mut conn, async |conn| {
         pools::get_quotas(conn, &call.actor, input.pool_id.as_ref()).await
     })

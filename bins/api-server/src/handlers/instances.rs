@@ -186,7 +186,7 @@ async fn delete(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiErro
 }
 
 async fn get(call: Call, input: InstanceRef) -> Result<InstanceReply, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(storage::db::read_only(&mut conn, async |conn| {
         instances::get(conn, call.tenant(), &input.instance_id).await
     })
@@ -242,7 +242,7 @@ async fn list(call: Call, input: List) -> Result<Page<wire::Instance>, ApiError>
                 .collect()
         }),
     };
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     let page = storage::db::read_only(&mut conn, async |conn| {
         instances::list(conn, &filter, after, input.limit).await
     })

@@ -100,7 +100,7 @@ async fn put(call: Call, input: Put) -> Result<SecretReply, ApiError> {
 }
 
 async fn list(call: Call, _input: TenantOnly) -> Result<Items<Secret>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
             secrets::list(conn, call.tenant()).await
@@ -118,7 +118,7 @@ struct Delete {
 }
 
 async fn delete(call: Call, input: Delete) -> Result<SecretDeleted, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     secrets::delete(&mut conn, call.tenant(), &input.name).await?;
     Ok(SecretDeleted {
         name: input.name,

@@ -113,7 +113,7 @@ async fn list_events(call: Call, input: ListEvents) -> Result<Page<wire::Event>,
         })?,
         None => 0,
     };
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     let page = storage::db::read_only(&mut conn, async |conn| {
         events::list(
             conn,
@@ -186,7 +186,7 @@ async fn list_usage(call: Call, input: ListUsage) -> Result<Page<wire::UsageReco
         grant_id: input.grant_id.map(String::from),
         instance_id: input.instance_id.map(String::from),
     };
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     refuse_archived(&mut conn, &filter).await?;
     let (items, has_more) = storage::db::read_only(&mut conn, async |conn| {
         metering::list(conn, &filter, after, input.limit).await
@@ -248,7 +248,7 @@ struct SetClock {
 }
 
 async fn set_clock(call: Call, input: SetClock) -> Result<ClockReading, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     let now = call.app.clock.set(&mut conn, input.now).await?;
     tracing::info!(now, "manual clock set");
     Ok(ClockReading {

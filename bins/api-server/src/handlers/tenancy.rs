@@ -147,7 +147,7 @@ async fn delete_tenant(call: Call, input: DeleteTenant) -> Result<TenantReply, A
 }
 
 async fn list_tenants(call: Call, _: TenantOnly) -> Result<Items<wire::Tenant>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| tenancy::list_tenants(conn).await).await?,
     ))
@@ -171,7 +171,7 @@ async fn create_project(call: Call, input: CreateProject) -> Result<ProjectReply
 }
 
 async fn list_projects(call: Call, _: TenantOnly) -> Result<Items<wire::Project>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
             tenancy::list_projects(conn, call.tenant()).await
@@ -208,7 +208,7 @@ async fn create_key(call: Call, input: CreateKey) -> Result<IssuedKey, ApiError>
 }
 
 async fn list_keys(call: Call, _: TenantOnly) -> Result<Items<wire::ApiKey>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
             tenancy::list_keys(conn, call.tenant()).await

@@ -267,7 +267,7 @@ struct WebhookRef {
 }
 
 async fn get(call: Call, input: WebhookRef) -> Result<WebhookReply, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(storage::db::read_only(&mut conn, async |conn| {
         webhooks::get(conn, call.tenant(), &input.webhook_id).await
     })
@@ -276,7 +276,7 @@ async fn get(call: Call, input: WebhookRef) -> Result<WebhookReply, ApiError> {
 }
 
 async fn list(call: Call, _: TenantOnly) -> Result<Items<wire::Webhook>, ApiError> {
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     Ok(Items::of(
         storage::db::read_only(&mut conn, async |conn| {
             webhooks::list(conn, call.tenant()).await
@@ -383,7 +383,7 @@ async fn deliveries(
         })?,
         None => 0,
     };
-    let mut conn = call.app.conn().await?;
+    let mut conn = call.conn().await?;
     let page = storage::db::read_only(&mut conn, async |conn| {
         webhooks::deliveries(conn, call.tenant(), &input.webhook_id, after, input.limit).await
     })

@@ -138,12 +138,8 @@ where
 }
 
 /// The statements sent with the simple protocol outside a transaction, on
-/// purpose: the transaction manager's and the pool's check.
-const SIMPLE: &[&str] = &["BEGIN", "COMMIT", "ROLLBACK", POOL_CHECK];
-
-/// The pool's check of a returned connection in `off` mode (the simple
-/// protocol: nothing is prepared).
-pub(crate) const POOL_CHECK: &str = "SELECT 1";
+/// purpose: the transaction manager's (the pool sends none: `db::pool`).
+const SIMPLE: &[&str] = &["BEGIN", "COMMIT", "ROLLBACK"];
 
 /// Statements found outside a transaction by [`PoolerCheck`] in this process.
 static OUTSIDE: AtomicU64 = AtomicU64::new(0);

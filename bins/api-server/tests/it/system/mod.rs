@@ -7,3 +7,4 @@ mod console;
 mod db_tls;
 mod demo;
 pub(crate) mod metrics;
+mod pool;
