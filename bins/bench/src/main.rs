@@ -26,6 +26,7 @@
 //! `docs/benchmarks.md` (between its marker lines; the text around them is
 //! written by hand).
 
+mod busy;
 mod direct;
 mod figures;
 mod history;
@@ -111,6 +112,7 @@ async fn machine(db: &Database) -> anyhow::Result<Machine> {
         .await?,
         loadavg_start: loadavg(),
         loadavg_end: String::new(),
+        others: busy::Others::default(),
     })
 }
 
@@ -155,6 +157,15 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
     std::fs::create_dir_all(&log_dir)?;
     let log = log_dir.join("api-server.log");
 
+    // Others' CPU: over two seconds before anything starts, then sampled
+    // every second until the end (`busy`).
+    let at_start = busy::busy_cores(Duration::from_secs(2));
+    if at_start > busy::BUSY_CORES {
+        say(&format!(
+            "the machine is busy before the run: {at_start:.2} cores in use by others"
+        ));
+    }
+    let watcher = busy::Watcher::start();
     let db = Database::create(server_url, "api").await?;
     say(&format!("database {} on {server_url}", db.name));
     let server = ApiServer::start(&db, "manual", &log_filter, &log).await?;
@@ -218,6 +229,7 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
 
     if !wanted("metering") {
         report.machine.loadavg_end = loadavg();
+        report.machine.others = watcher.finish(at_start);
         return Ok(report);
     }
     say(
@@ -245,6 +257,7 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
     ));
     report.metering = Some(m);
     report.machine.loadavg_end = loadavg();
+    report.machine.others = watcher.finish(at_start);
     Ok(report)
 }
 

@@ -76,6 +76,8 @@ pub struct Machine {
     pub loadavg_start: String,
     /// /proc/loadavg at the end.
     pub loadavg_end: String,
+    /// The CPU others used before and during the run.
+    pub others: crate::busy::Others,
 }
 
 /// A write figure: the API, the storage call, the SQL.
@@ -275,6 +277,7 @@ impl Report {
     /// What the terminal shows.
     pub fn terminal(&self) -> String {
         let mut s = String::new();
+        s.push_str(&self.busy_line());
         let _ = writeln!(s, "\n{}", self.machine_line());
         s.push('\n');
         s.push_str(&self.tables());
@@ -282,6 +285,21 @@ impl Report {
         s.push_str(&self.rss_line());
         s.push_str(&self.metering_line());
         s
+    }
+
+    /// A warning when others used the machine during the run (empty when
+    /// it was quiet).
+    fn busy_line(&self) -> String {
+        let o = &self.machine.others;
+        if !o.busy() {
+            return String::new();
+        }
+        format!(
+            "**The machine was busy: others used {:.2} cores before this run and {:.2} on \
+             average during it (at most {:.2}); every figure is low, and only ratios measured \
+             side by side mean anything. Rerun on a quiet machine.**\n\n",
+            o.at_start, o.mean, o.max
+        )
     }
 
     fn machine_line(&self) -> String {
@@ -296,6 +314,7 @@ impl Report {
     pub fn generated(&self) -> String {
         let m = &self.machine;
         let mut s = String::new();
+        s.push_str(&self.busy_line());
         s.push_str("## Machine\n\n");
         let _ = writeln!(s, "- CPU: {} × {} (`nproc` = {})", m.nproc, m.cpu, m.nproc);
         let _ = writeln!(s, "- Memory: {:.1} GiB", m.mem_gib);
@@ -304,8 +323,15 @@ impl Report {
         let _ = writeln!(s, "- PostgreSQL settings: {}", m.pg_settings);
         let _ = writeln!(
             s,
-            "- Load average (1, 5, 15 min) at start: {}; at end: {}\n",
+            "- Load average (1, 5, 15 min) at start: {}; at end: {}",
             m.loadavg_start, m.loadavg_end
+        );
+        let _ = writeln!(
+            s,
+            "- CPU used by other processes (not the bench, its api-server, worker or \
+             pgbench, nor PostgreSQL): {:.2} cores in the 2 s before the run; during it \
+             {:.2} on average, {:.2} in the busiest second\n",
+            m.others.at_start, m.others.mean, m.others.max
         );
         s.push_str("## Command\n\n");
         s.push_str(concat!(

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{MIB, Report, met, mib, ms, quarters, ratio, thousands};
+use super::{MIB, ReadFigure, Report, met, mib, ms, quarters, ratio, thousands};
 use crate::history;
 use crate::load::Outcome;
 use crate::metering::{self, Metering};
@@ -17,6 +17,8 @@ const TARGET_HISTORY: f64 = 0.9;
 const TARGET_READ: f64 = 0.5;
 const TARGET_GET_QUERY: f64 = 0.5;
 const TARGET_LIST_QUERY: f64 = 0.8;
+/// The API against HTTP plus its own statements and nothing else.
+const TARGET_OVERHEAD: f64 = 0.8;
 const TARGET_METER: f64 = 0.5;
 const TARGET_COPY: f64 = 0.7;
 const TARGET_RSS_MIB: f64 = 100.0;
@@ -354,6 +356,30 @@ impl Report {
                 without,
                 TARGET_HISTORY,
             ));
+        }
+        // What an API adding nothing to HTTP and its own statements would
+        // make: 1 / (1/trivial + 1/statements on 16 direct connections).
+        let overhead = |what: &str, f: &ReadFigure| {
+            let (t, q) = (f.trivial.throughput(), f.sql_full.throughput());
+            let bound = 1.0 / (1.0 / t.max(1e-9) + 1.0 / q.max(1e-9));
+            let r = f.api.throughput() / bound.max(1e-9);
+            Ratio {
+                fig: "3",
+                what: format!(
+                    "{what}: API / (HTTP and its statements: 1 / (1/trivial + 1/direct SQL))"
+                ),
+                api: format!("{:.0}/s", f.api.throughput()),
+                ceiling: format!("{bound:.0}/s"),
+                ratio: format!("{r:.2}"),
+                target: format!("≥ {TARGET_OVERHEAD}"),
+                ok: r >= TARGET_OVERHEAD,
+            }
+        };
+        if let Some(f) = &self.get {
+            out.push(overhead("reservationGrants.get", f));
+        }
+        if let Some(f) = &self.list {
+            out.push(overhead("reservationGrants.list", f));
         }
         if let Some(f) = &self.get {
             out.push(tput(
