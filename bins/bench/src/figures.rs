@@ -421,3 +421,31 @@ async fn on_connections<W: load::Op>(
         .collect();
     load::run(workers, Stop::Count(n)).await
 }
+
+/// Figure 2b: a burst of creates on one reservation of a managed pool, the
+/// worker creating their VMs (`burst`).
+pub(crate) async fn figure_burst(
+    Bench { db, server, p }: Bench<'_>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    say(&format!(
+        "figure 2b: a burst of {} instances.create on one reservation of a managed pool, \
+         {CLIENTS} clients, the worker creating their VMs on fake-gce",
+        crate::burst::SLOTS
+    ));
+    let rss = RssWatch::start(server, "2b");
+    let b = crate::burst::run(db, server, &p.tenant_token, p.now, CLIENTS).await?;
+    report.rss.push(rss.done(server)?);
+    say(&format!(
+        "  HTTP API: {} ops in {:.2} s = {:.0}/s; answer to RUNNING p50 {:.1} ms, p99 {:.1} ms \
+         ({} not running)",
+        b.api.ops,
+        b.api.elapsed.as_secs_f64(),
+        b.api.throughput(),
+        b.running_quantile(0.5).as_secs_f64() * 1e3,
+        b.running_quantile(0.99).as_secs_f64() * 1e3,
+        b.not_running
+    ));
+    report.burst = Some(b);
+    Ok(())
+}

@@ -26,6 +26,7 @@
 //! `docs/benchmarks.md` (between its marker lines; the text around them is
 //! written by hand).
 
+mod burst;
 mod busy;
 mod direct;
 mod figures;
@@ -49,7 +50,8 @@ use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 
 use crate::figures::{
-    Bench, figure_grants, figure_instances, figure_instances_history, figure_reads, fill_grants,
+    Bench, figure_burst, figure_grants, figure_instances, figure_instances_history, figure_reads,
+    fill_grants,
 };
 use crate::procs::{ApiServer, Database};
 use crate::report::{Machine, Report};
@@ -215,6 +217,9 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
         if wanted("instances") {
             figure_instances(bench, write_dur, &mut report).await?;
             figure_instances_history(bench, write_dur, &mut report).await?;
+        }
+        if wanted("burst") {
+            figure_burst(bench, &mut report).await?;
         }
         if wanted("reads") {
             figure_reads(bench, read_dur, &mut report).await?;

@@ -140,6 +140,8 @@ pub struct Report {
     /// Figure 2h: the API on a smaller layout, without and with deleted
     /// instances on its reservations.
     pub instances_history: Option<(Outcome, Outcome)>,
+    /// Figure 2b: the instance burst on one reservation.
+    pub burst: Option<crate::burst::Burst>,
     /// Figure 3: get.
     pub get: Option<ReadFigure>,
     /// Figure 3: list.
@@ -220,6 +222,7 @@ impl Report {
             grants_history: None,
             instances: None,
             instances_history: None,
+            burst: None,
             get: None,
             list: None,
             list_cost: None,

@@ -139,7 +139,7 @@ impl Api {
     }
 }
 
-fn str_at(v: &Value, pointer: &str) -> anyhow::Result<String> {
+pub(crate) fn str_at(v: &Value, pointer: &str) -> anyhow::Result<String> {
     v.pointer(pointer)
         .and_then(Value::as_str)
         .map(str::to_owned)

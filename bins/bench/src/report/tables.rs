@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{MIB, ReadFigure, Report, met, mib, ms, quarters, ratio, thousands};
-use crate::history;
 use crate::load::Outcome;
 use crate::metering::{self, Metering};
 use crate::setup::INST_HISTORY_RESERVATIONS;
+use crate::{burst, history};
 
 /// Target ratios and memory.
 const TARGET_WRITE: f64 = 0.6;
@@ -17,6 +17,8 @@ const TARGET_HISTORY: f64 = 0.9;
 const TARGET_READ: f64 = 0.5;
 const TARGET_GET_QUERY: f64 = 0.5;
 const TARGET_LIST_QUERY: f64 = 0.8;
+/// A burst of instance creates on one reservation against pgbench's hot row.
+const TARGET_BURST: f64 = 0.3;
 /// The API against HTTP plus its own statements and nothing else.
 const TARGET_OVERHEAD: f64 = 0.8;
 const TARGET_METER: f64 = 0.5;
@@ -170,6 +172,32 @@ impl Report {
                 ),
                 with,
             ));
+        }
+        if let Some(b) = &self.burst {
+            let what = format!(
+                "instances.create burst: one {}-slot grant on one reservation of a managed pool",
+                thousands(burst::SLOTS)
+            );
+            out.push(Line::load(
+                "2b",
+                &what,
+                &format!("HTTP API, {c} clients (worker and fake-gce creating the VMs)"),
+                &b.api,
+            ));
+            let ms = |d: std::time::Duration| format!("{:.2}", d.as_secs_f64() * 1e3);
+            out.push(Line {
+                fig: "2b",
+                what,
+                run: format!(
+                    "API answer to VM `RUNNING` recorded, per instance ({} never running)",
+                    b.not_running
+                ),
+                ops: b.to_running.len().to_string(),
+                secs: "–".into(),
+                rate: "–".into(),
+                p50: ms(b.running_quantile(0.5)),
+                p99: ms(b.running_quantile(0.99)),
+            });
         }
         for (fig, what) in [
             (
@@ -357,6 +385,19 @@ impl Report {
                 TARGET_HISTORY,
             ));
         }
+        if let (Some(b), Some(pg)) = (&self.burst, &self.pgbench) {
+            let r = b.api.throughput() / pg.tps.max(1e-9);
+            out.push(Ratio {
+                fig: "2b",
+                what: "instances.create burst on one reservation: API / pgbench row lock + insert"
+                    .into(),
+                api: format!("{:.0}/s", b.api.throughput()),
+                ceiling: format!("{:.0}/s", pg.tps),
+                ratio: format!("{r:.2}"),
+                target: format!("≥ {TARGET_BURST}"),
+                ok: r >= TARGET_BURST && b.not_running == 0,
+            });
+        }
         // What an API adding nothing to HTTP and its own statements would
         // make: 1 / (1/trivial + 1/statements on 16 direct connections).
         let overhead = |what: &str, f: &ReadFigure| {
@@ -495,6 +536,9 @@ impl Report {
                 thousands(history::INSTANCES)
             );
             write("2h", &run, with);
+        }
+        if let Some(b) = &self.burst {
+            write("2b", "HTTP API, burst", &b.api);
         }
         let bound = "at best the trivial handler's work plus the query alone, \
                      1 / (1/trivial + 1/query),";
