@@ -449,3 +449,25 @@ pub(crate) async fn figure_burst(
     report.burst = Some(b);
     Ok(())
 }
+
+/// Figure 6: webhook delivery of 1,000 events, one at a time (`hooks`).
+pub(crate) async fn figure_webhooks(
+    Bench { db, server, .. }: Bench<'_>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    say(&format!(
+        "figure 6: webhook delivery of {} events, one at a time, to a local receiver",
+        crate::hooks::EVENTS
+    ));
+    let rss = RssWatch::start(server, "6");
+    let d = crate::hooks::run(db, server).await?;
+    report.rss.push(rss.done(server)?);
+    say(&format!(
+        "  request to arrival: p50 {:.1} ms, p99 {:.1} ms, {:.1} s in all",
+        d.quantile(0.5).as_secs_f64() * 1e3,
+        d.quantile(0.99).as_secs_f64() * 1e3,
+        d.elapsed.as_secs_f64()
+    ));
+    report.webhooks = Some(d);
+    Ok(())
+}

@@ -31,6 +31,7 @@ mod busy;
 mod direct;
 mod figures;
 mod history;
+mod hooks;
 mod http;
 mod load;
 mod metering;
@@ -51,7 +52,7 @@ use diesel_async::RunQueryDsl;
 
 use crate::figures::{
     Bench, figure_burst, figure_grants, figure_instances, figure_instances_history, figure_reads,
-    fill_grants,
+    figure_webhooks, fill_grants,
 };
 use crate::procs::{ApiServer, Database};
 use crate::report::{Machine, Report};
@@ -223,6 +224,9 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
         }
         if wanted("reads") {
             figure_reads(bench, read_dur, &mut report).await?;
+        }
+        if wanted("webhooks") {
+            figure_webhooks(bench, &mut report).await?;
         }
         drop(p);
         anyhow::Ok(())

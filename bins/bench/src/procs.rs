@@ -120,6 +120,7 @@ impl ApiServer {
             .env("BC_CLOCK", clock)
             .env("BC_BOOTSTRAP_TOKEN", ROOT_TOKEN)
             .env("BC_DB_POOL_SIZE", "16")
+            .env("BC_SECRETS_KEY", secrets_key())
             .env("RUST_LOG", log_filter)
             .env_remove("RUST_LOG_FORMAT")
             .stdin(Stdio::null())
@@ -266,4 +267,18 @@ pub async fn run_worker_once(db_url: &str, pass: &str) -> anyhow::Result<WorkerR
         run.line = stderr.lines().last().unwrap_or_default().to_owned();
     }
     Ok(run)
+}
+
+/// A secret store key made for this run (32 random bytes, base64): the
+/// webhooks' signing secrets need one, in the api-server and the worker.
+pub fn secrets_key() -> &'static str {
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        use std::io::Read;
+        let mut bytes = [0u8; 32];
+        if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+            let _ = f.read_exact(&mut bytes);
+        }
+        data_encoding::BASE64.encode(&bytes)
+    })
 }

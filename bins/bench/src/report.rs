@@ -142,6 +142,8 @@ pub struct Report {
     pub instances_history: Option<(Outcome, Outcome)>,
     /// Figure 2b: the instance burst on one reservation.
     pub burst: Option<crate::burst::Burst>,
+    /// Figure 6: webhook delivery.
+    pub webhooks: Option<crate::hooks::Deliveries>,
     /// Figure 3: get.
     pub get: Option<ReadFigure>,
     /// Figure 3: list.
@@ -223,6 +225,7 @@ impl Report {
             instances: None,
             instances_history: None,
             burst: None,
+            webhooks: None,
             get: None,
             list: None,
             list_cost: None,

@@ -8,7 +8,7 @@ use super::{MIB, ReadFigure, Report, met, mib, ms, quarters, ratio, thousands};
 use crate::load::Outcome;
 use crate::metering::{self, Metering};
 use crate::setup::INST_HISTORY_RESERVATIONS;
-use crate::{burst, history};
+use crate::{burst, history, hooks};
 
 /// Target ratios and memory.
 const TARGET_WRITE: f64 = 0.6;
@@ -246,6 +246,27 @@ impl Report {
                 &format!("direct SQL: the query alone, {c} conns (informative)"),
                 &f.sql_query,
             ));
+        }
+        if let Some(d) = &self.webhooks {
+            let ms = |q: f64| format!("{:.2}", d.quantile(q).as_secs_f64() * 1e3);
+            out.push(Line {
+                fig: "6",
+                what: format!(
+                    "webhook delivery, {} events one at a time",
+                    thousands(i64::try_from(hooks::EVENTS).unwrap_or(0))
+                ),
+                run: "from the request committing the event to its arrival at a local receiver \
+                      (worker woken by NOTIFY)"
+                    .into(),
+                ops: d.lags.len().to_string(),
+                secs: format!("{:.2}", d.elapsed.as_secs_f64()),
+                rate: format!(
+                    "{:.0}",
+                    d.lags.len() as f64 / d.elapsed.as_secs_f64().max(1e-9)
+                ),
+                p50: ms(0.5),
+                p99: ms(0.99),
+            });
         }
         if let Some(m) = &self.metering {
             let what = format!(
