@@ -166,7 +166,9 @@ pub async fn usage(api: &Api, load: &Load, audited: &mut Audited) -> anyhow::Res
     for r in &records {
         let meter = text(r, "meter")?;
         let (subject, target) = match meter.as_str() {
-            "vm.grant.slot.hours" => (r["grantId"].clone(), r["grantId"].clone()),
+            "vm.grant.slot.hours" | "vm.grant.deficit.hours" => {
+                (r["grantId"].clone(), r["grantId"].clone())
+            }
             "vm.grant.usage.hours" => (r["instanceId"].clone(), r["grantId"].clone()),
             "vm.reserved.hours" => (
                 r["instanceId"].clone(),

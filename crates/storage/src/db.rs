@@ -45,8 +45,9 @@ pub fn pool(url: &str, max_size: usize) -> anyhow::Result<DbPool> {
     config.custom_setup = Box::new(|url| Box::pin(establish_pooled(url)));
     // No round trip on a checkout (the default sends `SELECT 1` every
     // time): a connection whose session ended (a restart, a failover, a
-    // terminated backend) is already known closed and is replaced, and a
-    // connection that fails a statement is marked broken and dropped.
+    // terminated backend) is already known closed and is replaced, as is
+    // one left in a broken transaction state. A half-open socket is found
+    // by its first statement, as it would have been by the `SELECT 1`.
     config.recycling_method = RecyclingMethod::Fast;
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
     Ok(Pool::builder(manager)

@@ -283,11 +283,11 @@ pub async fn fill_credits(
         BTreeMap::new()
     };
     for row in rows.iter_mut() {
-        let source = if row.period_start < grant.metered_through {
-            &written
-        } else {
-            &pending
-        };
+        // Written once the slot meter is past the hour (or the term's end
+        // in it); a first hour begun mid-way is not written yet.
+        let metered = grant.metered_through > grant.starts_at
+            && grant.metered_through >= row.period_end.min(grant.ends_at);
+        let source = if metered { &written } else { &pending };
         row.deficit_micros = source.get(&row.period_start).copied().unwrap_or(0);
     }
     Ok(())

@@ -227,3 +227,24 @@ async fn the_workers_metrics_show_a_short_reservation_and_the_credits_per_pool()
     .await;
     w.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hours_of_a_grant_begun_mid_hour_show_its_credit_before_metering() {
+    let (s, p) = platform_at_t0(4).await;
+    let g = grant(&s, &p, "acme", 2, T0 + 30 * MIN, T0 + 10 * HOUR).await;
+    grant(&s, &p, "acme", 2, T0 + 30 * MIN, T0 + 10 * HOUR).await;
+    // Short by 2 of 4 from 00:40: 1 slot each, 10 minutes by 00:50.
+    total_at(&s, &p, 2, T0 + 40 * MIN).await;
+    s.set_clock(T0 + 50 * MIN).await;
+    let rows = hours(&s, &g, T0 + 2 * HOUR).await;
+    assert_eq!(deficit_hours(&rows), ["0.166667", "0.000000"]);
+    // Once metered, the hour shows its record: 1 slot × 20 minutes.
+    s.set_clock(T0 + HOUR).await;
+    worker::once(&s, &[GRANTS]).await;
+    let rows = hours(&s, &g, T0 + 2 * HOUR).await;
+    assert_eq!(deficit_hours(&rows), ["0.333333", "0.000000"]);
+    assert_eq!(
+        q(&records(&s, &p, &g, DEFICIT).await),
+        at(&[(0, "0.333333")])
+    );
+}

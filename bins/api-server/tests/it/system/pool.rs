@@ -68,13 +68,15 @@ async fn a_connection_that_died_while_idle_is_replaced_before_it_is_handed_out()
     // The server ends the pooled connection's session while it is idle (a
     // restart or a failover would do the same to all of them).
     let mut admin = db(&s).await;
-    let killed = diesel::sql_query("SELECT pg_terminate_backend($1) AS done")
+    // Waits (up to 10 s) for the backend to have exited.
+    let killed = diesel::sql_query("SELECT pg_terminate_backend($1, 10000) AS done")
         .bind::<Integer, _>(first)
         .get_result::<Done>(&mut admin)
         .await
         .expect("terminate");
     assert!(killed.done);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The client's connection task reads the socket's end within moments.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let mut conn = pool.get().await.expect("connection");
     let second = diesel::sql_query("SELECT pg_backend_pid() AS pid")
         .get_result::<Pid>(&mut *conn)
