@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 
 use num_bigint::BigInt;
 use num_integer::Integer;
-use num_rational::BigRational;
+pub use num_rational::BigRational;
 use num_traits::{ToPrimitive, Zero};
 
 use crate::capacity::{Commitment, Term};
@@ -168,11 +168,24 @@ pub fn deficit_ms_by_bucket(
     history: &[TotalChange],
     until: i64,
 ) -> BTreeMap<i64, BigRational> {
+    deficit_ms_in(subject, grants, history, Term::new(i64::MIN, until))
+}
+
+/// [`deficit_ms_by_bucket`] over the part of the grant's term inside
+/// `window` only.
+pub fn deficit_ms_in(
+    subject: usize,
+    grants: &[Commitment],
+    history: &[TotalChange],
+    window: Term,
+) -> BTreeMap<i64, BigRational> {
     let mut out: BTreeMap<i64, BigRational> = BTreeMap::new();
     let Some(grant) = grants.get(subject) else {
         return out;
     };
-    let span = Term::new(grant.term.start, grant.term.end.min(until));
+    let Some(span) = grant.term.intersection(&window) else {
+        return out;
+    };
     for stretch in shortfall_steps(grants, history, span) {
         let per_ms = ratio(
             u128::from(stretch.short) * u128::from(grant.slots),
@@ -243,6 +256,79 @@ pub fn deficit_records(
             quantity_micro: round_to_micros(&cumulative) - before,
             metered_through: period_end.min(grant.term.end),
         });
+    }
+    out
+}
+
+/// [`deficit_records`] from a known exact credit: `before` is the grant's
+/// exact credit (slot-milliseconds) over its term before the bucket holding
+/// `metered_through`, as the previous call returned it (0 at first). Only
+/// the hours from that bucket on are computed, so the history and grants
+/// before it are not needed, and a change to an hour already written never
+/// reaches a later record. Returns the records and the exact credit before
+/// the first bucket not written (to keep for the next call).
+///
+/// ```
+/// use grants_core::deficit::{BigRational, TotalChange, deficit_records_after};
+/// use grants_core::{Commitment, Term, HOUR_MS};
+///
+/// let history = [TotalChange { at: 0, total: 2 }];
+/// let grants = [Commitment::new(Term::new(0, 3 * HOUR_MS), 1); 3];
+/// let zero = BigRational::from_integer(0.into());
+/// let (first, exact) = deficit_records_after(2, &grants, &history, &zero, 0, HOUR_MS);
+/// let (rest, _) = deficit_records_after(2, &grants, &history, &exact, HOUR_MS, 3 * HOUR_MS);
+/// let q: Vec<i64> = first.iter().chain(&rest).map(|r| r.quantity_micro).collect();
+/// assert_eq!(q, [333_333, 333_334, 333_333]);
+/// ```
+pub fn deficit_records_after(
+    subject: usize,
+    grants: &[Commitment],
+    history: &[TotalChange],
+    before: &BigRational,
+    metered_through: i64,
+    now: i64,
+) -> (Vec<Record>, BigRational) {
+    let Some(grant) = grants.get(subject) else {
+        return (Vec::new(), before.clone());
+    };
+    let first = bucket_start(metered_through);
+    let ended = bucket_start(now);
+    if metered_through >= grant.term.end || ended <= first {
+        return (Vec::new(), before.clone());
+    }
+    let mut cumulative = before.clone();
+    let mut out = Vec::new();
+    for (bucket, ms) in deficit_ms_in(subject, grants, history, Term::new(first, ended)) {
+        let previous = round_to_micros(&cumulative);
+        cumulative += ms;
+        let period_end = bucket + HOUR_MS;
+        out.push(Record {
+            period_start: bucket,
+            period_end,
+            quantity_micro: round_to_micros(&cumulative) - previous,
+            metered_through: period_end.min(grant.term.end),
+        });
+    }
+    (out, cumulative)
+}
+
+/// [`deficit_micros_from`] from a known exact credit `before` at the bucket
+/// holding `from` (see [`deficit_records_after`]).
+pub fn deficit_micros_after(
+    subject: usize,
+    grants: &[Commitment],
+    history: &[TotalChange],
+    before: &BigRational,
+    from: i64,
+    until: i64,
+) -> BTreeMap<i64, i64> {
+    let mut cumulative = before.clone();
+    let mut out = BTreeMap::new();
+    let window = Term::new(bucket_start(from), until);
+    for (bucket, ms) in deficit_ms_in(subject, grants, history, window) {
+        let previous = round_to_micros(&cumulative);
+        cumulative += ms;
+        out.insert(bucket, round_to_micros(&cumulative) - previous);
     }
     out
 }

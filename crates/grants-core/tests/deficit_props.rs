@@ -6,7 +6,8 @@
 //! one call would.
 
 use grants_core::deficit::{
-    TotalChange, deficit_records, exact_deficit_ms, round_to_micros, share_at, shortfall_at,
+    TotalChange, deficit_records, deficit_records_after, exact_deficit_ms, round_to_micros,
+    share_at, shortfall_at,
 };
 use grants_core::{Commitment, HOUR_MS, Record, Term, grant_slot_records};
 use num_bigint::BigInt;
@@ -160,6 +161,48 @@ proptest! {
         for now in nows {
             let now = now * MINUTE;
             stepped.extend(deficit_records(subject, &grants, &history, through, now));
+            let slots = grant_slot_records(g.slots, g.term.start, g.term.end, through, now);
+            if let Some(r) = slots.last() {
+                through = r.metered_through;
+            }
+        }
+        prop_assert_eq!(stepped, at_once);
+    }
+
+    #[test]
+    fn metering_from_the_kept_exact_credit_writes_what_one_call_would(
+        grants in prop::collection::vec(grant(), 1..6),
+        history in history(),
+        subject in 0usize..6,
+        mut nows in prop::collection::vec(0..(2 * SPAN_MINUTES), 1..6),
+    ) {
+        let subject = subject % grants.len();
+        let g = grants[subject];
+        nows.sort_unstable();
+        let last = nows.last().copied().unwrap_or(0) * MINUTE;
+        let at_once = deficit_records(subject, &grants, &history, g.term.start, last);
+        // Each pass keeps the exact credit and resumes from it, as storage
+        // does; the history before the resumed hour is not passed at all.
+        let mut through = g.term.start;
+        let mut exact = BigRational::zero();
+        let mut stepped = Vec::new();
+        for now in nows {
+            let now = now * MINUTE;
+            let from = through - through.rem_euclid(HOUR_MS);
+            let later: Vec<TotalChange> = {
+                let mut h: Vec<TotalChange> =
+                    history.iter().copied().filter(|c| c.at > from).collect();
+                // The change in effect at `from` is kept, at `from`.
+                if let Some(t) = grants_core::deficit::total_at(&history, from) {
+                    h.insert(0, TotalChange { at: from, total: t });
+                }
+                h
+            };
+            let (records, kept) = deficit_records_after(
+                subject, &grants, &later, &exact, through, now,
+            );
+            stepped.extend(records);
+            exact = kept;
             let slots = grant_slot_records(g.slots, g.term.start, g.term.end, through, now);
             if let Some(r) = slots.last() {
                 through = r.metered_through;

@@ -96,6 +96,7 @@ diesel::table! {
         ended_at -> Nullable<Int8>,
         metered_through -> Int8,
         deficit_micro -> Int8,
+        deficit_exact -> Nullable<Text>,
     }
 }
 

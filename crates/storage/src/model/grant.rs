@@ -108,6 +108,9 @@ pub struct GrantRow {
     pub metered_through: i64,
     /// `vm.grant.deficit.hours` written so far, in micro-slot-hours.
     pub deficit_micro: i64,
+    /// The exact credit before the hour metering resumes at (`numer/denom`
+    /// slot-milliseconds); `None` until kept (see the migration).
+    pub deficit_exact: Option<String>,
 }
 
 impl GrantRow {

@@ -131,6 +131,17 @@ pub async fn create(
             })
         })?;
         let (res, pool_id) = (plan.reservation, plan.pool_id);
+        if new.starts_at < now {
+            // Deficit credits (contract 5.4): a start before a change of the
+            // total seen since is checked by metering.
+            crate::ops::totals::mark_backdated(
+                conn,
+                new.account_id,
+                new.reservation_id,
+                new.starts_at,
+            )
+            .await?;
+        }
         let row = GrantRow::insert(
             conn,
             NewGrantRow {

@@ -25,7 +25,7 @@ use crate::model::states::{InstanceState, SettledState};
 use crate::ops::settlement;
 use crate::schema::{grants, instances, placement_segments as seg, pools, reservations};
 
-mod deficit;
+pub(crate) mod deficit;
 mod usage;
 
 pub use usage::{UsageFilter, UsageRecord, list};
@@ -141,6 +141,8 @@ struct Marks {
     through: Vec<i64>,
     /// The micro-slot-hours credited to each by this transaction.
     credited: Vec<i64>,
+    /// The exact credit each keeps now (`None`: unchanged).
+    exact: Vec<Option<String>>,
 }
 
 /// Sets the metered-through marks of grants, and adds their new credits, in
@@ -150,13 +152,15 @@ async fn set_grant_marks(conn: &mut AsyncPgConnection, marks: &Marks) -> Result<
         return Ok(());
     }
     diesel::sql_query(
-        "UPDATE grants SET metered_through = v.t, deficit_micro = deficit_micro + v.c \
-         FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS v(id, t, c) \
+        "UPDATE grants SET metered_through = v.t, deficit_micro = deficit_micro + v.c, \
+                deficit_exact = COALESCE(v.e, deficit_exact) \
+         FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS v(id, t, c, e) \
          WHERE grants.grant_id = v.id",
     )
     .bind::<Array<Text>, _>(&marks.ids)
     .bind::<Array<BigInt>, _>(&marks.through)
     .bind::<Array<BigInt>, _>(&marks.credited)
+    .bind::<Array<Nullable<Text>>, _>(&marks.exact)
     .execute(conn)
     .await?;
     Ok(())
@@ -304,12 +308,13 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                         records: due,
                     };
                     // The credit of the same buckets, with the same tags.
-                    let credit = credits.remove(&g.grant_id).unwrap_or_default();
-                    let credited: i64 = credit.iter().map(|r| r.quantity_micro).sum();
-                    if !credit.is_empty() {
+                    let (mut credited, mut exact) = (0, None);
+                    if let Some(credit) = credits.remove(&g.grant_id) {
+                        credited = credit.records.iter().map(|r| r.quantity_micro).sum();
+                        exact = Some(credit.exact);
                         records.push(RecordGroup {
                             meter: "vm.grant.deficit.hours",
-                            records: credit,
+                            records: credit.records,
                             ..slot_group.clone()
                         });
                     }
@@ -317,6 +322,7 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                     marks.ids.push(g.grant_id.clone());
                     marks.through.push(through);
                     marks.credited.push(credited);
+                    marks.exact.push(exact);
                 }
                 set_grant_marks(conn, &marks).await?;
                 let written = write_records(conn, now, &records).await?;

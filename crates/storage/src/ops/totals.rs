@@ -92,19 +92,40 @@ pub async fn record(
         .set((rt::total.eq(total.max(0)), rt::short.eq(short)))
         .execute(conn)
         .await?;
-    prune(conn, account_id, reservation_id).await?;
+    prune(conn, account_id, reservation_id, now).await?;
     Ok(at)
 }
 
-/// Deletes the rows of a reservation that no grant still to be metered
-/// needs: those superseded by a later row at or before the earliest start of
-/// such a grant (every row when there is none, but the last).
-async fn prune(conn: &mut AsyncPgConnection, account_id: &str, reservation_id: &str) -> Result<()> {
-    let needed_from: Option<i64> = committed_grants(account_id, reservation_id)
+/// Deletes the rows of a reservation that nothing can need: those superseded
+/// by a later row at or before the earliest instant still needed. That is
+/// the hour each grant still to be metered resumes at (its start when it
+/// keeps no exact credit yet), and the earliest start a grant created from
+/// `now` on may have (`MAX_START_IN_PAST_MS` back). The last row always
+/// stays.
+async fn prune(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+    now: i64,
+) -> Result<()> {
+    let resume: Vec<(i64, i64, Option<String>)> = committed_grants(account_id, reservation_id)
         .filter(grants::metered_through.lt(grants::ends_at))
-        .select(diesel::dsl::min(grants::starts_at))
-        .first(conn)
+        .select((
+            grants::starts_at,
+            grants::metered_through,
+            grants::deficit_exact,
+        ))
+        .load(conn)
         .await?;
+    let backdated = now.saturating_sub(crate::ops::grants::MAX_START_IN_PAST_MS);
+    let needed_from = resume
+        .iter()
+        .map(|(start, through, exact)| match exact {
+            Some(_) => grants_core::bucket_start(*through).max(grants_core::bucket_start(*start)),
+            None => *start,
+        })
+        .chain([backdated])
+        .min();
     diesel::sql_query(
         "DELETE FROM reservation_totals t \
           WHERE t.account_id = $1 AND t.reservation_id = $2 \
@@ -267,14 +288,18 @@ pub async fn fill_credits(
     let unmetered = from.max(grant.metered_through);
     let key = (grant.account_id.clone(), grant.reservation_id.clone());
     let pending = if unmetered < to.min(now) && !short_among(conn, &[key]).await?.is_empty() {
-        let window = Term::new(grant.starts_at, now.min(grant.ends_at));
+        // From the hour metering resumes at, with the exact credit kept
+        // before it (what the next records will be cut from).
+        use crate::ops::metering::deficit::{before, resumes_at};
+        let window = Term::new(resumes_at(grant), now.min(grant.ends_at));
         let res = Shortfalls::load(conn, &grant.account_id, &grant.reservation_id, window).await?;
         match res.position(&grant.grant_id) {
-            Some(subject) => grants_core::deficit::deficit_micros_from(
+            Some(subject) => grants_core::deficit::deficit_micros_after(
                 subject,
                 &res.grants,
                 &res.history,
-                unmetered,
+                &before(grant, &res, subject),
+                grant.metered_through,
                 now,
             ),
             None => BTreeMap::new(),
@@ -290,5 +315,33 @@ pub async fn fill_credits(
         let source = if metered { &written } else { &pending };
         row.deficit_micros = source.get(&row.period_start).copied().unwrap_or(0);
     }
+    Ok(())
+}
+
+/// A grant created with `starts_at` before a later change of the
+/// reservation's total (at most `MAX_START_IN_PAST_MS` back) was checked
+/// against the total of now only: the rows from the one in effect at
+/// `starts_at` on are marked short, so metering checks that stretch exactly.
+/// Nothing is sent when no change came after `starts_at` (the usual case).
+pub async fn mark_backdated(
+    conn: &mut AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+    starts_at: i64,
+) -> Result<()> {
+    diesel::sql_query(
+        "UPDATE reservation_totals t SET short = true \
+          WHERE t.account_id = $1 AND t.reservation_id = $2 AND NOT t.short \
+            AND t.at >= COALESCE((SELECT max(p.at) FROM reservation_totals p \
+                                   WHERE p.account_id = $1 AND p.reservation_id = $2 \
+                                     AND p.at <= $3), t.at) \
+            AND EXISTS (SELECT 1 FROM reservation_totals n \
+                         WHERE n.account_id = $1 AND n.reservation_id = $2 AND n.at > $3)",
+    )
+    .bind::<Text, _>(account_id)
+    .bind::<Text, _>(reservation_id)
+    .bind::<BigInt, _>(starts_at)
+    .execute(conn)
+    .await?;
     Ok(())
 }

@@ -248,3 +248,47 @@ async fn the_hours_of_a_grant_begun_mid_hour_show_its_credit_before_metering() {
         at(&[(0, "0.333333")])
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_started_before_a_rise_of_the_total_is_credited_for_the_minutes_before_it() {
+    let (s, p) = platform_at_t0(4).await;
+    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    // 2 covers g1 (not short); back to 4 at 00:58.
+    total_at(&s, &p, 2, T0 + 50 * MIN).await;
+    total_at(&s, &p, 4, T0 + 58 * MIN).await;
+    // At 01:02 a grant starting at 00:57 fits the total of now, 4; but from
+    // 00:57 to 00:58 the provider held 2 of the 4 slots committed.
+    s.set_clock(T0 + HOUR + 2 * MIN).await;
+    let late = grant(&s, &p, "acme", 2, T0 + 57 * MIN, T0 + 10 * HOUR).await;
+    s.set_clock(T0 + 2 * HOUR).await;
+    worker::once(&s, &[GRANTS]).await;
+    // 1 slot each for a minute: 1/60 slot-hour.
+    for g in [&g1, &late] {
+        assert_eq!(
+            q(&records(&s, &p, g, DEFICIT).await),
+            at(&[(0, "0.016667")])
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_hour_already_credited_is_never_revised_by_a_later_grant() {
+    let (s, p) = platform_at_t0(4).await;
+    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    total_at(&s, &p, 2, T0 + 50 * MIN).await;
+    total_at(&s, &p, 4, T0 + 58 * MIN).await;
+    // g1's first hour is metered before the late grant exists: nothing was
+    // short for it then, and that record set stays as written.
+    s.set_clock(T0 + HOUR + MIN).await;
+    worker::once(&s, &[GRANTS]).await;
+    s.set_clock(T0 + HOUR + 2 * MIN).await;
+    let late = grant(&s, &p, "acme", 2, T0 + 57 * MIN, T0 + 10 * HOUR).await;
+    s.set_clock(T0 + 3 * HOUR).await;
+    worker::once(&s, &[GRANTS]).await;
+    assert!(records(&s, &p, &g1, DEFICIT).await.is_empty());
+    assert_eq!(get_grant(&s, &g1).await["deficitSlotHours"], "0.000000");
+    assert_eq!(
+        q(&records(&s, &p, &late, DEFICIT).await),
+        at(&[(0, "0.016667")])
+    );
+}

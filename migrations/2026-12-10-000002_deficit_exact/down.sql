@@ -1,0 +1,1 @@
+ALTER TABLE grants DROP COLUMN deficit_exact;
