@@ -10,19 +10,16 @@
 //! recording its VM `RUNNING` (both on this machine's clock).
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::json;
-use tokio::process::Command;
 
 use crate::http::{BodyFn, HttpOp};
 use crate::load::{self, Op, Outcome, Stop};
-use crate::procs::{ApiServer, Database, release_binary};
+use crate::procs::{ApiServer, Database, spawn_worker};
 use crate::setup::{Api, FLAVOR, Gce, HOUR_MS, TENANT, str_at};
 
 /// The grant's slots, and the instances created.
@@ -42,12 +39,7 @@ pub struct Burst {
 impl Burst {
     /// The `q` quantile of [`Burst::to_running`] (nearest rank).
     pub fn running_quantile(&self, q: f64) -> Duration {
-        let n = self.to_running.len();
-        if n == 0 {
-            return Duration::ZERO;
-        }
-        let k = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
-        self.to_running.get(k).copied().unwrap_or_default()
+        crate::load::nearest_rank(&self.to_running, q)
     }
 }
 
@@ -149,20 +141,11 @@ pub async fn run(
 
     // The worker drives the VM steps, woken by NOTIFY (an interval of a
     // minute: only NOTIFY starts a step sooner).
-    let bin = release_binary("reconciler-worker")?;
-    let mut worker = Command::new(&bin)
-        .args(["--only", "vps.instances"])
-        .env("DATABASE_URL", &db.url)
-        .env("BC_CLOCK", "manual")
-        .env("BC_INTERVAL_MS", "60000")
-        .env("BC_VM_LIST_INTERVAL", "600")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut worker = spawn_worker(
+        db,
+        "vps.instances",
+        &[("BC_INTERVAL_MS", "60000"), ("BC_VM_LIST_INTERVAL", "600")],
+    )?;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let answered = Arc::new(Mutex::new(HashMap::new()));

@@ -8,12 +8,11 @@
 //! request that commits it to the receiver reading its body.
 
 use std::convert::Infallible;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
@@ -22,10 +21,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::process::Command;
 use tokio::sync::Notify;
 
-use crate::procs::{ApiServer, Database, release_binary, secrets_key};
+use crate::procs::{ApiServer, Database, spawn_worker};
 use crate::setup::{Api, str_at};
 
 /// Events sent.
@@ -43,12 +41,7 @@ pub struct Deliveries {
 impl Deliveries {
     /// The `q` quantile of the delays (nearest rank).
     pub fn quantile(&self, q: f64) -> Duration {
-        let n = self.lags.len();
-        if n == 0 {
-            return Duration::ZERO;
-        }
-        let k = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
-        self.lags.get(k).copied().unwrap_or_default()
+        crate::load::nearest_rank(&self.lags, q)
     }
 }
 
@@ -91,20 +84,7 @@ pub async fn run(db: &Database, server: &ApiServer) -> anyhow::Result<Deliveries
         )
         .await?;
     let webhook_id = str_at(&hook, "/webhook/webhookId")?;
-    let bin = release_binary("reconciler-worker")?;
-    let mut worker = Command::new(&bin)
-        .args(["--only", "events.webhooks"])
-        .env("DATABASE_URL", &db.url)
-        .env("BC_CLOCK", "manual")
-        .env("BC_INTERVAL_MS", "600000")
-        .env("BC_SECRETS_KEY", secrets_key())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut worker = spawn_worker(db, "events.webhooks", &[("BC_INTERVAL_MS", "600000")])?;
     // Its first round has sent what was there; then only NOTIFY wakes it.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let base = count.load(Ordering::SeqCst);

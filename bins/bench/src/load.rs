@@ -44,6 +44,17 @@ pub fn round_robin<T>(items: &[T], i: u64) -> Option<&T> {
     items.get(usize::try_from(i).ok()?.checked_rem(items.len())?)
 }
 
+/// The `q` quantile (0..=1) of `sorted` durations, nearest rank (zero when
+/// there are none).
+pub fn nearest_rank(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    let index = rank.clamp(1, sorted.len()) - 1;
+    sorted.get(index).copied().unwrap_or(Duration::ZERO)
+}
+
 impl Outcome {
     /// Operations per second.
     pub fn throughput(&self) -> f64 {
@@ -52,12 +63,7 @@ impl Outcome {
 
     /// The `q` quantile (0..=1) of the latencies, nearest rank.
     pub fn quantile(&self, q: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        let rank = (q * self.latencies.len() as f64).ceil() as usize;
-        let index = rank.clamp(1, self.latencies.len()) - 1;
-        self.latencies.get(index).copied().unwrap_or(Duration::ZERO)
+        nearest_rank(&self.latencies, q)
     }
 
     /// Throughput between two fractions of the run (0.0..=1.0), by

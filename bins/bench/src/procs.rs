@@ -282,3 +282,29 @@ pub fn secrets_key() -> &'static str {
         data_encoding::BASE64.encode(&bytes)
     })
 }
+
+/// Starts the release `reconciler-worker --only {pass}` on `db` with the
+/// manual clock, the run's secrets key, `env` and its output discarded; it
+/// is killed when dropped.
+pub fn spawn_worker(
+    db: &Database,
+    pass: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<tokio::process::Child> {
+    let bin = release_binary("reconciler-worker")?;
+    let mut cmd = Command::new(&bin);
+    cmd.args(["--only", pass])
+        .env("DATABASE_URL", &db.url)
+        .env("BC_CLOCK", "manual")
+        .env("BC_SECRETS_KEY", secrets_key())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn()
+        .with_context(|| format!("starting {}", bin.display()))
+}

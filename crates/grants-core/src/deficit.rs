@@ -240,24 +240,8 @@ pub fn deficit_records(
     if ended <= first {
         return Vec::new();
     }
-    let mut cumulative = BigRational::zero();
-    let mut out = Vec::new();
-    for (bucket, ms) in deficit_ms_by_bucket(subject, grants, history, ended) {
-        if bucket < first {
-            cumulative += ms;
-            continue;
-        }
-        let before = round_to_micros(&cumulative);
-        cumulative += ms;
-        let period_end = bucket + HOUR_MS;
-        out.push(Record {
-            period_start: bucket,
-            period_end,
-            quantity_micro: round_to_micros(&cumulative) - before,
-            metered_through: period_end.min(grant.term.end),
-        });
-    }
-    out
+    let before = exact_deficit_ms(subject, grants, history, first);
+    deficit_records_after(subject, grants, history, &before, metered_through, now).0
 }
 
 /// [`deficit_records`] from a known exact credit: `before` is the grant's
@@ -346,16 +330,8 @@ pub fn deficit_micros_from(
     until: i64,
 ) -> BTreeMap<i64, i64> {
     let first = bucket_start(from);
-    let mut cumulative = BigRational::zero();
-    let mut out = BTreeMap::new();
-    for (bucket, ms) in deficit_ms_by_bucket(subject, grants, history, until) {
-        let before = round_to_micros(&cumulative);
-        cumulative += ms;
-        if bucket >= first {
-            out.insert(bucket, round_to_micros(&cumulative) - before);
-        }
-    }
-    out
+    let before = exact_deficit_ms(subject, grants, history, first.min(until));
+    deficit_micros_after(subject, grants, history, &before, first, until)
 }
 
 /// Slot-milliseconds to micro-slot-hours, rounded half-up, as

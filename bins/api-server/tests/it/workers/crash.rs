@@ -135,7 +135,7 @@ struct Count {
 }
 
 /// The usage records written so far, read directly from the database.
-async fn records(conn: &mut AsyncPgConnection) -> i64 {
+pub(crate) async fn records(conn: &mut AsyncPgConnection) -> i64 {
     diesel::sql_query("SELECT count(*) AS n FROM usage_records")
         .get_result::<Count>(conn)
         .await

@@ -5,11 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use diesel::QueryableByName;
-use diesel::sql_types::BigInt;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::{Value, json};
 
+use super::crash::records;
 use crate::billing::deficit::{DEFICIT, GRANTS, total_at};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
@@ -117,7 +115,7 @@ async fn credits_survive_killed_replicas_exactly_once() {
             grants[3].to = now;
             ended_one = true;
         }
-        let before = usage_rows(&mut conn).await;
+        let before = records(&mut conn).await;
         let replicas: Vec<worker::Running> = (0..3)
             .map(|_| {
                 let mut cmd = worker::command(&s);
@@ -130,7 +128,7 @@ async fn credits_survive_killed_replicas_exactly_once() {
         // them, so some kills land in or after a metering pass.
         if round % 3 == 2 && now / HOUR > last_hour {
             let deadline = Instant::now() + Duration::from_secs(20);
-            while usage_rows(&mut conn).await == before && Instant::now() < deadline {
+            while records(&mut conn).await == before && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         }
@@ -181,19 +179,4 @@ async fn credits_survive_killed_replicas_exactly_once() {
     );
     assert!(credited > 0, "the walk never fell short: {history:?}");
     assert!(by_killed > 0, "the killed replicas never credited anything");
-}
-
-#[derive(QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
-/// The usage records written so far, read directly from the database.
-async fn usage_rows(conn: &mut AsyncPgConnection) -> i64 {
-    diesel::sql_query("SELECT count(*) AS n FROM usage_records")
-        .get_result::<Count>(conn)
-        .await
-        .expect("count")
-        .n
 }
