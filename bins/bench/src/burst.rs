@@ -78,21 +78,7 @@ pub async fn run(
     let gce = Gce::start().await?;
     let http = reqwest::Client::new();
     gce.put(&http, "burst", SLOTS).await?;
-    let account = api
-        .root(
-            "providerAccounts/create",
-            json!({
-                "name": "burst",
-                "provider": "gce",
-                "config": { "project": crate::setup::PROJECT, "endpoint": gce.url,
-                            "credentials": "none" },
-                "idempotencyKey": "acct-burst",
-            }),
-        )
-        .await?;
-    let account_id = str_at(&account, "/account/accountId")?;
-    api.root("providerAccounts/scan", json!({ "accountId": account_id }))
-        .await?;
+    let account_id = api.fake_account("burst", &gce.url).await?;
     let pool = api
         .root(
             "pools/create",

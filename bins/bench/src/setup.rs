@@ -123,6 +123,26 @@ impl Api {
         self.call(ROOT_TOKEN, path, &body).await
     }
 
+    /// Root's provider account `name` on the fake at `endpoint`, scanned
+    /// once; returns its id.
+    pub async fn fake_account(&self, name: &str, endpoint: &str) -> anyhow::Result<String> {
+        let account = self
+            .root(
+                "providerAccounts/create",
+                json!({
+                    "name": name,
+                    "provider": "gce",
+                    "config": { "project": PROJECT, "endpoint": endpoint, "credentials": "none" },
+                    "idempotencyKey": format!("acct-{name}"),
+                }),
+            )
+            .await?;
+        let account_id = str_at(&account, "/account/accountId")?;
+        self.root("providerAccounts/scan", json!({ "accountId": account_id }))
+            .await?;
+        Ok(account_id)
+    }
+
     /// The raw bytes of a call (the body a client receives).
     pub async fn raw(&self, token: &str, path: &str, body: &Value) -> anyhow::Result<Vec<u8>> {
         let resp = self
@@ -257,20 +277,7 @@ pub async fn platform_with(
                 .await?;
         }
     }
-    let account = api
-        .root(
-            "providerAccounts/create",
-            json!({
-                "name": "bench",
-                "provider": "gce",
-                "config": { "project": PROJECT, "endpoint": gce.url, "credentials": "none" },
-                "idempotencyKey": "acct-bench",
-            }),
-        )
-        .await?;
-    let account_id = str_at(&account, "/account/accountId")?;
-    api.root("providerAccounts/scan", json!({ "accountId": account_id }))
-        .await?;
+    let account_id = api.fake_account("bench", &gce.url).await?;
     let tenant = api
         .root("tenants/create", json!({ "name": TENANT }))
         .await?;

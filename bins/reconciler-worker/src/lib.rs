@@ -482,7 +482,7 @@ async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
             metrics.set_state(lag, &reservations);
             metrics.set_vm_state(&vms);
             metrics.set_webhook_state(&webhooks);
-            metrics.set_deficit_state(now, &short, &pools);
+            metrics.deficit.set(now, &short, &pools);
         }
         Err(e) => tracing::warn!(error = %e, "reading the metrics' gauges failed"),
     }

@@ -79,7 +79,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::passes::PassReport;
 
-mod deficit;
+pub mod deficit;
 mod webhooks;
 
 /// The most reservations the gauges describe one by one.
@@ -313,7 +313,8 @@ pub struct WorkerMetrics {
     capacity_short: Counter,
     vm: VmMetrics,
     webhooks: webhooks::WebhookMetrics,
-    deficit: deficit::DeficitMetrics,
+    /// The deficit credits' gauges.
+    pub deficit: deficit::DeficitMetrics,
     /// What provider adapters report.
     pub provider: Arc<ProviderMetrics>,
 }
@@ -588,16 +589,6 @@ impl WorkerMetrics {
     /// Sets the webhooks' gauges from what the database says now.
     pub fn set_webhook_state(&self, gauges: &storage::ops::gauges::WebhookGauges) {
         self.webhooks.set(gauges);
-    }
-
-    /// Sets the deficit credits' gauges from what the database says at `now`.
-    pub fn set_deficit_state(
-        &self,
-        now: i64,
-        short: &[storage::ops::gauges::ShortReservation],
-        pools: &[storage::ops::gauges::PoolCredit],
-    ) {
-        self.deficit.set(now, short, pools);
     }
 
     /// The exposition in `format`.

@@ -30,24 +30,7 @@ pub(super) async fn world(
     for r in 0..RESERVATIONS {
         gce.put(&http, &format!("scale-{r:02}"), 100_000).await?;
     }
-    let account = api
-        .root(
-            "providerAccounts/create",
-            json!({
-                "name": "scale",
-                "provider": "gce",
-                "config": {
-                    "project": crate::setup::PROJECT,
-                    "endpoint": gce.url,
-                    "credentials": "none"
-                },
-                "idempotencyKey": "acct-scale",
-            }),
-        )
-        .await?;
-    let account_id = at(&account, "/account/accountId")?;
-    api.root("providerAccounts/scan", json!({ "accountId": account_id }))
-        .await?;
+    let account_id = api.fake_account("scale", &gce.url).await?;
     let pool = api
         .root(
             "pools/create",

@@ -21,7 +21,7 @@ struct PoolLabel {
 }
 
 /// The deficit credits' metrics.
-pub(super) struct DeficitMetrics {
+pub struct DeficitMetrics {
     short_slots: Family<ReservationLabel, Gauge>,
     short_for: Family<ReservationLabel, FloatGauge>,
     credited: Family<PoolLabel, FloatGauge>,
@@ -56,7 +56,7 @@ impl DeficitMetrics {
 
     /// Sets them from what the database says at `now` (only the reservations
     /// short now have series).
-    pub(super) fn set(
+    pub fn set(
         &self,
         now: i64,
         short: &[storage::ops::gauges::ShortReservation],
@@ -102,7 +102,7 @@ mod tests {
             pool_id: "pool_1".into(),
             micros: 1_500_000,
         };
-        m.set_deficit_state(3_601_000, &[short], &[pool]);
+        m.deficit.set(3_601_000, &[short], &[pool]);
         let text = m.render(telemetry::Format::Text);
         let labels = r#"{account="acct_1",reservation="res-a"}"#;
         for want in [
@@ -116,7 +116,7 @@ mod tests {
             );
         }
         // Restored: the reservation's series go; the pool's credit stays.
-        m.set_deficit_state(7_200_000, &[], &[]);
+        m.deficit.set(7_200_000, &[], &[]);
         let text = m.render(telemetry::Format::Text);
         assert!(!text.contains("bc_reservation_short_slots{"), "{text}");
     }
