@@ -326,12 +326,23 @@ impl Op for GrantSql {
                     .await
                     .map_err(sql)?;
                 anyhow::ensure!(offered, "pool {pool_id} not offered to {TENANT}");
-                let res = lock_reservation(conn, &c.account_id, &c.reservation_id).await?;
-                settle_reads(conn, &res, now).await?;
+                // the lock, settlement's read and the peak, pipelined
                 let term = grants_core::Term::new(c.starts_at, c.ends_at);
-                grants::commitments(conn, &res.account_id, &res.reservation_id, term)
-                    .await
-                    .map_err(sql)?;
+                let (acc, rid) = (c.account_id.as_str(), c.reservation_id.as_str());
+                let (res, _, _) = {
+                    let shared = &*conn;
+                    futures::try_join!(
+                        locks::reservation(shared, acc, rid),
+                        locks::started_grants_of(shared, acc, rid, now),
+                        grants::peak(shared, acc, rid, term),
+                    )
+                    .map_err(sql)?
+                };
+                let res = res.ok_or_else(|| anyhow::anyhow!("no reservation {rid}"))?;
+                anyhow::ensure!(
+                    res.status == ReservationStatus::Ready,
+                    "reservation not ready"
+                );
                 let new = NewGrantRow {
                     grant_id: &id,
                     account_id: &c.account_id,

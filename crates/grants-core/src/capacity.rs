@@ -166,12 +166,73 @@ pub fn check_capacity(
     existing: &[Commitment],
     new: Commitment,
 ) -> Result<(), CapacityShort> {
-    let granted = peak_overlap(existing, new.term);
-    if granted + u64::from(new.slots) <= total {
+    fits(total, peak_overlap(existing, new.term), new.slots)
+}
+
+/// The capacity rule once the peak is known: `slots` more fit a reservation
+/// of `total` slots whose existing grants commit `granted` at the peak of the
+/// new term when `granted + slots <= total`.
+pub fn fits(total: u64, granted: u64, slots: u32) -> Result<(), CapacityShort> {
+    if granted + u64::from(slots) <= total {
         Ok(())
     } else {
         Err(CapacityShort { total, granted })
     }
+}
+
+/// The committed step function of `existing`, as storage keeps it per
+/// reservation (`reservation_steps`): `(at, committed)` rows by instant, each
+/// the slots committed from `at` until the next row. Normalized: no row
+/// repeats the level before it, the level before the first row is 0, and the
+/// last row is 0 (every term is finite), so no commitment gives no rows.
+///
+/// ```
+/// use grants_core::capacity::steps;
+/// use grants_core::{Commitment, Term};
+///
+/// let grants = [
+///     Commitment::new(Term::new(0, 10), 2),
+///     Commitment::new(Term::new(10, 30), 2), // the level does not change at 10
+///     Commitment::new(Term::new(5, 20), 3),
+/// ];
+/// assert_eq!(steps(&grants), vec![(0, 2), (5, 5), (20, 2), (30, 0)]);
+/// ```
+pub fn steps(existing: &[Commitment]) -> Vec<(i64, u64)> {
+    let mut changes: std::collections::BTreeMap<i64, i128> = std::collections::BTreeMap::new();
+    for c in existing.iter().filter(|c| !c.term.is_empty()) {
+        *changes.entry(c.term.start).or_default() += i128::from(c.slots);
+        *changes.entry(c.term.end).or_default() -= i128::from(c.slots);
+    }
+    let mut level: i128 = 0;
+    changes
+        .into_iter()
+        .filter(|(_, delta)| *delta != 0)
+        .map(|(at, delta)| {
+            level += delta;
+            // A running sum of whole terms never goes below 0.
+            (at, u64::try_from(level).unwrap_or(0))
+        })
+        .collect()
+}
+
+/// The peak of a step function ([`steps`]) over `window`: the level at its
+/// start (the last row at or before it) or of any row inside it, as
+/// storage's capacity read computes it from the rows of the term alone.
+/// Equal to [`peak_overlap`] of the commitments the steps come from.
+pub fn peak_of_steps(steps: &[(i64, u64)], window: Term) -> u64 {
+    if window.is_empty() {
+        return 0;
+    }
+    let at_start = steps
+        .iter()
+        .take_while(|(at, _)| *at <= window.start)
+        .last()
+        .map_or(0, |(_, level)| *level);
+    steps
+        .iter()
+        .filter(|(at, _)| window.start < *at && *at < window.end)
+        .map(|(_, level)| *level)
+        .fold(at_start, u64::max)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub mod vm;
 
 mod rules;
 
-pub use capacity::{CapacityShort, Commitment, Term, check_capacity, peak_overlap};
+pub use capacity::{CapacityShort, Commitment, Term, check_capacity, fits, peak_overlap};
 pub use metering::{
     HOUR_MS, MICROS_PER_UNIT, Record, Segment, bucket_start, cumulative_rounded_records,
     format_micros, grant_slot_records, hour_buckets,

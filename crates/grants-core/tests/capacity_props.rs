@@ -95,3 +95,38 @@ proptest! {
         prop_assert_eq!(check_capacity(total, &existing, request).is_ok(), fits);
     }
 }
+
+proptest! {
+    /// The capacity read from the stored steps (the level at the term's
+    /// start and the levels of the rows inside it) is the peak overlap.
+    #[test]
+    fn the_peak_of_the_steps_is_the_peak_overlap(
+        commitments in prop::collection::vec(commitment(), 0..12),
+        window in term(),
+    ) {
+        let steps = grants_core::capacity::steps(&commitments);
+        prop_assert_eq!(
+            grants_core::capacity::peak_of_steps(&steps, window),
+            peak_overlap(&commitments, window)
+        );
+    }
+
+    /// The steps are the committed level at every instant, and normalized:
+    /// no row repeats the level before it, and the last is 0.
+    #[test]
+    fn the_steps_are_the_level_at_every_instant_and_normalized(
+        commitments in prop::collection::vec(commitment(), 0..12),
+    ) {
+        let steps = grants_core::capacity::steps(&commitments);
+        for t in -6i64..46 {
+            let level = steps.iter().take_while(|(at, _)| *at <= t).last().map_or(0, |s| s.1);
+            prop_assert_eq!(level, live_at(&commitments, t));
+        }
+        let mut before = 0;
+        for (_, level) in &steps {
+            prop_assert_ne!(*level, before);
+            before = *level;
+        }
+        prop_assert_eq!(steps.last().map_or(0, |s| s.1), 0);
+    }
+}

@@ -224,10 +224,12 @@ pub async fn tenant_quota_rows(conn: &mut AsyncPgConnection, tenant: &str) -> Re
 /// Locks a reservation's row, waiting for another holder (`None` when it
 /// does not exist).
 pub async fn reservation(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     account_id: &str,
     reservation_id: &str,
 ) -> Result<Option<ReservationRow>> {
+    let mut conn = conn;
+    let conn = &mut conn;
     Ok(reservations::table
         .find((account_id, reservation_id))
         .select(ReservationRow::as_select())
@@ -319,9 +321,23 @@ pub async fn started_grants(
     res: &ReservationRow,
     at: i64,
 ) -> Result<Vec<GrantRow>> {
+    started_grants_of(conn, &res.account_id, &res.reservation_id, at).await
+}
+
+/// [`started_grants`] of a reservation named by its key, on a shared
+/// connection: sent in the same round trip as the reservation's lock
+/// (pipelined after it), it runs once the lock is held.
+pub async fn started_grants_of(
+    conn: &AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+    at: i64,
+) -> Result<Vec<GrantRow>> {
+    let mut conn = conn;
+    let conn = &mut conn;
     Ok(grants::table
-        .filter(grants::account_id.eq(&res.account_id))
-        .filter(grants::reservation_id.eq(&res.reservation_id))
+        .filter(grants::account_id.eq(account_id))
+        .filter(grants::reservation_id.eq(reservation_id))
         .filter(open_state())
         .filter(grants::starts_at.le(at))
         .order((grants::starts_at.asc(), grants::grant_id.asc()))

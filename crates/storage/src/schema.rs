@@ -224,6 +224,15 @@ diesel::table! {
 }
 
 diesel::table! {
+    reservation_steps (account_id, reservation_id, at) {
+        account_id -> Text,
+        reservation_id -> Text,
+        at -> Int8,
+        committed -> Int8,
+    }
+}
+
+diesel::table! {
     reservation_totals (account_id, reservation_id, at) {
         account_id -> Text,
         reservation_id -> Text,
@@ -445,6 +454,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     projects,
     provider_accounts,
     quotas,
+    reservation_steps,
     reservation_totals,
     reservations,
     secrets,

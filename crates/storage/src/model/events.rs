@@ -80,35 +80,59 @@ pub async fn publish(
         return Ok(());
     }
     batch.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
+    type Group = (
+        String,
+        i64,
+        Vec<String>,
+        Vec<&'static str>,
+        Vec<Value>,
+        Vec<i64>,
+    );
+    let mut groups: Vec<Group> = Vec::new();
     for group in batch.chunk_by(|a, b| a.tenant_id == b.tenant_id) {
         let Some(first) = group.first() else {
             continue;
         };
-        let tenant = first.tenant_id.clone();
         let count = i64::try_from(group.len()).map_err(StorageError::internal)?;
-        let ids: Vec<String> = group.iter().map(|_| ids::new_id("evt", now)).collect();
-        let types: Vec<&str> = group.iter().map(|e| e.data.event_type()).collect();
         let data = group
             .iter()
             .map(|e| e.data.to_data())
             .collect::<serde_json::Result<Vec<Value>>>()?;
-        let at: Vec<i64> = group.iter().map(|e| e.occurred_at).collect();
-        // One statement, one round trip: the head's advance and the events
-        // numbered from it (the head row's lock is held until commit).
-        diesel::sql_query(include_str!("sql/events_publish.sql"))
-            .bind::<Text, _>(&tenant)
-            .bind::<BigInt, _>(count)
-            .bind::<Array<Text>, _>(&ids)
-            .bind::<Array<Text>, _>(&types)
-            .bind::<Array<Jsonb>, _>(&data)
-            .bind::<Array<BigInt>, _>(&at)
-            .execute(conn)
-            .await?;
+        groups.push((
+            first.tenant_id.clone(),
+            count,
+            group.iter().map(|_| ids::new_id("evt", now)).collect(),
+            group.iter().map(|e| e.data.event_type()).collect(),
+            data,
+            group.iter().map(|e| e.occurred_at).collect(),
+        ));
     }
-    // Wakes the webhook deliveries when the transaction commits.
-    diesel::sql_query("SELECT pg_notify('bc_events', '')")
-        .execute(conn)
-        .await?;
+    // One statement per tenant (the head's advance and the events numbered
+    // from it; the head row's lock is held until commit) and the
+    // notification that wakes the webhook deliveries when the transaction
+    // commits, all pipelined: one round trip.
+    let conn = &*conn;
+    let statements = groups
+        .iter()
+        .map(|(tenant, count, ids, types, data, at)| async move {
+            let mut conn = conn;
+            diesel::sql_query(include_str!("sql/events_publish.sql"))
+                .bind::<Text, _>(tenant)
+                .bind::<BigInt, _>(count)
+                .bind::<Array<Text>, _>(ids)
+                .bind::<Array<Text>, _>(types)
+                .bind::<Array<Jsonb>, _>(data)
+                .bind::<Array<BigInt>, _>(at)
+                .execute(&mut conn)
+                .await
+        });
+    let notify = async {
+        let mut conn = conn;
+        diesel::sql_query("SELECT pg_notify('bc_events', '')")
+            .execute(&mut conn)
+            .await
+    };
+    futures::try_join!(futures::future::try_join_all(statements), notify)?;
     Ok(())
 }
 

@@ -2,9 +2,9 @@
 //! contract 3.6).
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool};
+use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::{Commitment, ForcedEnd, GrantState, SettlementGrant, Term, Transition};
+use grants_core::{ForcedEnd, GrantState, SettlementGrant, Term, Transition};
 
 use crate::actor::Actor;
 use crate::error::{Detail, ErrorKind, Field, Reason, Result, StorageError};
@@ -22,7 +22,6 @@ use crate::ops::accounts;
 use crate::ops::pools;
 use crate::ops::settlement;
 use crate::ops::tenancy;
-use crate::schema::grants;
 
 /// How far in the past a new grant's `startsAt` may lie.
 pub const MAX_START_IN_PAST_MS: i64 = 5 * 60 * 1000;
@@ -105,9 +104,21 @@ pub async fn create(
         // what must be (the reservation as locked, settlement, capacity, the
         // writes).
         let mut plan = plan(conn, root, &new, now, Locking::Lock).await?;
-        let locked = locks::reservation(conn, new.account_id, new.reservation_id)
-            .await?
-            .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
+        // The lock and the two reads under it go in one round trip: pipelined,
+        // each statement runs after the one before it with a snapshot of its
+        // own (read committed), so the reads see what the lock's previous
+        // holder committed.
+        let term = Term::new(new.starts_at, new.ends_at);
+        let (locked, started, granted) = {
+            let c = &*conn;
+            futures::try_join!(
+                locks::reservation(c, new.account_id, new.reservation_id),
+                locks::started_grants_of(c, new.account_id, new.reservation_id, now),
+                peak(c, new.account_id, new.reservation_id, term),
+            )?
+        };
+        let locked =
+            locked.ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
         let pool_id = ready_pool(&locked)?;
         if pool_id != plan.pool_id {
             // Rebound between the read and the lock: offer the new pool.
@@ -116,11 +127,18 @@ pub async fn create(
         }
         plan.reservation = locked;
         // Capacity, decided under the reservation's row lock once the
-        // transitions due before the new grant are settled.
+        // transitions due before the new grant are settled (a transition
+        // written may change the steps: they are read again).
         let mut events = Vec::new();
-        settlement::settle(conn, &plan.reservation, now, &mut events).await?;
+        let settled = settlement::settle_read(conn, &plan.reservation, started, now, &mut events);
+        let granted = if settled.await? > 0 {
+            peak(conn, new.account_id, new.reservation_id, term).await?
+        } else {
+            granted
+        };
+        let total = u64::try_from(plan.reservation.total).unwrap_or(0);
         let slots = plan.slots;
-        fit(conn, &plan, &new).await?.1.map_err(|short| {
+        grants_core::fits(total, granted, slots).map_err(|short| {
             StorageError::new(
                 ErrorKind::CapacityUnavailable,
                 format!("the reservation cannot commit {slots} more slots over that term: {short}"),
@@ -217,8 +235,8 @@ struct Plan {
     slots: u32,
 }
 
-/// The capacity answer of a planned grant: the peak overlap of the
-/// existing grants over its term, and whether it fits (contract 3.6).
+/// The capacity answer of a planned grant: the peak of the existing grants
+/// over its term, and whether it fits (contract 3.6).
 async fn fit(
     conn: &mut AsyncPgConnection,
     plan: &Plan,
@@ -226,12 +244,9 @@ async fn fit(
 ) -> Result<(u64, std::result::Result<(), grants_core::CapacityShort>)> {
     let res = &plan.reservation;
     let term = Term::new(new.starts_at, new.ends_at);
-    let existing = commitments(conn, &res.account_id, &res.reservation_id, term).await?;
+    let granted = peak(conn, &res.account_id, &res.reservation_id, term).await?;
     let total = u64::try_from(res.total).unwrap_or(0);
-    Ok((
-        grants_core::peak_overlap(&existing, term),
-        grants_core::check_capacity(total, &existing, Commitment::new(term, plan.slots)),
-    ))
+    Ok((granted, grants_core::fits(total, granted, plan.slots)))
 }
 
 async fn plan(
@@ -432,37 +447,35 @@ async fn would_take_in(
         .unwrap_or_default())
 }
 
-/// The terms of the non-cancelled grants of a reservation that overlap
-/// `term`: all the capacity check of a grant over `term` needs
-/// (`grants_core::check_capacity` counts overlaps within the term only).
-pub async fn commitments(
-    conn: &mut AsyncPgConnection,
+/// The peak of the slots committed to the reservation's non-cancelled grants
+/// over `term`, from the committed step function kept as rows
+/// (`reservation_steps`, exact by the triggers on `grants`): the level at
+/// the term's start and the levels of the rows inside it
+/// (`grants_core::capacity::peak_of_steps`), so the read costs the steps
+/// within the term, whatever the number of grants that overlap it.
+pub async fn peak(
+    conn: &AsyncPgConnection,
     account_id: &str,
     reservation_id: &str,
     term: Term,
-) -> Result<Vec<Commitment>> {
-    // Literal SQL for the state and the range test, so that the planner can
-    // use the partial GiST index `grants_committed_term_idx` (a partial
-    // index's predicate is proved from constants only).
-    let overlaps = diesel::dsl::sql::<Bool>(
-        "grants.settled_state <> 'cancelled' \
-         AND int8range(grants.starts_at, grants.ends_at) && int8range(",
-    )
-    .bind::<BigInt, _>(term.start)
-    .sql(", ")
-    .bind::<BigInt, _>(term.end)
-    .sql(")");
-    let rows: Vec<(i64, i64, i32)> = grants::table
-        .filter(grants::account_id.eq(account_id))
-        .filter(grants::reservation_id.eq(reservation_id))
-        .filter(overlaps)
-        .select((grants::starts_at, grants::ends_at, grants::slots))
-        .load(conn)
+) -> Result<u64> {
+    #[derive(QueryableByName)]
+    struct Peak {
+        #[diesel(sql_type = BigInt)]
+        peak: i64,
+    }
+    if term.is_empty() {
+        return Ok(0);
+    }
+    let mut conn = conn;
+    let found: Peak = diesel::sql_query(include_str!("sql/grants_peak.sql"))
+        .bind::<Text, _>(account_id)
+        .bind::<Text, _>(reservation_id)
+        .bind::<BigInt, _>(term.start)
+        .bind::<BigInt, _>(term.end)
+        .get_result(&mut conn)
         .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(s, e, n)| Commitment::new(Term::new(s, e), u32::try_from(n).unwrap_or(0)))
-        .collect())
+    Ok(u64::try_from(found.peak).unwrap_or(0))
 }
 
 /// `reservationGrants.get`: the grantee reads its grants; the root tenant reads any.

@@ -97,6 +97,28 @@ async fn settle_reading(
     events: &mut Vec<NewEvent>,
 ) -> Result<(usize, Option<Vec<GrantRow>>)> {
     let grants = locks::started_grants(conn, res, now).await?;
+    settle_grants(conn, res, grants, now, events).await
+}
+
+/// [`settle`] of the open grants started by `now` already read and locked
+/// ([`locks::started_grants_of`] under the reservation's lock).
+pub async fn settle_read(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    grants: Vec<GrantRow>,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<usize> {
+    Ok(settle_grants(conn, res, grants, now, events).await?.0)
+}
+
+async fn settle_grants(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    grants: Vec<GrantRow>,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<(usize, Option<Vec<GrantRow>>)> {
     let snapshot: Vec<SettlementGrant> = grants.iter().map(GrantRow::to_settlement).collect();
     if !grants_core::has_due(&snapshot, now) {
         return Ok((0, Some(grants)));

@@ -10,3 +10,4 @@ mod errors;
 mod events;
 mod grants;
 mod instances;
+mod steps;

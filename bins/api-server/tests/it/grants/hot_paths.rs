@@ -151,6 +151,87 @@ async fn a_grant_create_reads_only_what_overlaps_its_term() {
 }
 
 #[tokio::test]
+async fn a_grant_create_reads_the_steps_not_the_grants_overlapping_its_term() {
+    let (s, p) = platform_at_t0(2_000).await;
+    let mut conn = db(&s).await;
+    // 1,000 grants of one slot, every one over the new term.
+    diesel::sql_query(
+        "INSERT INTO grants (grant_id, account_id, reservation_id, pool_id, tenant_id, slots, \
+         starts_at, ends_at, settled_state, created_at, metered_through) \
+         SELECT 'rgrant_overlap' || i, $1, $2, $3, 'acme', 1, $4 + i, $4 + 10 * $5 + i, \
+           'scheduled', $4, $4 + i FROM generate_series(1, 1000) AS i",
+    )
+    .bind::<Text, _>(&p.account)
+    .bind::<Text, _>(&p.reservation)
+    .bind::<Text, _>(&p.pool)
+    .bind::<BigInt, _>(T0 + HOUR)
+    .bind::<BigInt, _>(HOUR)
+    .execute(&mut conn)
+    .await
+    .expect("insert the overlapping grants");
+    execute(&mut conn, "ANALYZE grants").await;
+
+    let term = (T0 + 2 * HOUR, T0 + 3 * HOUR);
+    let body = grant_body(&p, 1_000, term.0, term.1, "over-1");
+    let hash = storage::ids::request_hash(&body);
+    let mut conn = probe(&s).await;
+    let before = (
+        reads(&mut conn, "grants").await.expect("stats"),
+        reads(&mut conn, "reservation_steps").await.expect("stats"),
+    );
+    let new = storage::ops::grants::NewGrant {
+        account_id: &p.account,
+        reservation_id: &p.reservation,
+        grant_tenant_id: "acme",
+        project_id: None,
+        slots: 1_000,
+        starts_at: term.0,
+        ends_at: term.1,
+    };
+    let key = KeyedRequest {
+        tenant_id: "root",
+        method: "reservationGrants.create",
+        key: "over-1",
+        request_hash: &hash,
+    };
+    storage::ops::grants::create(&mut conn, &root_id(), new, key, T0)
+        .await
+        .expect("create");
+    let grants = reads(&mut conn, "grants")
+        .await
+        .expect("stats")
+        .since(before.0);
+    let steps = reads(&mut conn, "reservation_steps")
+        .await
+        .expect("stats")
+        .since(before.1);
+    drop(conn);
+    assert_eq!(
+        grants.seq_scan + steps.seq_scan,
+        0,
+        "no sequential scan: {grants:?} {steps:?}"
+    );
+    assert!(
+        grants.idx_tup_fetch <= 5,
+        "a create fetches no grant overlapping its term (1,000 do): {grants:?}"
+    );
+    assert!(
+        steps.idx_tup_fetch <= 10,
+        "the capacity read fetches the steps of the term: {steps:?}"
+    );
+
+    // The peak still counts every one of them, over HTTP.
+    let body = grant_body(&p, 1_000, term.0, term.1, "over-2");
+    assert_eq!(create_grant(&s, body).await.status, 200);
+    let refused = create_grant(&s, grant_body(&p, 1, term.0, term.1, "over-3")).await;
+    let d = refused.err(409, "CAPACITY_UNAVAILABLE");
+    assert_eq!(
+        (d["total"].clone(), d["granted"].clone()),
+        (2_000.into(), 2_000.into())
+    );
+}
+
+#[tokio::test]
 async fn an_instance_create_reads_only_the_seated_instances() {
     let (s, p) = platform_at_t0(10).await;
     // A live grant of 5 slots, and one instance in it to copy the history

@@ -12,4 +12,5 @@ mod lifecycle;
 mod notices;
 mod preview;
 mod settlement;
+mod steps;
 mod visibility;
