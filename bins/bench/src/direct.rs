@@ -271,34 +271,6 @@ async fn claim(
     Ok(())
 }
 
-/// `locks::reservation`, which must exist and be ready.
-async fn lock_reservation(
-    conn: &mut AsyncPgConnection,
-    account_id: &str,
-    reservation_id: &str,
-) -> anyhow::Result<ReservationRow> {
-    let res = locks::reservation(conn, account_id, reservation_id)
-        .await
-        .map_err(sql)?
-        .ok_or_else(|| anyhow::anyhow!("no reservation {reservation_id}"))?;
-    anyhow::ensure!(
-        res.status == ReservationStatus::Ready,
-        "reservation not ready"
-    );
-    Ok(res)
-}
-
-/// `settlement::settle` without the pure step: its read, `locks::started_grants`
-/// (nothing is due in these workloads, so it reads no instance and writes
-/// nothing); answers the grants read, which the placement view reuses.
-async fn settle_reads(
-    conn: &mut AsyncPgConnection,
-    res: &ReservationRow,
-    now: i64,
-) -> anyhow::Result<Vec<GrantRow>> {
-    locks::started_grants(conn, res, now).await.map_err(sql)
-}
-
 impl Op for GrantSql {
     async fn run(&mut self, i: u64) -> anyhow::Result<()> {
         let c = self.ctx.clone();
@@ -391,6 +363,21 @@ impl Op for InstanceSql {
                 let rows = locks::quota_rows(conn, TENANT, pool_id, &resources)
                     .await
                     .map_err(sql)?;
+                // the quota rows whose use changes, pipelined, before the
+                // placement
+                {
+                    let shared = &*conn;
+                    let writes = rows.iter().filter_map(|(resource, _max, used)| {
+                        let amount = charges
+                            .iter()
+                            .find(|c| &c.resource == resource)
+                            .map_or(0, |c| c.amount);
+                        (amount != 0).then(|| {
+                            quota::set_used(shared, TENANT, pool_id, resource, used + amount)
+                        })
+                    });
+                    futures::future::try_join_all(writes).await.map_err(sql)?;
+                }
                 // decide: the candidates, the hint of where the tenant has a
                 // live grant, then the first candidate locked, settled, viewed
                 let candidates = ReservationRow::candidates(conn, pool_id, FLAVOR)
@@ -404,10 +391,22 @@ impl Op for InstanceSql {
                     .next()
                     .ok_or_else(|| anyhow::anyhow!("no candidate"))?;
                 anyhow::ensure!(reservation_id == target.reservation_id, "wrong reservation");
-                let res = lock_reservation(conn, &account_id, &reservation_id).await?;
-                let open = settle_reads(conn, &res, now).await?;
-                // the placement view: seated, and the live grants settlement read
-                InstanceRow::seated(conn, &res).await.map_err(sql)?;
+                // the lock, settlement's read and the seat counts, pipelined
+                let (res, open, _) = {
+                    let shared = &*conn;
+                    let (acc, rid) = (account_id.as_str(), reservation_id.as_str());
+                    futures::try_join!(
+                        locks::reservation(shared, acc, rid),
+                        locks::started_grants_of(shared, acc, rid, now),
+                        instances::seats(shared, acc, rid),
+                    )
+                    .map_err(sql)?
+                };
+                let res = res.ok_or_else(|| anyhow::anyhow!("no reservation"))?;
+                anyhow::ensure!(
+                    res.status == ReservationStatus::Ready,
+                    "reservation not ready"
+                );
                 let live = settlement::live_at(open, now);
                 let grant_id = live
                     .iter()
@@ -415,19 +414,6 @@ impl Op for InstanceSql {
                     .map(|g| g.grant_id.clone())
                     .ok_or_else(|| anyhow::anyhow!("no live grant"))?;
                 anyhow::ensure!(grant_id == target.grant_id, "wrong grant");
-                // the quota rows whose use changes
-                for (resource, _max, used) in &rows {
-                    let amount = charges
-                        .iter()
-                        .find(|c| &c.resource == resource)
-                        .map_or(0, |c| c.amount);
-                    if amount == 0 {
-                        continue;
-                    }
-                    quota::set_used(conn, TENANT, pool_id, resource, used + amount)
-                        .await
-                        .map_err(sql)?;
-                }
                 let new = NewInstanceRow {
                     vm: None,
                     instance_id: &id,

@@ -42,7 +42,9 @@ use crate::schema::{grants, instances, provider_accounts, quotas, reservations, 
 /// first (contract 3.6): a write racing the deletion either commits first, so
 /// the deletion sees and undoes it, or waits and then finds the tenant
 /// deleted.
-pub async fn tenant_shared(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<bool> {
+pub async fn tenant_shared(conn: &AsyncPgConnection, tenant_id: &str) -> Result<bool> {
+    let mut conn = conn;
+    let conn = &mut conn;
     let state: Option<TenantState> = tenants::table
         .find(tenant_id)
         .select(tenants::state)

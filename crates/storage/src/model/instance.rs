@@ -40,8 +40,6 @@ pub struct NewVm<'a> {
     pub zone: &'a str,
     /// The reservation it consumes (account, id); `None` on-demand.
     pub reservation: Option<(&'a str, &'a str)>,
-    /// The database's real time of the admission (epoch ms).
-    pub changed_wall: i64,
 }
 
 /// An instance to insert: running (a managed one provisioning), placed
@@ -212,7 +210,15 @@ impl InstanceRow {
                 instances::vm_zone.eq(new.vm.map(|v| v.zone)),
                 instances::vm_account_id.eq(new.vm.and_then(|v| v.reservation).map(|r| r.0)),
                 instances::vm_reservation_id.eq(new.vm.and_then(|v| v.reservation).map(|r| r.1)),
-                instances::vm_changed_wall.eq(new.vm.map(|v| v.changed_wall)),
+                // The database's real time of the admission (epoch ms), read
+                // by the insert itself.
+                instances::vm_changed_wall.eq(diesel::dsl::sql::<
+                    diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
+                >(if new.vm.is_some() {
+                    crate::clock::DB_NOW_MS
+                } else {
+                    "NULL"
+                })),
             ))
             .returning(InstanceRow::as_returning())
             .get_result(conn)

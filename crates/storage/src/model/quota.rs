@@ -9,12 +9,14 @@ use crate::schema::quotas;
 /// Sets the use of one quota row (locked by the caller,
 /// [`crate::locks::quota_rows`]).
 pub async fn set_used(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     tenant: &str,
     pool_id: &str,
     resource: &str,
     used: i64,
 ) -> Result<()> {
+    let mut conn = conn;
+    let conn = &mut conn;
     diesel::update(quotas::table.find((tenant, pool_id, resource)))
         .set(quotas::used.eq(used))
         .execute(conn)

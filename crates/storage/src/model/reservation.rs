@@ -52,10 +52,12 @@ impl ReservationRow {
 
     /// One reservation, unlocked.
     pub async fn find(
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         account_id: &str,
         reservation_id: &str,
     ) -> Result<Option<ReservationRow>> {
+        let mut conn = conn;
+        let conn = &mut conn;
         Ok(reservations::table
             .find((account_id, reservation_id))
             .select(ReservationRow::as_select())

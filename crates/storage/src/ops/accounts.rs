@@ -145,14 +145,25 @@ pub async fn find(
     tenant_id: &str,
     account_id: &str,
 ) -> Result<Account> {
-    pa::table
+    find_optional(conn, tenant_id, account_id)
+        .await?
+        .ok_or_else(|| StorageError::not_found("provider account", account_id))
+}
+
+/// [`find`] on a shared connection (to pipeline), `None` when not found.
+pub async fn find_optional(
+    conn: &AsyncPgConnection,
+    tenant_id: &str,
+    account_id: &str,
+) -> Result<Option<Account>> {
+    let mut conn = conn;
+    Ok(pa::table
         .find(account_id)
         .filter(pa::tenant_id.eq(tenant_id))
         .select(Account::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
-        .optional()?
-        .ok_or_else(|| StorageError::not_found("provider account", account_id))
+        .optional()?)
 }
 
 /// The tenant's accounts, newest first.

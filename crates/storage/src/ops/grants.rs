@@ -17,7 +17,7 @@ use crate::model::grant::{GrantFilter, GrantRow, NewGrantRow};
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::model::keyset::{Page, Position};
 use crate::model::reservation::ReservationRow;
-use crate::model::states::ReservationStatus;
+use crate::model::states::{ReservationStatus, TenantState};
 use crate::ops::accounts;
 use crate::ops::pools;
 use crate::ops::settlement;
@@ -261,16 +261,27 @@ async fn plan(
     // tenant, then reservation), so a deletion of the grantee either
     // commits before this grant and refuses it here, or waits for it and
     // then ends or cancels it.
-    match locking {
-        Locking::Lock => locks::named_tenant(conn, new.grant_tenant_id).await?,
-        Locking::Read => {
-            tenancy::active_tenant(conn, new.grant_tenant_id).await?;
-        }
+    // The three reads in one round trip (pipelined, in that order); their
+    // answers are checked in the same order.
+    let grantee = async |c: &AsyncPgConnection| match locking {
+        Locking::Lock => locks::tenant_shared(c, new.grant_tenant_id).await,
+        Locking::Read => Ok(tenancy::get_tenant(c, new.grant_tenant_id)
+            .await?
+            .is_some_and(|t| t.state == TenantState::Active)),
+    };
+    let (active, account, res) = {
+        let c = &*conn;
+        futures::try_join!(
+            grantee(c),
+            accounts::find_optional(c, root, new.account_id),
+            ReservationRow::find(c, new.account_id, new.reservation_id),
+        )?
+    };
+    if !active {
+        return Err(StorageError::not_found("tenant", new.grant_tenant_id));
     }
-    accounts::find(conn, root, new.account_id).await?;
-    let res = ReservationRow::find(conn, new.account_id, new.reservation_id)
-        .await?
-        .ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
+    account.ok_or_else(|| StorageError::not_found("provider account", new.account_id))?;
+    let res = res.ok_or_else(|| StorageError::not_found("reservation", new.reservation_id))?;
     let pool_id = ready_pool(&res)?;
     // The grantee may use the pool, and the project is the grantee's.
     offered(conn, root, new.grant_tenant_id, &pool_id).await?;

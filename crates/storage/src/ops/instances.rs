@@ -37,7 +37,7 @@ mod start;
 use grants_core::vm::Cause;
 use managed::{Observation, vm_name};
 use placement::view;
-pub use placement::{Target, apply_move, place_at, place_with, take_in};
+pub use placement::{Seats, Target, apply_move, place_at, place_with, seats, take_in};
 pub use start::start;
 
 fn capacity_error(view: &ReservationView) -> StorageError {
@@ -67,7 +67,7 @@ async fn decide(
     request: &PlacementRequest,
     now: i64,
     events: &mut Vec<NewEvent>,
-) -> Result<Target> {
+) -> Result<(Target, Option<String>)> {
     // Candidates are locked and settled in (reservation id, account id)
     // order, the documented lock order, so two placements never deadlock;
     // then one pure decision sees them (grants first across all candidates,
@@ -85,14 +85,27 @@ async fn decide(
         if ordinary_found && !hinted.iter().skip(k).any(|h| *h) {
             break;
         }
-        let Some(res) = locks::reservation(conn, account_id, reservation_id).await? else {
+        // The lock and the reads under it in one round trip (pipelined: each
+        // runs once the statement before it is done, with its own snapshot).
+        let (res, started, seats) = {
+            let c = &*conn;
+            futures::try_join!(
+                locks::reservation(c, account_id, reservation_id),
+                locks::started_grants_of(c, account_id, reservation_id, now),
+                placement::seats(c, account_id, reservation_id),
+            )?
+        };
+        let Some(res) = res else {
             continue;
         };
         if res.status != ReservationStatus::Ready || res.pool_id.as_deref() != Some(pool_id) {
             continue;
         }
-        let open = settlement::settled_grants(conn, &res, now, events).await?;
-        let view = view(conn, &res, now, open).await?;
+        // Transitions written move instances: then the seats are counted again.
+        let view = match settlement::settled_read(conn, &res, started, now, events).await? {
+            (0, open) => placement::view_of(&res, now, open, &seats),
+            (_, open) => view(conn, &res, now, open).await?,
+        };
         let seat = grants_core::place_on(&view, request);
         views.push(view);
         rows.push(res);
@@ -104,12 +117,12 @@ async fn decide(
         }
     }
     match grants_core::place_in_order(&views, request) {
-        Ok(None) => Ok(Target::OnDemand),
+        Ok(None) => Ok((Target::OnDemand, None)),
         Ok(Some((index, seat))) => {
             let row = rows
                 .get(index)
                 .ok_or_else(|| StorageError::internal("placement chose no candidate"))?;
-            Ok(Target::from_seat(seat, row))
+            Ok((Target::from_seat(seat, row), Some(row.zone.clone())))
         }
         Err(_) => Err(<[_]>::first(&views).map_or_else(
             || StorageError::internal("placement refused no candidate"),
@@ -162,15 +175,17 @@ async fn write_quota_rows(
     before: &[QuotaRow],
     after: &[QuotaRow],
 ) -> Result<()> {
-    for row in after {
-        if before
-            .iter()
-            .any(|b| b.resource == row.resource && b.used == row.used)
-        {
-            continue;
-        }
-        quota::set_used(conn, tenant, pool_id, &row.resource, row.used).await?;
-    }
+    // The rows whose use changes, pipelined: one round trip.
+    let conn = &*conn;
+    let writes = after
+        .iter()
+        .filter(|row| {
+            !before
+                .iter()
+                .any(|b| b.resource == row.resource && b.used == row.used)
+        })
+        .map(|row| quota::set_used(conn, tenant, pool_id, &row.resource, row.used));
+    futures::future::try_join_all(writes).await?;
     Ok(())
 }
 
@@ -265,16 +280,18 @@ pub async fn create(
             new.project_id.map(str::to_owned),
             new.billing,
         );
-        let target = decide(conn, new.pool_id, new.flavor, &request, now, &mut events).await?;
+        // The quota rows are locked already (before the reservations, the
+        // lock order): written before the placement, they stay out of the
+        // reservation lock's hold (a refused placement rolls them back).
         write_quota_rows(conn, new.tenant_id, new.pool_id, &rows, &charged).await?;
+        let (target, placed_zone) =
+            decide(conn, new.pool_id, new.flavor, &request, now, &mut events).await?;
         let name = vm_name(&id);
-        let zone = match &pool.vm {
-            None => None,
-            Some(vm) => Some(managed::vm_zone(conn, &target, vm).await?),
-        };
-        let changed_wall = match zone {
-            Some(_) => managed::db_now_ms(conn).await?,
-            None => 0,
+        let zone = match (&pool.vm, placed_zone) {
+            (None, _) => None,
+            // A VM runs in its reservation's zone, as locked by the placement.
+            (Some(_), Some(zone)) => Some(zone),
+            (Some(vm), None) => Some(managed::vm_zone(conn, &target, vm).await?),
         };
         let reservation = match &target {
             Target::Grant {
@@ -303,7 +320,6 @@ pub async fn create(
                     name: &name,
                     zone,
                     reservation,
-                    changed_wall,
                 }),
             },
         )

@@ -88,6 +88,23 @@ pub async fn settled_grants(
     }
 }
 
+/// [`settled_grants`] of the open grants started by `now` already read and
+/// locked ([`locks::started_grants_of`] under the reservation's lock), with
+/// the number of transitions written (when there were any, the grants are
+/// read again).
+pub async fn settled_read(
+    conn: &mut AsyncPgConnection,
+    res: &ReservationRow,
+    grants: Vec<GrantRow>,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<(usize, Vec<GrantRow>)> {
+    match settle_grants(conn, res, grants, now, events).await? {
+        (n, Some(grants)) => Ok((n, grants)),
+        (n, None) => Ok((n, locks::started_grants(conn, res, now).await?)),
+    }
+}
+
 /// [`settle`]'s work: the transitions written, and the grants read when
 /// nothing was due (then they are as stored).
 async fn settle_reading(

@@ -165,7 +165,9 @@ pub async fn bootstrap(
 }
 
 /// Loads a tenant.
-pub async fn get_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Option<Tenant>> {
+pub async fn get_tenant(conn: &AsyncPgConnection, tenant_id: &str) -> Result<Option<Tenant>> {
+    let mut conn = conn;
+    let conn = &mut conn;
     Ok(tenants::table
         .find(tenant_id)
         .select(Tenant::as_select())

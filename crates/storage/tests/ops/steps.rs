@@ -112,7 +112,8 @@ async fn the_stored_steps_are_the_steps_of_the_stored_grants_after_every_write()
                      metered_through) \
                      SELECT 'rgrant_' || ($1 + k), $2, \
                        CASE WHEN k % 2 = 0 THEN $3 ELSE $4 END, $5, 'acme', \
-                       1 + (k * 7 + $1) % 4, $6 + (k * 5) % 9, $6 + (k * 5) % 9 + (k * 11 + $1) % 25, \
+                       1 + (k * 7 + $1) % 4, $6 + (k * 5) % 9, \
+                       $6 + (k * 5) % 9 + (k * 11 + $1) % 25, \
                        CASE WHEN (k + $1) % 9 = 0 THEN 'cancelled' ELSE 'scheduled' END, 0, \
                        $6 + (k * 5) % 9 \
                      FROM generate_series(0, $7 - 1) AS k",

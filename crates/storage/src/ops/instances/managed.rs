@@ -83,24 +83,26 @@ pub async fn record_step(
     now: i64,
 ) -> Result<()> {
     let request_id = uuid::Uuid::now_v7().to_string();
-    diesel::sql_query(format!(
-        "INSERT INTO vm_steps (instance_id, kind, request_id, zone, requested_at, \
-         created_wall, deadline_wall, due_wall) \
-         VALUES ($1, $2, $3, $4, $5, {DB_NOW_MS}, {DB_NOW_MS} + $6, {DB_NOW_MS})"
-    ))
-    .bind::<Text, _>(&inst.instance_id)
-    .bind::<Text, _>(kind.as_str())
-    .bind::<Text, _>(&request_id)
-    .bind::<Text, _>(zone)
-    .bind::<BigInt, _>(now)
-    .bind::<BigInt, _>(DEFAULT_STEP_TIMEOUT_MS)
-    .execute(conn)
-    .await?;
-    diesel::sql_query("SELECT pg_notify($1, $2)")
-        .bind::<Text, _>(STEPS_CHANNEL)
+    // The step and its notification, pipelined: one round trip.
+    let (mut step, mut notify) = (&*conn, &*conn);
+    futures::try_join!(
+        diesel::sql_query(format!(
+            "INSERT INTO vm_steps (instance_id, kind, request_id, zone, requested_at, \
+             created_wall, deadline_wall, due_wall) \
+             VALUES ($1, $2, $3, $4, $5, {DB_NOW_MS}, {DB_NOW_MS} + $6, {DB_NOW_MS})"
+        ))
         .bind::<Text, _>(&inst.instance_id)
-        .execute(conn)
-        .await?;
+        .bind::<Text, _>(kind.as_str())
+        .bind::<Text, _>(&request_id)
+        .bind::<Text, _>(zone)
+        .bind::<BigInt, _>(now)
+        .bind::<BigInt, _>(DEFAULT_STEP_TIMEOUT_MS)
+        .execute(&mut step),
+        diesel::sql_query("SELECT pg_notify($1, $2)")
+            .bind::<Text, _>(STEPS_CHANNEL)
+            .bind::<Text, _>(&inst.instance_id)
+            .execute(&mut notify),
+    )?;
     tracing::info!(
         instance = %inst.instance_id,
         step = kind.as_str(),

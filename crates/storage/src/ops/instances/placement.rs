@@ -2,7 +2,10 @@
 //! its placement segments ([`place_at`]), the moves settlement decides, and
 //! the placement view of a locked, settled reservation.
 
+use std::collections::HashMap;
+
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use grants_core::{Destination, ReservationView, Seat};
 
@@ -215,7 +218,56 @@ pub async fn take_in(
     Ok(())
 }
 
-/// The placement view of a locked, settled reservation at `now`.
+/// What the placement view needs of a reservation's seated instances (the
+/// live ones holding a slot): how many each grant holds, and how many hold a
+/// running slot, in all and outside grants. Counted in PostgreSQL, so a
+/// placement reads one row per grant however many instances are seated.
+#[derive(Debug, Clone, Default)]
+pub struct Seats {
+    /// Seated instances per grant id.
+    held: HashMap<String, u64>,
+    /// Seated instances holding a running slot.
+    running: u64,
+    /// Of those, the ones on ordinary slots (placed on the reservation).
+    running_outside_grants: u64,
+}
+
+/// [`Seats`] of a reservation, on a shared connection (pipelined after the
+/// reservation's lock, it runs once the lock is held).
+pub async fn seats(
+    conn: &AsyncPgConnection,
+    account_id: &str,
+    reservation_id: &str,
+) -> Result<Seats> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = Nullable<Text>)]
+        grant_id: Option<String>,
+        #[diesel(sql_type = BigInt)]
+        held: i64,
+        #[diesel(sql_type = BigInt)]
+        running: i64,
+        #[diesel(sql_type = BigInt)]
+        running_outside: i64,
+    }
+    let mut conn = conn;
+    let counts: Vec<Count> = diesel::sql_query(include_str!("../sql/seats.sql"))
+        .bind::<Text, _>(account_id)
+        .bind::<Text, _>(reservation_id)
+        .load(&mut conn)
+        .await?;
+    let mut seats = Seats::default();
+    for c in counts {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        seats.running += n(c.running);
+        seats.running_outside_grants += n(c.running_outside);
+        if let Some(g) = c.grant_id {
+            *seats.held.entry(g).or_default() += n(c.held);
+        }
+    }
+    Ok(seats)
+}
+
 /// The placement view of a settled reservation, its live grants taken from
 /// `open` (its open grants started by `now`, as settlement left them).
 pub(super) async fn view(
@@ -224,36 +276,37 @@ pub(super) async fn view(
     now: i64,
     open: Vec<GrantRow>,
 ) -> Result<ReservationView> {
-    let seated = InstanceRow::seated(conn, res).await?;
-    let live = settlement::live_at(open, now);
-    let live_grants = live
+    let seats = seats(conn, &res.account_id, &res.reservation_id).await?;
+    Ok(view_of(res, now, open, &seats))
+}
+
+/// [`view`] from seats already counted.
+pub(super) fn view_of(
+    res: &ReservationRow,
+    now: i64,
+    open: Vec<GrantRow>,
+    seats: &Seats,
+) -> ReservationView {
+    let live_grants = settlement::live_at(open, now)
         .into_iter()
         .map(|g| {
-            let held = seated
-                .iter()
-                .filter(|i| i.grant_id.as_deref() == Some(g.grant_id.as_str()))
-                .count();
+            let held = seats.held.get(&g.grant_id).copied().unwrap_or(0);
             grants_core::LiveGrant {
-                grant_id: g.grant_id,
-                tenant_id: g.tenant_id,
-                project_id: g.project_id,
                 slots: u32::try_from(g.slots).unwrap_or(0),
                 starts_at: g.starts_at,
                 held: u32::try_from(held).unwrap_or(u32::MAX),
+                grant_id: g.grant_id,
+                tenant_id: g.tenant_id,
+                project_id: g.project_id,
             }
         })
         .collect();
-    let running = seated.iter().filter(|i| i.running()).count() as u64;
-    let running_outside_grants = seated
-        .iter()
-        .filter(|i| i.running() && i.placement_kind == "reservation")
-        .count() as u64;
-    Ok(ReservationView {
+    ReservationView {
         reservation_id: res.reservation_id.clone(),
         total: u64::try_from(res.total).unwrap_or(0),
         provider_in_use: u64::try_from(res.provider_in_use).unwrap_or(0),
         live_grants,
-        running_outside_grants,
-        running,
-    })
+        running_outside_grants: seats.running_outside_grants,
+        running: seats.running,
+    }
 }

@@ -137,6 +137,7 @@ async fn start_once(
                     &mut events,
                 )
                 .await?
+                .0
             }
         };
         place_at(conn, &inst, &target, InstanceState::Running, now).await?;

@@ -1,0 +1,11 @@
+-- The seated instances of a reservation (live, holding one of its slots),
+-- counted per grant (NULL: on an ordinary slot or outside the grants):
+-- how many, how many hold a running slot, and how many of those are on
+-- ordinary slots.
+SELECT grant_id,
+       count(*) AS held,
+       count(*) FILTER (WHERE powered) AS running,
+       count(*) FILTER (WHERE powered AND placement_kind = 'reservation') AS running_outside
+  FROM instances
+ WHERE account_id = $1 AND reservation_id = $2 AND state NOT IN ('deleted', 'failed')
+ GROUP BY grant_id
