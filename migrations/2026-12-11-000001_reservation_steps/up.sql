@@ -27,21 +27,26 @@ CREATE TABLE reservation_steps (
 -- Applies changes of the committed slots, given as (account, reservation,
 -- instant, change) with every grant's +slots at its start and -slots at its
 -- end (so the changes of one reservation sum to 0 and rows after its last
--- changed instant keep their level). Set-based, whatever the number of
--- grants changed in one statement: a row is written at every changed
--- instant, every row between a reservation's first and last changed instant
--- whose level changes is written once, and then the rows at a changed
--- instant that repeat the level before them (the only ones that can) go.
+-- changed instant keep their level). One set-based statement, whatever the
+-- number of grants changed in one statement: the new level at every changed
+-- instant and at every row between a reservation's first and last changed
+-- instant, each compared with the new level before it (the row before the
+-- first changed instant, or 0); a changed instant whose level repeats the
+-- one before it has no row (the only rows that can come to repeat it), and
+-- every other row whose level changes is written once.
+-- Its statement is planned once per session (`force_generic_plan`): a custom
+-- plan per call cost more than running it, under the reservation's lock.
 CREATE FUNCTION reservation_steps_apply(accs text[], ress text[], ats bigint[], deltas bigint[])
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     WITH d AS MATERIALIZED (
         SELECT acc, res, at, sum(delta) AS delta
           FROM unnest(accs, ress, ats, deltas) AS u (acc, res, at, delta)
          GROUP BY acc, res, at HAVING sum(delta) <> 0),
     b AS (SELECT acc, res, min(at) AS lo, max(at) AS hi FROM d GROUP BY acc, res),
-    -- Each changed instant with the level there before the change, and the
-    -- rows between the first and the last changed instant.
+    -- Each changed instant with the level there before the change, the rows
+    -- between the first and the last changed instant, and the row before
+    -- the first (unchanged).
     m AS (
         SELECT d.acc, d.res, d.at, d.delta AS x, true AS changed,
                COALESCE((SELECT r.committed FROM reservation_steps r
@@ -55,26 +60,51 @@ BEGIN
           JOIN b ON r.account_id = b.acc AND r.reservation_id = b.res
                 AND r.at > b.lo AND r.at < b.hi
          WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.acc = r.account_id
-                              AND d.res = r.reservation_id AND d.at = r.at)),
+                              AND d.res = r.reservation_id AND d.at = r.at)
+        UNION ALL
+        SELECT b.acc, b.res, p.at, 0, false, p.committed
+          FROM b CROSS JOIN LATERAL (
+              SELECT r.at, r.committed FROM reservation_steps r
+               WHERE r.account_id = b.acc AND r.reservation_id = b.res AND r.at < b.lo
+               ORDER BY r.at DESC LIMIT 1) p),
     n AS (
-        SELECT acc, res, at, base, changed,
+        SELECT acc, res, at, changed,
+               base + sum(x) OVER (PARTITION BY acc, res ORDER BY at) AS level,
                sum(x) OVER (PARTITION BY acc, res ORDER BY at) AS change
-          FROM m)
+          FROM m),
+    l AS (
+        SELECT acc, res, at, changed, level, change,
+               COALESCE(lag(level) OVER (PARTITION BY acc, res ORDER BY at), 0) AS before
+          FROM n),
+    gone AS (
+        DELETE FROM reservation_steps r USING l
+         WHERE l.changed AND l.level = l.before
+           AND r.account_id = l.acc AND r.reservation_id = l.res AND r.at = l.at)
     INSERT INTO reservation_steps (account_id, reservation_id, at, committed)
-    SELECT acc, res, at, base + change FROM n WHERE changed OR change <> 0
+    SELECT acc, res, at, level FROM l
+     WHERE (changed AND level <> before) OR (NOT changed AND change <> 0)
     ON CONFLICT (account_id, reservation_id, at)
         DO UPDATE SET committed = EXCLUDED.committed;
-    DELETE FROM reservation_steps r
-     USING (SELECT DISTINCT acc, res, at FROM unnest(accs, ress, ats) AS u (acc, res, at)) d
-     WHERE r.account_id = d.acc AND r.reservation_id = d.res AND r.at = d.at
-       AND r.committed = COALESCE((
-           SELECT p.committed FROM reservation_steps p
-            WHERE p.account_id = d.acc AND p.reservation_id = d.res AND p.at < d.at
-            ORDER BY p.at DESC LIMIT 1), 0);
+END $$;
+
+-- The peak of a reservation's committed slots over [s, e): the level at s
+-- (the last row at or before it) and of every row inside. A function, so its
+-- plan is made once per session.
+CREATE FUNCTION reservation_steps_peak(acc text, res text, s bigint, e bigint)
+RETURNS bigint LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    RETURN GREATEST(
+        COALESCE((SELECT r.committed FROM reservation_steps r
+                   WHERE r.account_id = acc AND r.reservation_id = res AND r.at <= s
+                   ORDER BY r.at DESC LIMIT 1), 0),
+        COALESCE((SELECT max(r.committed) FROM reservation_steps r
+                   WHERE r.account_id = acc AND r.reservation_id = res
+                     AND r.at > s AND r.at < e), 0));
 END $$;
 
 -- Inserts and deletes, per statement (a bulk insert is applied at once).
-CREATE FUNCTION grants_steps_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION grants_steps_inserted() RETURNS trigger LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM reservation_steps_apply(array_agg(acc), array_agg(res), array_agg(at),
                                     array_agg(delta))
@@ -87,7 +117,8 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE FUNCTION grants_steps_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION grants_steps_deleted() RETURNS trigger LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM reservation_steps_apply(array_agg(acc), array_agg(res), array_agg(at),
                                     array_agg(delta))
@@ -102,7 +133,8 @@ END $$;
 
 -- A change of one grant's term, slots or cancellation (settlement writes
 -- them one grant at a time): the old commitment out, the new one in.
-CREATE FUNCTION grants_steps_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION grants_steps_updated() RETURNS trigger LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     old_live boolean := OLD.settled_state <> 'cancelled' AND OLD.ends_at > OLD.starts_at;
     new_live boolean := NEW.settled_state <> 'cancelled' AND NEW.ends_at > NEW.starts_at;

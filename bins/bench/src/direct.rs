@@ -253,16 +253,28 @@ fn sql(e: storage::StorageError) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
 
-/// `idempotency::claim` of a new key.
+/// `idempotency::claim` of a new key, pipelined after the transaction's
+/// `SET LOCAL` of generic plans (`storage::db::generic_plans`), as the
+/// hot creates send them.
 async fn claim(
     conn: &mut AsyncPgConnection,
     key: KeyedRequest<'_>,
     object_id: &str,
     now: i64,
 ) -> anyhow::Result<()> {
-    let claim = idempotency::claim(conn, key, object_id, now)
-        .await
-        .map_err(sql)?;
+    let c = &*conn;
+    let (_, claim) = futures::try_join!(
+        async {
+            storage::db::generic_plans(c)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))
+        },
+        async {
+            idempotency::claim(c, key, object_id, now)
+                .await
+                .map_err(sql)
+        },
+    )?;
     anyhow::ensure!(
         matches!(claim, Claim::New),
         "idempotency key {} already used",
@@ -327,12 +339,16 @@ impl Op for GrantSql {
                     ends_at: c.ends_at,
                     created_at: now,
                 };
-                let row = GrantRow::insert(conn, new).await.map_err(sql)?;
-                let created = EventData::GrantCreated(row.change(None));
-                let event = NewEvent::new(TENANT, created, now);
                 // The term is in the future: create settles only once, and
-                // answers the row as inserted.
-                events::publish(conn, now, vec![event]).await.map_err(sql)?;
+                // sends the insert and the event in one round trip.
+                let created = EventData::GrantCreated(new.change());
+                let event = NewEvent::new(TENANT, created, now);
+                let c = &*conn;
+                futures::try_join!(
+                    GrantRow::insert(c, new),
+                    events::publish(c, now, vec![event])
+                )
+                .map_err(sql)?;
                 Ok(())
             })
             .await

@@ -352,12 +352,37 @@ pub async fn started_grants_of(
 /// `settled_state IN ('scheduled', 'active')` as literal SQL, not a bound
 /// array: the planner proves a partial index's predicate only from
 /// constants, and a prepared statement's generic plan has none.
-pub(crate) fn open_state() -> diesel::expression::SqlLiteral<Bool> {
+pub(crate) fn open_state() -> OpenState {
     debug_assert_eq!(
         SettledState::OPEN.map(SettledState::as_str),
         ["scheduled", "active"]
     );
-    diesel::dsl::sql::<Bool>("grants.settled_state IN ('scheduled', 'active')")
+    OpenState
+}
+
+/// [`open_state`]: a fixed SQL fragment with a static query id, so that a
+/// query filtering on it keeps its prepared statement in the connection's
+/// cache (diesel caches no statement holding a `sql` literal, and then
+/// PostgreSQL plans it on every execution).
+#[derive(Debug, Clone, Copy, diesel::query_builder::QueryId, diesel::expression::ValidGrouping)]
+pub(crate) struct OpenState;
+
+impl diesel::Expression for OpenState {
+    type SqlType = Bool;
+}
+
+impl diesel::AppearsOnTable<grants::table> for OpenState {}
+
+impl diesel::SelectableExpression<grants::table> for OpenState {}
+
+impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for OpenState {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> QueryResult<()> {
+        out.push_sql("grants.settled_state IN ('scheduled', 'active')");
+        Ok(())
+    }
 }
 
 /// Locks up to `limit` grants of the claimed reservations with an unmetered

@@ -71,11 +71,7 @@ impl Event {
 /// write of the transaction: it takes each tenant's head row lock, held until
 /// commit, so that sequence order is commit order within a tenant. Tenants
 /// are locked in name order so two transactions never deadlock here.
-pub async fn publish(
-    conn: &mut AsyncPgConnection,
-    now: i64,
-    mut batch: Vec<NewEvent>,
-) -> Result<()> {
+pub async fn publish(conn: &AsyncPgConnection, now: i64, mut batch: Vec<NewEvent>) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -111,7 +107,6 @@ pub async fn publish(
     // from it; the head row's lock is held until commit) and the
     // notification that wakes the webhook deliveries when the transaction
     // commits, all pipelined: one round trip.
-    let conn = &*conn;
     let statements = groups
         .iter()
         .map(|(tenant, count, ids, types, data, at)| async move {

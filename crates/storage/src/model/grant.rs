@@ -74,6 +74,23 @@ pub struct NewGrantRow<'a> {
     pub created_at: i64,
 }
 
+impl NewGrantRow<'_> {
+    /// What its `.created` event carries: [`GrantRow::change`] of the row
+    /// the insert writes, known before the insert answers (so the event can
+    /// be sent in the same round trip).
+    pub fn change(&self) -> GrantChange {
+        GrantChange {
+            grant_id: self.grant_id.to_owned(),
+            pool_id: self.pool_id.to_owned(),
+            slots: i64::from(self.slots),
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+            project_id: self.project_id.map(str::to_owned),
+            reason: None,
+        }
+    }
+}
+
 /// A grant row.
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = grants)]
@@ -268,7 +285,9 @@ impl GrantRow {
     }
 
     /// Inserts a new grant.
-    pub async fn insert(conn: &mut AsyncPgConnection, new: NewGrantRow<'_>) -> Result<GrantRow> {
+    pub async fn insert(conn: &AsyncPgConnection, new: NewGrantRow<'_>) -> Result<GrantRow> {
+        let mut conn = conn;
+        let conn = &mut conn;
         Ok(diesel::insert_into(grants::table)
             .values((
                 grants::grant_id.eq(new.grant_id),

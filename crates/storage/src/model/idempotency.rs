@@ -33,11 +33,13 @@ pub struct KeyedRequest<'a> {
 /// waits here until the first commits (then replays) or rolls back (then
 /// claims the key itself), so one object is created.
 pub async fn claim(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     req: KeyedRequest<'_>,
     object_id: &str,
     now: i64,
 ) -> Result<Claim> {
+    let mut conn = conn;
+    let conn = &mut conn;
     let inserted = diesel::insert_into(ik::table)
         .values((
             ik::tenant_id.eq(req.tenant_id),

@@ -93,7 +93,14 @@ pub async fn create(
     let root = root.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(GRANT_PREFIX, now);
-        if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
+        let claimed = {
+            let c = &*conn;
+            futures::try_join!(crate::db::generic_plans(c), async {
+                Ok(idempotency::claim(c, key, &id, now).await)
+            })?
+            .1?
+        };
+        if let Claim::Replay(existing) = claimed {
             let row = GrantRow::find(conn, &existing)
                 .await?
                 .ok_or_else(|| StorageError::not_found("grant", &existing))?;
@@ -160,34 +167,43 @@ pub async fn create(
             )
             .await?;
         }
-        let row = GrantRow::insert(
-            conn,
-            NewGrantRow {
-                grant_id: &id,
-                account_id: new.account_id,
-                reservation_id: new.reservation_id,
-                pool_id: &pool_id,
-                tenant_id: new.grant_tenant_id,
-                project_id: new.project_id,
-                slots: new.slots,
-                starts_at: new.starts_at,
-                ends_at: new.ends_at,
-                created_at: now,
-            },
-        )
-        .await?;
+        let inserted = NewGrantRow {
+            grant_id: &id,
+            account_id: new.account_id,
+            reservation_id: new.reservation_id,
+            pool_id: &pool_id,
+            tenant_id: new.grant_tenant_id,
+            project_id: new.project_id,
+            slots: new.slots,
+            starts_at: new.starts_at,
+            ends_at: new.ends_at,
+            created_at: now,
+        };
         events.push(NewEvent::new(
-            &row.tenant_id,
-            EventData::GrantCreated(row.change(None)),
+            new.grant_tenant_id,
+            EventData::GrantCreated(inserted.change()),
             now,
         ));
-        // A grant starting at or before now activates (and takes in) at once;
-        // one starting later has nothing due (the rest was settled above).
-        let started = new.starts_at <= now;
-        if started {
+        // A grant starting at or before now activates (and takes in) at once,
+        // and is answered as settlement leaves it; one starting later has
+        // nothing due (the rest was settled above) and is answered as
+        // inserted, the insert and the events in one round trip.
+        let row = if new.starts_at <= now {
+            GrantRow::insert(conn, inserted).await?;
             settlement::settle(conn, &res, now, &mut events).await?;
-        }
-        events::publish(conn, now, events).await?;
+            events::publish(conn, now, events).await?;
+            GrantRow::find(conn, &id)
+                .await?
+                .ok_or_else(|| StorageError::internal("grant vanished"))?
+        } else {
+            let c = &*conn;
+            let (row, ()) = futures::try_join!(
+                GrantRow::insert(c, inserted),
+                events::publish(c, now, events)
+            )?;
+            debug_assert_eq!(row.change(None), inserted.change());
+            row
+        };
         tracing::info!(
             grant = %id,
             reservation = %new.reservation_id,
@@ -197,15 +213,6 @@ pub async fn create(
             ends_at = new.ends_at,
             "grant created"
         );
-        // Settlement may have moved a started grant on; a later one is as
-        // inserted.
-        let row = if started {
-            GrantRow::find(conn, &id)
-                .await?
-                .ok_or_else(|| StorageError::internal("grant vanished"))?
-        } else {
-            row
-        };
         Ok(Created::new(Grant::at(row, now)))
     })
     .await

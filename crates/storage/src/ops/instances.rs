@@ -224,7 +224,14 @@ pub async fn create(
     let root = root.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(INSTANCE_PREFIX, now);
-        if let Claim::Replay(existing) = idempotency::claim(conn, key, &id, now).await? {
+        let claimed = {
+            let c = &*conn;
+            futures::try_join!(crate::db::generic_plans(c), async {
+                Ok(idempotency::claim(c, key, &id, now).await)
+            })?
+            .1?
+        };
+        if let Claim::Replay(existing) = claimed {
             return find(conn, new.tenant_id, &existing)
                 .await
                 .map(Created::replay);
