@@ -379,9 +379,10 @@ impl Op for InstanceSql {
                 let rows = locks::quota_rows(conn, TENANT, pool_id, &resources)
                     .await
                     .map_err(sql)?;
-                // the quota rows whose use changes, pipelined, before the
-                // placement
-                {
+                // the quota rows whose use changes, the candidates and the
+                // hint of where the tenant has a live grant, pipelined; then
+                // the first candidate locked, settled, viewed
+                let candidates = {
                     let shared = &*conn;
                     let writes = rows.iter().filter_map(|(resource, _max, used)| {
                         let amount = charges
@@ -392,16 +393,14 @@ impl Op for InstanceSql {
                             quota::set_used(shared, TENANT, pool_id, resource, used + amount)
                         })
                     });
-                    futures::future::try_join_all(writes).await.map_err(sql)?;
-                }
-                // decide: the candidates, the hint of where the tenant has a
-                // live grant, then the first candidate locked, settled, viewed
-                let candidates = ReservationRow::candidates(conn, pool_id, FLAVOR)
-                    .await
-                    .map_err(sql)?;
-                GrantRow::live_reservations_of(conn, TENANT, now)
-                    .await
-                    .map_err(sql)?;
+                    futures::try_join!(
+                        futures::future::try_join_all(writes),
+                        ReservationRow::candidates(shared, pool_id, FLAVOR),
+                        GrantRow::live_reservations_of(shared, TENANT, now),
+                    )
+                    .map_err(sql)?
+                    .1
+                };
                 let (account_id, reservation_id) = candidates
                     .into_iter()
                     .next()

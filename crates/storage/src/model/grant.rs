@@ -312,10 +312,12 @@ impl GrantRow {
     /// grant at `now` (scheduled or active as recorded, `startsAt <= now <
     /// endsAt`), unlocked.
     pub async fn live_reservations_of(
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         tenant: &str,
         now: i64,
     ) -> Result<Vec<(String, String)>> {
+        let mut conn = conn;
+        let conn = &mut conn;
         Ok(grants::table
             .filter(grants::tenant_id.eq(tenant))
             .filter(grants::settled_state.eq_any(SettledState::OPEN))

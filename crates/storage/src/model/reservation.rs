@@ -69,10 +69,12 @@ impl ReservationRow {
     /// A pool's candidate reservations for `flavor` (bound to it, of the
     /// flavor, ready) as (account, reservation), in lock order, unlocked.
     pub async fn candidates(
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         pool_id: &str,
         flavor: &str,
     ) -> Result<Vec<(String, String)>> {
+        let mut conn = conn;
+        let conn = &mut conn;
         Ok(reservations::table
             .filter(reservations::pool_id.eq(pool_id))
             .filter(reservations::flavor.eq(flavor))

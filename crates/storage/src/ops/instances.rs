@@ -63,7 +63,7 @@ fn capacity_error(view: &ReservationView) -> StorageError {
 async fn decide(
     conn: &mut AsyncPgConnection,
     pool_id: &str,
-    flavor: &str,
+    found: Candidates,
     request: &PlacementRequest,
     now: i64,
     events: &mut Vec<NewEvent>,
@@ -76,8 +76,7 @@ async fn decide(
     // so the walk stops at the first ordinary slot past the last such
     // reservation, and a pool's placements without grants do not all queue
     // on every reservation of the pool.
-    let candidates = ReservationRow::candidates(conn, pool_id, flavor).await?;
-    let hinted = granted_candidates(conn, &candidates, request, now).await?;
+    let Candidates { candidates, hinted } = found;
     let mut rows = Vec::new();
     let mut views = Vec::new();
     let mut ordinary_found = false;
@@ -131,26 +130,38 @@ async fn decide(
     }
 }
 
-/// For each candidate, whether the tenant may have a live grant on it now
-/// (scheduled or active, `startsAt <= now < endsAt`), read without locks: a
-/// hint of which reservations a placement must look at beyond the first
-/// ordinary slot. A grant committed after this read is ordered after the
-/// placement, as if it had been created a moment later.
-async fn granted_candidates(
-    conn: &mut AsyncPgConnection,
-    candidates: &[(String, String)],
+/// A pool's candidate reservations for a flavor, in lock order (unlocked),
+/// and for each whether the tenant may have a live grant on it now
+/// (scheduled or active, `startsAt <= now < endsAt`): a hint of which
+/// reservations a placement must look at beyond the first ordinary slot. A
+/// grant committed after this read is ordered after the placement, as if it
+/// had been created a moment later.
+pub(super) struct Candidates {
+    candidates: Vec<(String, String)>,
+    hinted: Vec<bool>,
+}
+
+/// Reads [`Candidates`]: the two reads in one round trip (pipelined).
+pub(super) async fn candidates(
+    conn: &AsyncPgConnection,
+    pool_id: &str,
+    flavor: &str,
     request: &PlacementRequest,
     now: i64,
-) -> Result<Vec<bool>> {
-    if request.billing != Billing::Standard || candidates.is_empty() {
-        return Ok(vec![false; candidates.len()]);
-    }
-    let granted: HashSet<(String, String)> =
+) -> Result<Candidates> {
+    let hint = async {
+        if request.billing != Billing::Standard {
+            return Ok(None);
+        }
         GrantRow::live_reservations_of(conn, &request.tenant_id, now)
-            .await?
-            .into_iter()
-            .collect();
-    Ok(candidates.iter().map(|c| granted.contains(c)).collect())
+            .await
+            .map(Some)
+    };
+    let (candidates, granted) =
+        futures::try_join!(ReservationRow::candidates(conn, pool_id, flavor), hint)?;
+    let granted: HashSet<(String, String)> = granted.unwrap_or_default().into_iter().collect();
+    let hinted = candidates.iter().map(|c| granted.contains(c)).collect();
+    Ok(Candidates { candidates, hinted })
 }
 
 /// Locks the tenant's quota rows of the pool for `charges` (by resource).
@@ -169,14 +180,13 @@ async fn lock_quota_rows(
 }
 
 async fn write_quota_rows(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     tenant: &str,
     pool_id: &str,
     before: &[QuotaRow],
     after: &[QuotaRow],
 ) -> Result<()> {
     // The rows whose use changes, pipelined: one round trip.
-    let conn = &*conn;
     let writes = after
         .iter()
         .filter(|row| {
@@ -290,9 +300,16 @@ pub async fn create(
         // The quota rows are locked already (before the reservations, the
         // lock order): written before the placement, they stay out of the
         // reservation lock's hold (a refused placement rolls them back).
-        write_quota_rows(conn, new.tenant_id, new.pool_id, &rows, &charged).await?;
+        // With the candidates and the hint, in one round trip.
+        let ((), found) = {
+            let c = &*conn;
+            futures::try_join!(
+                write_quota_rows(c, new.tenant_id, new.pool_id, &rows, &charged),
+                candidates(c, new.pool_id, new.flavor, &request, now),
+            )?
+        };
         let (target, placed_zone) =
-            decide(conn, new.pool_id, new.flavor, &request, now, &mut events).await?;
+            decide(conn, new.pool_id, found, &request, now, &mut events).await?;
         let name = vm_name(&id);
         let zone = match (&pool.vm, placed_zone) {
             (None, _) => None,
@@ -331,10 +348,18 @@ pub async fn create(
             },
         )
         .await?;
-        place_with(conn, &row, &target, row.state, true, now).await?;
-        if let Some(zone) = &zone {
-            managed::record_step(conn, &row, grants_core::vm::StepKind::Create, zone, now).await?;
-        }
+        // The placement's writes and the VM's step in one round trip.
+        let c = &*conn;
+        let step = async {
+            match &zone {
+                Some(zone) => {
+                    managed::record_step(c, &row, grants_core::vm::StepKind::Create, zone, now)
+                        .await
+                }
+                None => Ok(()),
+            }
+        };
+        futures::try_join!(place_with(c, &row, &target, row.state, true, now), step)?;
         events::publish(conn, now, events).await?;
         tracing::info!(
             instance = %id,

@@ -76,7 +76,7 @@ pub fn refused(state: InstanceState) -> StorageError {
 /// Records a step of `inst` in the outbox, to be sent to `zone`, and wakes
 /// the worker when the transaction commits.
 pub async fn record_step(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     inst: &InstanceRow,
     kind: StepKind,
     zone: &str,
@@ -84,7 +84,7 @@ pub async fn record_step(
 ) -> Result<()> {
     let request_id = uuid::Uuid::now_v7().to_string();
     // The step and its notification, pipelined: one round trip.
-    let (mut step, mut notify) = (&*conn, &*conn);
+    let (mut step, mut notify) = (conn, conn);
     futures::try_join!(
         diesel::sql_query(format!(
             "INSERT INTO vm_steps (instance_id, kind, request_id, zone, requested_at, \

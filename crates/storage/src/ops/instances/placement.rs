@@ -122,7 +122,7 @@ pub async fn place_at(
 /// and the instance is a ledger one or a managed one whose VM was seen
 /// running (contract 3.12).
 pub async fn place_with(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     inst: &InstanceRow,
     target: &Target,
     state: InstanceState,
@@ -133,7 +133,10 @@ pub async fn place_with(
     // instant was metered takes effect at the first unmetered instant.
     let at = at.max(inst.usage_metered_through);
     let (kind, grant_id, account_id, reservation_id) = target.columns();
-    diesel::update(instances::table.find(&inst.instance_id))
+    // The four writes depend on nothing they answer: pipelined, in order,
+    // one round trip.
+    let (mut c1, mut c2, mut c3, mut c4) = (conn, conn, conn, conn);
+    let placed = diesel::update(instances::table.find(&inst.instance_id))
         .set((
             instances::placement_kind.eq(kind),
             instances::grant_id.eq(grant_id),
@@ -147,31 +150,31 @@ pub async fn place_with(
                 inst.deleted_at
             }),
         ))
-        .execute(conn)
-        .await?;
-    diesel::update(
+        .execute(&mut c1);
+    let closed = diesel::update(
         seg::table
             .filter(seg::instance_id.eq(&inst.instance_id))
             .filter(seg::to_ms.is_null())
             .filter(seg::from_ms.lt(at)),
     )
     .set(seg::to_ms.eq(at))
-    .execute(conn)
-    .await?;
-    diesel::delete(
+    .execute(&mut c2);
+    let dropped = diesel::delete(
         seg::table
             .filter(seg::instance_id.eq(&inst.instance_id))
             .filter(seg::to_ms.is_null()),
     )
-    .execute(conn)
-    .await?;
-    if !state.is_final() {
-        // billing "none" instances bill nothing wherever they are.
-        let seg_kind = if inst.billing == InstanceBilling::None {
-            "none"
-        } else {
-            kind
-        };
+    .execute(&mut c3);
+    // billing "none" instances bill nothing wherever they are.
+    let seg_kind = if inst.billing == InstanceBilling::None {
+        "none"
+    } else {
+        kind
+    };
+    let opened = async {
+        if state.is_final() {
+            return Ok(0);
+        }
         diesel::insert_into(seg::table)
             .values((
                 seg::instance_id.eq(&inst.instance_id),
@@ -183,9 +186,10 @@ pub async fn place_with(
                 seg::account_id.eq(account_id),
                 seg::reservation_id.eq(reservation_id),
             ))
-            .execute(conn)
-            .await?;
-    }
+            .execute(&mut c4)
+            .await
+    };
+    futures::try_join!(placed, closed, dropped, opened)?;
     Ok(())
 }
 

@@ -128,16 +128,11 @@ async fn start_once(
             }
             _ if !pool_locked => return Err(StartError::NeedsPool),
             _ => {
-                decide(
-                    conn,
-                    &inst.pool_id,
-                    &inst.flavor,
-                    &request,
-                    now,
-                    &mut events,
-                )
-                .await?
-                .0
+                let found =
+                    super::candidates(conn, &inst.pool_id, &inst.flavor, &request, now).await?;
+                decide(conn, &inst.pool_id, found, &request, now, &mut events)
+                    .await?
+                    .0
             }
         };
         place_at(conn, &inst, &target, InstanceState::Running, now).await?;
