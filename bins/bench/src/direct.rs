@@ -262,19 +262,9 @@ async fn claim(
     object_id: &str,
     now: i64,
 ) -> anyhow::Result<()> {
-    let c = &*conn;
-    let (_, claim) = futures::try_join!(
-        async {
-            storage::db::generic_plans(c)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))
-        },
-        async {
-            idempotency::claim(c, key, object_id, now)
-                .await
-                .map_err(sql)
-        },
-    )?;
+    let claim = idempotency::claim_with_generic_plans(conn, key, object_id, now)
+        .await
+        .map_err(sql)?;
     anyhow::ensure!(
         matches!(claim, Claim::New),
         "idempotency key {} already used",

@@ -73,6 +73,21 @@ pub async fn claim(
     }
 }
 
+/// [`claim`] as the first statement of a hot create's transaction, sent in
+/// one round trip after [`crate::db::generic_plans`] (the transaction's
+/// statements then use generic plans).
+pub async fn claim_with_generic_plans(
+    conn: &AsyncPgConnection,
+    req: KeyedRequest<'_>,
+    object_id: &str,
+    now: i64,
+) -> Result<Claim> {
+    futures::try_join!(crate::db::generic_plans(conn), async {
+        Ok(claim(conn, req, object_id, now).await)
+    })?
+    .1
+}
+
 /// What a creating mutation answers: the object, and whether the call was a
 /// replay of an earlier one ([`Claim::Replay`]: nothing was created), so the
 /// caller can tell the two apart (the audit trail's `replayed`).

@@ -93,13 +93,7 @@ pub async fn create(
     let root = root.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(GRANT_PREFIX, now);
-        let claimed = {
-            let c = &*conn;
-            futures::try_join!(crate::db::generic_plans(c), async {
-                Ok(idempotency::claim(c, key, &id, now).await)
-            })?
-            .1?
-        };
+        let claimed = idempotency::claim_with_generic_plans(conn, key, &id, now).await?;
         if let Claim::Replay(existing) = claimed {
             let row = GrantRow::find(conn, &existing)
                 .await?

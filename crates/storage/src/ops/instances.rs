@@ -234,13 +234,7 @@ pub async fn create(
     let root = root.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(INSTANCE_PREFIX, now);
-        let claimed = {
-            let c = &*conn;
-            futures::try_join!(crate::db::generic_plans(c), async {
-                Ok(idempotency::claim(c, key, &id, now).await)
-            })?
-            .1?
-        };
+        let claimed = idempotency::claim_with_generic_plans(conn, key, &id, now).await?;
         if let Claim::Replay(existing) = claimed {
             return find(conn, new.tenant_id, &existing)
                 .await
