@@ -253,18 +253,22 @@ fn sql(e: storage::StorageError) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
 
-/// `idempotency::claim` of a new key, pipelined after the transaction's
-/// `SET LOCAL` of generic plans (`storage::db::generic_plans`), as the
-/// hot creates send them.
+/// `idempotency::claim` of a new key; with `generic`, pipelined after the
+/// transaction's `SET LOCAL` of generic plans (`storage::db::generic_plans`),
+/// as `reservationGrants.create` sends it.
 async fn claim(
     conn: &mut AsyncPgConnection,
     key: KeyedRequest<'_>,
     object_id: &str,
     now: i64,
+    generic: bool,
 ) -> anyhow::Result<()> {
-    let claim = idempotency::claim_with_generic_plans(conn, key, object_id, now)
-        .await
-        .map_err(sql)?;
+    let claim = if generic {
+        idempotency::claim_with_generic_plans(conn, key, object_id, now).await
+    } else {
+        idempotency::claim(conn, key, object_id, now).await
+    }
+    .map_err(sql)?;
     anyhow::ensure!(
         matches!(claim, Claim::New),
         "idempotency key {} already used",
@@ -281,7 +285,7 @@ impl Op for GrantSql {
         self.conn
             .transaction::<_, anyhow::Error, _>(async move |conn| {
                 let id = storage::ids::new_id("rgrant", now);
-                claim(conn, keyed.request(), &id, now).await?;
+                claim(conn, keyed.request(), &id, now, true).await?;
                 // the grantee's row first (the lock order)
                 locks::named_tenant(conn, TENANT).await.map_err(sql)?;
                 accounts::find(conn, ROOT, &c.account_id)
@@ -355,7 +359,7 @@ impl Op for InstanceSql {
                 let target = c.target(i);
                 let pool_id = target.pool_id.as_str();
                 let id = storage::ids::new_id("inst", now);
-                claim(conn, keyed.request(), &id, now).await?;
+                claim(conn, keyed.request(), &id, now, false).await?;
                 // the acting tenant's row first (the lock order)
                 locks::acting_tenant(conn, TENANT).await.map_err(sql)?;
                 let pool = pools::find(conn, TENANT, ROOT, pool_id)

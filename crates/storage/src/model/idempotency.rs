@@ -73,9 +73,9 @@ pub async fn claim(
     }
 }
 
-/// [`claim`] as the first statement of a hot create's transaction, sent in
-/// one round trip after [`crate::db::generic_plans`] (the transaction's
-/// statements then use generic plans).
+/// [`claim`] as the first statement of `reservationGrants.create`'s
+/// transaction, sent in one round trip after [`crate::db::generic_plans`]
+/// (the transaction's statements then use generic plans).
 pub async fn claim_with_generic_plans(
     conn: &AsyncPgConnection,
     req: KeyedRequest<'_>,

@@ -234,7 +234,9 @@ pub async fn create(
     let root = root.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(INSTANCE_PREFIX, now);
-        let claimed = idempotency::claim_with_generic_plans(conn, key, &id, now).await?;
+        // Default plans here: generic plans made one tenant's burst of
+        // creates twice as slow (docs/benchmarks.md, figure 2b).
+        let claimed = idempotency::claim(conn, key, &id, now).await?;
         if let Claim::Replay(existing) = claimed {
             return find(conn, new.tenant_id, &existing)
                 .await
