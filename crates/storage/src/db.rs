@@ -161,12 +161,14 @@ pub async fn ready(pool: &DbPool) -> bool {
 /// Makes the statements of the current transaction use generic plans
 /// (`SET LOCAL plan_cache_mode = force_generic_plan`), on a shared connection
 /// so that it goes in the same round trip as the transaction's first
-/// statement. For the hot write transactions, whose statements are all key
-/// lookups: a cached statement is then planned once per connection instead
-/// of on every execution, and cannot be given a custom plan that a
-/// parameter's estimate makes worse (the settlement read of a reservation's
-/// started grants was planned on the platform-wide `grants_open_starts_idx`,
-/// reading every started grant, and planning it cost more than running it).
+/// statement. For `reservationGrants.create`, whose statements are all key
+/// lookups (`instances.create` keeps the default plans: generic ones made a
+/// one-tenant burst slower, docs/benchmarks.md): a cached statement is then
+/// planned once per connection instead of on every execution, and cannot be
+/// given a custom plan that a parameter's estimate makes worse (the
+/// settlement read of a reservation's started grants was planned on the
+/// platform-wide `grants_open_starts_idx`, reading every started grant, and
+/// planning it cost more than running it).
 pub async fn generic_plans(conn: &AsyncPgConnection) -> diesel::QueryResult<()> {
     use diesel_async::RunQueryDsl;
     let mut conn = conn;

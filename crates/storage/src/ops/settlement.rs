@@ -69,7 +69,8 @@ pub async fn settle(
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
-    Ok(settle_reading(conn, res, now, events).await?.0)
+    let grants = locks::started_grants(conn, res, now).await?;
+    settle_read(conn, res, grants, now, events).await
 }
 
 /// Settles like [`settle`] and answers, with the number of transitions, the
@@ -82,10 +83,8 @@ pub async fn settled_grants(
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<Vec<GrantRow>> {
-    match settle_reading(conn, res, now, events).await? {
-        (_, Some(grants)) => Ok(grants),
-        (_, None) => locks::started_grants(conn, res, now).await,
-    }
+    let grants = locks::started_grants(conn, res, now).await?;
+    Ok(settled_read(conn, res, grants, now, events).await?.1)
 }
 
 /// [`settled_grants`] of the open grants started by `now` already read and
@@ -105,18 +104,6 @@ pub async fn settled_read(
     }
 }
 
-/// [`settle`]'s work: the transitions written, and the grants read when
-/// nothing was due (then they are as stored).
-async fn settle_reading(
-    conn: &mut AsyncPgConnection,
-    res: &ReservationRow,
-    now: i64,
-    events: &mut Vec<NewEvent>,
-) -> Result<(usize, Option<Vec<GrantRow>>)> {
-    let grants = locks::started_grants(conn, res, now).await?;
-    settle_grants(conn, res, grants, now, events).await
-}
-
 /// [`settle`] of the open grants started by `now` already read and locked
 /// ([`locks::started_grants_of`] under the reservation's lock).
 pub async fn settle_read(
@@ -129,6 +116,8 @@ pub async fn settle_read(
     Ok(settle_grants(conn, res, grants, now, events).await?.0)
 }
 
+/// The transitions written, and the grants as read when nothing was due
+/// (then they are as stored; otherwise `None`: they changed).
 async fn settle_grants(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,

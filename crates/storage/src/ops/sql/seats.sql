@@ -1,7 +1,8 @@
 -- The seated instances of a reservation (live, holding one of its slots),
 -- counted per grant (NULL: on an ordinary slot or outside the grants):
 -- how many, how many hold a running slot, and how many of those are on
--- ordinary slots.
+-- ordinary slots. The filter is `InstanceRow::seated`'s, and `powered` is
+-- `InstanceRow::running`.
 SELECT grant_id,
        count(*) AS held,
        count(*) FILTER (WHERE powered) AS running,
