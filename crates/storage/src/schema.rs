@@ -38,6 +38,15 @@ diesel::table! {
 }
 
 diesel::table! {
+    compacted_months (parent, month_start) {
+        parent -> Text,
+        month_start -> Int8,
+        rows -> Int8,
+        compacted_at -> Int8,
+    }
+}
+
+diesel::table! {
     cursor_keys (id) {
         id -> Int2,
         key -> Bytea,
@@ -439,6 +448,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
     archived_months,
     audit_records,
+    compacted_months,
     cursor_keys,
     event_heads,
     events,

@@ -1,8 +1,11 @@
 //! The monthly partitions of `usage_records` and `events` (migration
 //! `2026-12-06-000001_monthly_partitions`): created ahead by the reconciler,
-//! detached by an operator (`docs/operations.md`, "Archiving old months").
+//! rewritten sorted by tenant once closed (migration
+//! `2026-12-12-000001_month_compaction`), detached by an operator
+//! (`docs/operations.md`, "Archiving old months").
 
-use diesel::sql_types::{BigInt, Integer};
+use diesel::OptionalExtension;
+use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::{Result, StorageError};
@@ -56,3 +59,66 @@ pub async fn usage_archived_through(conn: &mut AsyncPgConnection) -> Result<Opti
     .await?;
     Ok(t.end)
 }
+
+/// One closed month rewritten sorted by `(tenant_id, seq)`.
+#[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName)]
+pub struct Compacted {
+    /// `usage_records` or `events`.
+    #[diesel(sql_type = Text)]
+    pub parent: String,
+    /// The month's first instant (ms, UTC).
+    #[diesel(sql_type = BigInt)]
+    pub month_start: i64,
+    /// Rows copied; `None` when another worker had already rewritten it.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub rows: Option<i64>,
+}
+
+/// Rewrites the oldest closed month of either log that has not been rewritten
+/// yet (ended a day or more before `now`) sorted by `(tenant_id, seq)`, so
+/// one tenant's page of it reads a few heap pages instead of one per row
+/// (`bc_compact_month`). `None` when no month is due. One transaction: a
+/// crash leaves the month as it was. Writers of that month wait while it is
+/// copied (there should be none: it is closed); readers do not. Waits at
+/// most two seconds for each lock, so a long reader of the log postpones the
+/// rewrite to a later pass instead of queueing every reader behind it.
+pub async fn compact_next(conn: &mut AsyncPgConnection, now: i64) -> Result<Option<Compacted>> {
+    let done = conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            diesel::sql_query("SET LOCAL lock_timeout = '2s'")
+                .execute(conn)
+                .await?;
+            diesel::sql_query(
+                "SELECT due.parent, due.month_start, \
+                        bc_compact_month(due.parent, due.month_start, $1) AS rows \
+                 FROM (SELECT p.parent, m.month_start \
+                       FROM unnest(ARRAY['usage_records', 'events']) AS p(parent) \
+                       CROSS JOIN LATERAL bc_compactable_months(p.parent, $1) AS m \
+                       ORDER BY m.month_start, p.parent LIMIT 1) AS due",
+            )
+            .bind::<BigInt, _>(now)
+            .get_result(conn)
+            .await
+            .optional()
+        })
+        .await;
+    match done {
+        Err(diesel::result::Error::DatabaseError(_, info))
+            if BUSY.iter().any(|m| info.message().starts_with(m)) =>
+        {
+            Err(StorageError::unavailable(format!(
+                "the month is in use ({}); it is rewritten on a later pass",
+                info.message()
+            )))
+        }
+        other => Ok(other?),
+    }
+}
+
+/// What PostgreSQL answers when a month's rewrite meets another transaction
+/// on the month or its log: its lock timeout, or a deadlock with a writer of
+/// the month (one of the two is failed, whole).
+const BUSY: &[&str] = &[
+    "canceling statement due to lock timeout",
+    "deadlock detected",
+];

@@ -6,6 +6,7 @@
 
 mod world;
 
+mod compaction;
 mod errors;
 mod events;
 mod grants;

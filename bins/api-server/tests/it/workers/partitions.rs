@@ -298,3 +298,65 @@ async fn the_partition_key_is_spelled_once_and_its_migration_undoes_exactly() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vps_usage_rewrites_each_closed_month_once_and_every_read_stays_the_same() {
+    let (s, p) = platform_at_t0(4).await;
+    grant(&s, &p, "acme", 2, T0 + 30 * MIN, T0 + 5 * HOUR).await;
+    grant(&s, &p, "acme", 1, T0 + HOUR, T0 + 3 * HOUR).await;
+    s.set_clock(T0 + 6 * HOUR).await;
+    worker::once(&s, &["vps.grants"]).await;
+    let events = s.events(&p.tenant_token, "acme").await;
+    let records = usage_all(&s, &p.tenant_token, "acme", json!({})).await;
+    assert_eq!(records.len(), 7, "{records:?}");
+    let mut conn = db(&s).await;
+    // Every event so far (root's too) is in January.
+    let n_events = call(&mut conn, "SELECT count(*)::text AS v FROM events_2030_01").await;
+    let all_events = call(&mut conn, "SELECT count(*)::text AS v FROM events").await;
+    assert_eq!(n_events, all_events);
+    let n_events = n_events.expect("count");
+    let compacted = async |s: &Server| -> i64 {
+        let err = worker::once_logged(s, &["vps.usage"]).await;
+        let counts = worker::pass_counts(&err, "vps.usage").expect("the pass's line");
+        let n = counts
+            .get("monthsCompacted")
+            .copied()
+            .expect("monthsCompacted");
+        if n > 0 {
+            assert!(
+                err.contains("closed month rewritten sorted by tenant"),
+                "{err}"
+            );
+        }
+        i64::try_from(n).expect("small")
+    };
+    // January is still being written.
+    assert_eq!(compacted(&s).await, 0);
+    // A day after it ends: one month a pass (events first), then none; the
+    // empty months are left alone.
+    s.set_clock(FEB + 24 * HOUR + HOUR).await;
+    assert_eq!(compacted(&s).await, 1);
+    assert_eq!(compacted(&s).await, 1);
+    assert_eq!(compacted(&s).await, 0);
+    let done = call(
+        &mut conn,
+        "SELECT string_agg(parent || ':' || month_start || ':' || rows, ' ' \
+                           ORDER BY parent) AS v FROM compacted_months",
+    )
+    .await;
+    assert_eq!(
+        done,
+        Ok(format!("events:{T0}:{n_events} usage_records:{T0}:7"))
+    );
+    // Every read answers what it answered before.
+    let feb_events = s.events(&p.tenant_token, "acme").await;
+    assert_eq!(feb_events[..events.len()], events[..]);
+    assert_eq!(
+        usage_all(&s, &p.tenant_token, "acme", json!({})).await,
+        records
+    );
+    assert_eq!(
+        parts(&mut conn, "usage_records").await,
+        [("usage_records_2030_01".to_owned(), 7)]
+    );
+}

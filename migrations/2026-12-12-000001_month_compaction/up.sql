@@ -1,0 +1,124 @@
+-- A month of usage records or events is written in time order, so one
+-- tenant's rows lie one to a heap page among every other tenant's: a page of
+-- 100 of them reads about 100 heap pages, and at a year of data those pages
+-- no longer stay in memory. Once a month is closed, nothing writes to it, so
+-- the reconciler rewrites it once sorted by (tenant_id, seq): a tenant's page
+-- then reads a few heap pages.
+--
+-- The rewrite is one transaction: a sorted copy is built beside the month
+-- while the month is locked against writes (readers go on), then the copy
+-- takes the month's place (detach, drop, rename, attach), which holds the
+-- parent's exclusive lock only for those catalog changes. A crash at any
+-- point leaves the month as it was; a month is rewritten at most once.
+
+-- Months rewritten sorted by tenant, never rewritten again.
+CREATE TABLE compacted_months (
+    parent       text NOT NULL CHECK (parent IN ('usage_records', 'events')),
+    month_start  bigint NOT NULL,
+    rows         bigint NOT NULL CHECK (rows >= 0),
+    compacted_at bigint NOT NULL DEFAULT (extract(epoch FROM now()) * 1000)::bigint,
+    PRIMARY KEY (parent, month_start)
+);
+
+-- The end (ms, UTC) of the month starting at `lo`.
+CREATE FUNCTION bc_month_end(lo bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT (extract(epoch FROM (to_timestamp(lo / 1000.0) AT TIME ZONE 'UTC')
+                               + interval '1 month') * 1000)::bigint
+$$;
+
+-- The months of `parent` that may be rewritten at `now_ms`, oldest first:
+-- attached, holding rows, never rewritten, and ended at least a day before
+-- `now_ms` (the reconciler writes an hour's usage just after it ends; a later
+-- write, from a reconciler days behind, is still safe: see bc_compact_month).
+CREATE FUNCTION bc_compactable_months(parent text, now_ms bigint)
+RETURNS TABLE (month_start bigint) LANGUAGE sql STABLE AS $$
+    SELECT m.lo
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    CROSS JOIN LATERAL (
+        SELECT (extract(epoch FROM to_timestamp(
+                    substring(c.relname FROM '_(\d{4}_\d{2})$'), 'YYYY_MM')
+                    AT TIME ZONE 'UTC') * 1000)::bigint AS lo
+    ) m
+    WHERE i.inhparent = parent::regclass
+      AND c.relname ~ ('^' || parent || '_\d{4}_\d{2}$')
+      AND bc_month_end(m.lo) <= now_ms - 86400000
+      -- An empty month has nothing to sort (its file is empty).
+      AND pg_relation_size(c.oid) > 0
+      AND NOT EXISTS (SELECT 1 FROM compacted_months x
+                      WHERE x.parent = bc_compactable_months.parent AND x.month_start = m.lo)
+    ORDER BY m.lo
+$$;
+
+-- Rewrites the month of `parent` holding `ms` sorted by (tenant_id, seq) and
+-- records it in compacted_months. Returns the rows copied, or NULL when the
+-- month was already rewritten. Refuses a month that ended less than a day
+-- before `now_ms`, or that is not an attached partition.
+--
+-- Writers of the month wait while it is copied (the SHARE lock); readers do
+-- not. A write that routed its row to the month before the lock is in the
+-- copy (the copy starts once it has committed). A write routed to it after
+-- holds the parent's lock while it waits for the month's, and this function
+-- then waits for the parent's: PostgreSQL ends that deadlock by failing one
+-- of the two, which rolls back whole, so the row is written once or not at
+-- all, never lost from a committed write. A write that comes after the
+-- parent's lock is taken routes to the sorted copy.
+CREATE FUNCTION bc_compact_month(parent text, ms bigint, now_ms bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    key text := bc_month_partition_key(parent);
+    lo bigint := bc_month_start(ms);
+    hi bigint := bc_month_end(bc_month_start(ms));
+    part text := parent || '_' || to_char(to_timestamp(lo / 1000.0) AT TIME ZONE 'UTC', 'YYYY_MM');
+    sorted text := part || '_sorted';
+    cols text;
+    n bigint;
+    ix record;
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION '% is not partitioned by month', parent;
+    END IF;
+    IF hi > now_ms - 86400000 THEN
+        RAISE EXCEPTION 'the month starting % is too recent to compact (it ended less than a '
+                        'day ago)', to_timestamp(lo / 1000.0) AT TIME ZONE 'UTC';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('bc_compact_month'));
+    IF EXISTS (SELECT 1 FROM compacted_months c
+               WHERE c.parent = bc_compact_month.parent AND c.month_start = lo) THEN
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                   WHERE i.inhparent = parent::regclass AND c.relname = part) THEN
+        RAISE EXCEPTION 'no attached partition % to compact', part;
+    END IF;
+    EXECUTE format('LOCK TABLE %I IN SHARE MODE', part);
+    SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) INTO cols
+    FROM pg_attribute
+    WHERE attrelid = parent::regclass AND attnum > 0 AND NOT attisdropped;
+    EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING ALL)', sorted, parent);
+    -- Proves the partition bound, so attaching the copy scans nothing.
+    EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (%I >= %s AND %I < %s)',
+                   sorted, sorted || '_bound', key, lo, key, hi);
+    EXECUTE format('INSERT INTO %I (%s) SELECT %s FROM %I ORDER BY tenant_id, seq',
+                   sorted, cols, cols, part);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    EXECUTE format('ANALYZE %I', sorted);
+    EXECUTE format('ALTER TABLE %I DETACH PARTITION %I', parent, part);
+    EXECUTE format('DROP TABLE %I', part);
+    EXECUTE format('ALTER TABLE %I RENAME TO %I', sorted, part);
+    EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
+                   parent, part, lo, hi);
+    EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', part, sorted || '_bound');
+    -- The copy's indexes take the names the month's had.
+    FOR ix IN SELECT c.relname::text AS name
+              FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+              WHERE i.indrelid = part::regclass AND starts_with(c.relname, sorted) LOOP
+        IF NOT bc_table_exists(replace(ix.name, sorted, part)) THEN
+            EXECUTE format('ALTER INDEX %I RENAME TO %I', ix.name, replace(ix.name, sorted, part));
+        END IF;
+    END LOOP;
+    INSERT INTO compacted_months (parent, month_start, rows) VALUES (parent, lo, n);
+    RETURN n;
+END
+$$;
