@@ -8,14 +8,20 @@
 //! 2. 100,000 grants, 10,000,000 usage records and 10,000,000 events (the
 //!    whole year, 13 monthly partitions of each log).
 //!
-//! After each stage (vacuumed and analysed) it times `usage.list` (a tenant's
-//! and root's `all` pages), `events.list` and `reservationGrants.list` pages
-//! of 100 through the release api-server, one request at a time from random
-//! cursors, and reports p50 and p99 per stage and their ratio (target: at
-//! most 1.25). It also reads PostgreSQL's scan counters around each stage's
-//! requests: a sequential scan of `grants` or of any partition of the two
+//! After each stage the reconciler's upkeep of the logs runs as it would have
+//! over that time: every month closed by the time of the stage's newest row
+//! (ended a day or more before it) is rewritten sorted by tenant
+//! (`storage::ops::partitions::compact_next`), then the logs are vacuumed and
+//! analysed. It then times `usage.list` (a tenant's and root's `all`
+//! pages), `events.list` and `reservationGrants.list` pages of 100 through
+//! the release api-server, one request at a time from random cursors, and
+//! reports p50 and p99 per stage and their ratio (target: at most 1.25).
+//! It also reads PostgreSQL's scan counters around each stage's requests: a
+//! sequential scan of `grants` or of any partition of the two
 //! logs holding [`SMALL_TABLE`] rows or more fails the run (the plans must
-//! use their indexes), and it explains one tenant's page of each log.
+//! use their indexes), it explains one tenant's page of each log and counts
+//! the heap pages a tenant's page reads, and it records the CPU other
+//! processes used while it timed.
 //!
 //! The figures go to the part of `docs/benchmarks.md` between the scale
 //! markers.
@@ -37,7 +43,7 @@ mod data;
 mod plans;
 
 use data::{generate, world};
-use plans::{SMALL_TABLE, explain, scans, scans_between};
+use plans::{SMALL_TABLE, explain, heap_pages, scans, scans_between};
 
 /// Tenants, `acme` (the one measured) included.
 const TENANTS: i64 = 1_000;
@@ -120,7 +126,14 @@ struct Stage {
     grants: i64,
     rows: i64,
     generate: Duration,
+    /// Closed months rewritten sorted by tenant, and how long that took.
+    compacted: usize,
+    compact: Duration,
     vacuum: Duration,
+    /// Mean heap pages one tenant's page reads: usage, events.
+    heap: (f64, f64),
+    /// What other processes used while the requests were timed.
+    others: crate::busy::Others,
     latency: Vec<Latency>,
     scans: Scans,
     plans: Vec<String>,
@@ -243,7 +256,7 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
     let requests: usize = std::env::var("SCALE_REQUESTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+        .unwrap_or(3000);
     let root = procs::workspace_root();
     let log_dir = root.join("target/bench");
     std::fs::create_dir_all(&log_dir)?;
@@ -274,7 +287,6 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
             )
             .await?;
         }
-        let mut http = HttpConn::connect(server.addr).await?;
         let mut rng = XorShift(0x5ca1_ab1e_d00d_f00d);
         let mut stages = Vec::new();
         let (mut grants_done, mut rows_done) = (0, 0);
@@ -300,10 +312,29 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
             )
             .await?;
             let generate_took = started.elapsed();
+            // The reconciler's upkeep as it would have run while these rows
+            // were written: every month closed by the time of the newest row
+            // sorted by tenant (not by the clock's now, a year on, which
+            // would sort a month the next stage still writes).
+            let frontier = y0 + rows / PER_HOUR * HOUR_MS;
+            let started = Instant::now();
+            let mut compacted = 0;
+            while let Some(month) = storage::ops::partitions::compact_next(&mut conn, frontier)
+                .await
+                .context("rewriting a closed month")?
+            {
+                say(&format!("stage {name}: rewrote {month:?}"));
+                compacted += 1;
+            }
+            let compact = started.elapsed();
             let started = Instant::now();
             exec(&mut conn, "VACUUM (ANALYZE) usage_records, events, grants").await?;
             let vacuum = started.elapsed();
             (grants_done, rows_done) = (grants, rows);
+            // A connection for the warm-up and another for the timed
+            // requests: the server closes one left idle for its header timeout
+            // (10 s), and the counters' flush waits longer.
+            let mut http = HttpConn::connect(server.addr).await?;
             // Warm up, then count scans around the timed requests only.
             for kind in Kind::ALL {
                 time_pages(&mut http, &cursors, kind, &secret, rows, &mut rng, 20).await?;
@@ -312,6 +343,9 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
             // while (PostgreSQL 15 flushes at most every 10 s when idle).
             tokio::time::sleep(Duration::from_secs(11)).await;
             let before = scans(&mut conn).await?;
+            let mut http = HttpConn::connect(server.addr).await?;
+            let at_start = crate::busy::busy_cores(Duration::from_secs(2));
+            let watcher = crate::busy::Watcher::start();
             let mut latency = Vec::new();
             for kind in Kind::ALL {
                 latency.push(
@@ -319,9 +353,11 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
                         .await?,
                 );
             }
+            let others = watcher.finish(at_start);
             tokio::time::sleep(Duration::from_secs(11)).await;
             let after = scans(&mut conn).await?;
             let plans = explain(&mut conn, rows).await?;
+            let heap = heap_pages(&mut conn, rows, &mut rng).await?;
             let size = diesel::sql_query(
                 "SELECT pg_size_pretty(sum(pg_total_relation_size(c.oid))) AS t \
                  FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid \
@@ -335,18 +371,27 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
                 grants,
                 rows,
                 generate: generate_took,
+                compacted,
+                compact,
                 vacuum,
+                heap,
+                others,
                 latency,
                 scans: scans_between(&before, &after),
                 plans,
                 size,
             };
             say(&format!(
-                "stage {name}: generated in {:.0} s, vacuumed in {:.0} s, {:?}, scans {:?}",
+                "stage {name}: generated in {:.0} s, {} months sorted in {:.0} s, vacuumed in \
+                 {:.0} s, {:?}, scans {:?}, heap pages {:?}, others {:?}",
                 stage.generate.as_secs_f64(),
+                stage.compacted,
+                stage.compact.as_secs_f64(),
                 stage.vacuum.as_secs_f64(),
                 stage.latency,
-                stage.scans
+                stage.scans,
+                stage.heap,
+                stage.others
             ));
             stages.push(stage);
         }
@@ -378,19 +423,28 @@ fn report(stages: &[Stage], requests: usize) -> String {
          api-server), {TENANTS} tenants, {RESERVATIONS} reservations.\n\n"
     ));
     out.push_str(
-        "| stage | grants | usage records | events | logs on disk | generated | vacuum |\n",
+        "| stage | grants | usage records | events | logs on disk | generated | months \
+         sorted by tenant | vacuum | heap pages per tenant page, usage / events | others' \
+         CPU while timed, mean / max (cores) |\n",
     );
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for s in stages {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.0} s | {:.0} s |\n",
+            "| {} | {} | {} | {} | {} | {:.0} s | {} in {:.0} s | {:.0} s | {:.1} / {:.1} | \
+             {:.2} / {:.2} |\n",
             s.name,
             s.grants,
             s.rows,
             s.rows,
             s.size,
             s.generate.as_secs_f64(),
-            s.vacuum.as_secs_f64()
+            s.compacted,
+            s.compact.as_secs_f64(),
+            s.vacuum.as_secs_f64(),
+            s.heap.0,
+            s.heap.1,
+            s.others.mean,
+            s.others.max
         ));
     }
     let (Some(first), Some(last)) = (stages.first(), stages.last()) else {

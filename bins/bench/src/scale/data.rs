@@ -141,17 +141,22 @@ pub(super) async fn generate(
             ),
         )
         .await?;
-        // Event i is tenant i % 1000's event number i / 1000 + 1.
+        // Event i is tenant i % 1000's event number i / 1000 + 1: a grant's
+        // change, with the payload the API reads back.
         exec(
             conn,
             &format!(
                 "INSERT INTO events (tenant_id, seq, event_id, event_type, data, occurred_at) \
                  SELECT {tenant}, i / {TENANTS} + 1, 'evt_0' || lpad(to_hex(i), 25, '0'), \
                    (ARRAY['reservation-grant.created', 'reservation-grant.active', \
-                          'reservation-grant.ended', 'instance.created'])[i % 4 + 1], \
-                   jsonb_build_object('grantId', {gid}), \
-                   {y0} + i * ({year}::bigint / 10000000) \
-                 FROM generate_series({from}::bigint, {last}) i",
+                          'reservation-grant.ended'])[i % 3 + 1], \
+                   jsonb_build_object('grantId', {gid}, 'poolId', '{pool}', 'slots', 1, \
+                     'startsAt', t, 'endsAt', t + 7 * {day}) \
+                     || CASE WHEN i % 3 = 2 THEN '{{\"reason\": \"term-over\"}}'::jsonb \
+                             ELSE '{{}}'::jsonb END, \
+                   t \
+                 FROM generate_series({from}::bigint, {last}) i, \
+                      LATERAL (SELECT {y0} + i * ({year}::bigint / 10000000) AS t) o",
                 tenant = tenant_sql("i"),
                 gid = grant_id("i % 100000"),
                 year = YEAR_HOURS * HOUR_MS,

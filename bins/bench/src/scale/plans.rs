@@ -4,7 +4,7 @@
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::{PAGE, Scans, TENANTS, Txt, exec};
+use super::{Num, PAGE, Scans, TENANTS, Txt, XorShift, exec};
 use crate::setup::TENANT;
 
 /// Tables smaller than this may be scanned sequentially: that is the right
@@ -125,4 +125,37 @@ async fn explain_lines(conn: &mut AsyncPgConnection, sql: &str) -> anyhow::Resul
     .load(conn)
     .await?;
     Ok(rows.into_iter().map(|r| r.t).collect())
+}
+
+/// Tenant pages sampled by [`heap_pages`].
+const HEAP_SAMPLES: usize = 200;
+
+/// The mean number of heap pages one tenant's page of each log reads
+/// (usage, events), over [`HEAP_SAMPLES`] pages from random cursors drawn
+/// as the timed requests draw them.
+pub(super) async fn heap_pages(
+    conn: &mut AsyncPgConnection,
+    rows: i64,
+    rng: &mut XorShift,
+) -> anyhow::Result<(f64, f64)> {
+    let mut sums = (0i64, 0i64);
+    for _ in 0..HEAP_SAMPLES {
+        for (table, after, sum) in [
+            ("usage_records", rng.below(rows), &mut sums.0),
+            ("events", rng.below(rows / TENANTS), &mut sums.1),
+        ] {
+            let n: Num = diesel::sql_query(format!(
+                "SELECT count(DISTINCT (tableoid, (ctid::text::point)[0]))::bigint AS n \
+                 FROM (SELECT tableoid, ctid FROM {table} \
+                       WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT {PAGE}) p"
+            ))
+            .bind::<Text, _>(TENANT)
+            .bind::<BigInt, _>(after)
+            .get_result(conn)
+            .await?;
+            *sum += n.n;
+        }
+    }
+    let mean = |sum: i64| sum as f64 / HEAP_SAMPLES as f64;
+    Ok((mean(sums.0), mean(sums.1)))
 }
