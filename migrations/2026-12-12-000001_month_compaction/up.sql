@@ -53,17 +53,17 @@ $$;
 
 -- Rewrites the month of `parent` holding `ms` sorted by (tenant_id, seq) and
 -- records it in compacted_months. Returns the rows copied, or NULL when the
--- month was already rewritten. Refuses a month that ended less than a day
+-- month was already rewritten or another worker is rewriting a month. Refuses a month that ended less than a day
 -- before `now_ms`, or that is not an attached partition.
 --
 -- Writers of the month wait while it is copied (the SHARE lock); readers do
 -- not. A write that routed its row to the month before the lock is in the
 -- copy (the copy starts once it has committed). A write routed to it after
--- holds the parent's lock while it waits for the month's, and this function
--- then waits for the parent's: PostgreSQL ends that deadlock by failing one
--- of the two, which rolls back whole, so the row is written once or not at
--- all, never lost from a committed write. A write that comes after the
--- parent's lock is taken routes to the sorted copy.
+-- holds the parent's lock while it waits for the month's, so this function
+-- cannot have the parent's: its tries run out and it rolls back whole (or
+-- PostgreSQL's deadlock check fails one of the two, whole), so the row is
+-- written once or not at all, never lost from a committed write. A write
+-- that comes after the parent's lock is taken routes to the sorted copy.
 CREATE FUNCTION bc_compact_month(parent text, ms bigint, now_ms bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -75,6 +75,8 @@ DECLARE
     cols text;
     n bigint;
     ix record;
+    got boolean := false;
+    waited text := current_setting('lock_timeout');
 BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION '% is not partitioned by month', parent;
@@ -83,7 +85,10 @@ BEGIN
         RAISE EXCEPTION 'the month starting % is too recent to compact (it ended less than a '
                         'day ago)', to_timestamp(lo / 1000.0) AT TIME ZONE 'UTC';
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('bc_compact_month'));
+    -- One rewrite at a time; another worker's is not waited for.
+    IF NOT pg_try_advisory_xact_lock(hashtext('bc_compact_month')) THEN
+        RETURN NULL;
+    END IF;
     IF EXISTS (SELECT 1 FROM compacted_months c
                WHERE c.parent = bc_compact_month.parent AND c.month_start = lo) THEN
         RETURN NULL;
@@ -104,6 +109,25 @@ BEGIN
                    sorted, cols, cols, part);
     GET DIAGNOSTICS n = ROW_COUNT;
     EXECUTE format('ANALYZE %I', sorted);
+    -- The log's exclusive lock, for the swap's catalog changes only. While
+    -- it is waited for, every reader and writer of the log queues behind it,
+    -- so each try waits at most 50 ms, up to 40 tries a quarter second
+    -- apart; then the whole rewrite rolls back and a later pass tries again.
+    FOR attempt IN 1..40 LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '50ms', true);
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', parent);
+            got := true;
+            EXIT;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_sleep(0.25);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', waited, true);
+    IF NOT got THEN
+        RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+            MESSAGE = format('lock timeout: %s stayed in use for 40 tries of 50 ms', parent);
+    END IF;
     EXECUTE format('ALTER TABLE %I DETACH PARTITION %I', parent, part);
     EXECUTE format('DROP TABLE %I', part);
     EXECUTE format('ALTER TABLE %I RENAME TO %I', sorted, part);

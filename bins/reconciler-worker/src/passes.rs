@@ -290,6 +290,10 @@ async fn compact_closed_month(conn: &mut storage::db::Conn, now: i64) -> u64 {
     let started = std::time::Instant::now();
     match storage::ops::partitions::compact_next(conn, now).await {
         Ok(None) => 0,
+        Ok(Some(done)) if done.rows.is_none() => {
+            tracing::debug!(table = %done.parent, "another worker is rewriting a month");
+            0
+        }
         Ok(Some(done)) => {
             tracing::info!(
                 table = %done.parent,
@@ -298,7 +302,7 @@ async fn compact_closed_month(conn: &mut storage::db::Conn, now: i64) -> u64 {
                 took_ms = started.elapsed().as_millis() as u64,
                 "closed month rewritten sorted by tenant"
             );
-            u64::from(done.rows.is_some())
+            1
         }
         Err(e) => {
             tracing::warn!(

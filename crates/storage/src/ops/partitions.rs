@@ -69,7 +69,8 @@ pub struct Compacted {
     /// The month's first instant (ms, UTC).
     #[diesel(sql_type = BigInt)]
     pub month_start: i64,
-    /// Rows copied; `None` when another worker had already rewritten it.
+    /// Rows copied; `None` when another worker had already rewritten it or
+    /// was rewriting a month (it is not waited for).
     #[diesel(sql_type = Nullable<BigInt>)]
     pub rows: Option<i64>,
 }
@@ -80,8 +81,9 @@ pub struct Compacted {
 /// (`bc_compact_month`). `None` when no month is due. One transaction: a
 /// crash leaves the month as it was. Writers of that month wait while it is
 /// copied (there should be none: it is closed); readers do not. Waits at
-/// most two seconds for each lock, so a long reader of the log postpones the
-/// rewrite to a later pass instead of queueing every reader behind it.
+/// most two seconds for the month's lock, and 50 ms at a time for the log's
+/// (the swap), so a long reader of the log postpones the rewrite to a later
+/// pass instead of queueing every reader and writer behind it.
 pub async fn compact_next(conn: &mut AsyncPgConnection, now: i64) -> Result<Option<Compacted>> {
     let done = conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
@@ -116,9 +118,11 @@ pub async fn compact_next(conn: &mut AsyncPgConnection, now: i64) -> Result<Opti
 }
 
 /// What PostgreSQL answers when a month's rewrite meets another transaction
-/// on the month or its log: its lock timeout, or a deadlock with a writer of
-/// the month (one of the two is failed, whole).
+/// on the month or its log: a lock timeout (the month's, or the log's tries
+/// run out in `bc_compact_month`), or a deadlock with a writer of the month
+/// (one of the two is failed, whole).
 const BUSY: &[&str] = &[
     "canceling statement due to lock timeout",
+    "lock timeout:",
     "deadlock detected",
 ];
