@@ -67,7 +67,9 @@ pub(super) fn scans_between(
 }
 
 /// `EXPLAIN (ANALYZE, BUFFERS)` of the tenant's usage and events pages from
-/// the middle of the log: the plan's top line, buffers and time.
+/// the middle of the log, as one statement planned for its values: the
+/// plan's top line, buffers (execution's, then planning's), planning and
+/// execution times.
 pub(super) async fn explain(
     conn: &mut AsyncPgConnection,
     rows: i64,
@@ -101,6 +103,7 @@ pub(super) async fn explain(
             .filter(|l| {
                 l.starts_with("Limit")
                     || l.starts_with("  Buffers: shared")
+                    || l.contains("Planning Time")
                     || l.contains("Execution Time")
             })
             .collect();

@@ -482,3 +482,49 @@ async fn a_write_routed_to_the_month_during_the_copy_is_written_once_or_refused_
     }
     assert!(pages_of_a_tenant_page(c, "usage_records_2030_01").await <= 6);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_without_filters_answers_what_the_query_built_for_it_answers() {
+    use storage::ops::metering::{UsageFilter, list};
+    let (_db, mut conn) = seeded().await;
+    let c = &mut conn;
+    let ids = |page: &(Vec<storage::ops::metering::UsageRecord>, bool)| {
+        let seqs: Vec<i64> = page.0.iter().map(|r| r.seq).collect();
+        (seqs, page.1)
+    };
+    for round in 0..2 {
+        for after in [0, 1, 7, 999, 2_500, 5_950, 5_999, 6_000, 10_000] {
+            for (tenant, limit) in [(Some("t3"), 100), (Some("t19"), 7), (None, 100), (None, 1)] {
+                let plain = UsageFilter {
+                    tenant_id: tenant.map(str::to_owned),
+                    ..UsageFilter::default()
+                };
+                // `from: 0` holds for every record: the same page, read by
+                // the query built for the filters.
+                let built = UsageFilter {
+                    from: Some(0),
+                    ..plain.clone()
+                };
+                let a = list(c, &plain, after, limit).await.expect("page");
+                let b = list(c, &built, after, limit).await.expect("built");
+                assert_eq!(ids(&a), ids(&b), "{tenant:?} after {after}");
+                assert_eq!(
+                    format!("{:?}", a.0),
+                    format!("{:?}", b.0),
+                    "{tenant:?} after {after}"
+                );
+                if let Some(t) = tenant {
+                    assert!(a.0.iter().all(|r| r.tenant_id == t));
+                }
+            }
+        }
+        // The same once the closed months are sorted by tenant.
+        if round == 0 {
+            while compact_next(c, MAR + 2 * DAY)
+                .await
+                .expect("compact")
+                .is_some()
+            {}
+        }
+    }
+}

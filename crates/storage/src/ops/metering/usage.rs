@@ -56,103 +56,114 @@ pub struct UsageFilter {
     pub instance_id: Option<String>,
 }
 
+/// A stored record, as both reads of [`list`] load it.
+#[derive(Queryable, QueryableByName, Selectable)]
+#[diesel(table_name = ur, check_for_backend(diesel::pg::Pg))]
+struct Stored {
+    usage_id: String,
+    tenant_id: String,
+    project_id: Option<String>,
+    meter: String,
+    quantity_micro: i64,
+    unit: String,
+    period_start: i64,
+    period_end: i64,
+    grant_id: Option<String>,
+    instance_id: Option<String>,
+    tags: Value,
+    recorded_at: i64,
+    seq: i64,
+}
+
+impl From<Stored> for UsageRecord {
+    fn from(r: Stored) -> UsageRecord {
+        UsageRecord {
+            usage_id: r.usage_id,
+            tenant_id: r.tenant_id,
+            project_id: r.project_id,
+            meter: r.meter,
+            quantity: grants_core::format_micros(r.quantity_micro),
+            unit: r.unit,
+            period_start: r.period_start,
+            period_end: r.period_end,
+            grant_id: r.grant_id,
+            instance_id: r.instance_id,
+            tags: r.tags,
+            recorded_at: r.recorded_at,
+            seq: r.seq,
+        }
+    }
+}
+
 /// `usage.list`: records after position `after`, oldest first in the order
 /// they were recorded, at most `limit`; returns them and whether more follow.
+///
+/// A page with no filter but the tenant (a tenant's page, or root's `all`)
+/// is read through `usage_page`, whose statement is planned once per session
+/// (a generic plan) instead of on every page over every month's partition;
+/// any other filter is a query built for it.
 pub async fn list(
     conn: &mut AsyncPgConnection,
     filter: &UsageFilter,
     after: i64,
     limit: i64,
 ) -> Result<(Vec<UsageRecord>, bool)> {
-    let mut q = ur::table
-        .filter(ur::seq.gt(after))
-        .order(ur::seq.asc())
-        .limit(limit + 1)
-        .select((
-            ur::usage_id,
-            ur::tenant_id,
-            ur::project_id,
-            ur::meter,
-            ur::quantity_micro,
-            ur::unit,
-            ur::period_start,
-            ur::period_end,
-            ur::grant_id,
-            ur::instance_id,
-            ur::tags,
-            ur::recorded_at,
-            ur::seq,
-        ))
-        .into_boxed();
-    if let Some(t) = &filter.tenant_id {
-        q = q.filter(ur::tenant_id.eq(t.clone()));
-    }
-    if let Some(f) = filter.from {
-        q = q.filter(ur::period_start.ge(f));
-    }
-    if let Some(t) = filter.to {
-        q = q.filter(ur::period_end.le(t));
-    }
-    if let Some(m) = &filter.meter {
-        q = q.filter(ur::meter.eq(m.clone()));
-    }
-    if let Some(g) = &filter.grant_id {
-        q = q.filter(ur::grant_id.eq(g.clone()));
-    }
-    if let Some(i) = &filter.instance_id {
-        q = q.filter(ur::instance_id.eq(i.clone()));
-    }
-    type Row = (
-        String,
-        String,
-        Option<String>,
-        String,
-        i64,
-        String,
-        i64,
-        i64,
-        Option<String>,
-        Option<String>,
-        Value,
-        i64,
-        i64,
-    );
-    let rows: Vec<Row> = q.load(conn).await?;
+    let UsageFilter {
+        tenant_id,
+        from,
+        to,
+        meter,
+        grant_id,
+        instance_id,
+    } = filter;
+    let rows: Vec<Stored> = if from.is_none()
+        && to.is_none()
+        && meter.is_none()
+        && grant_id.is_none()
+        && instance_id.is_none()
+    {
+        diesel::sql_query(
+            "SELECT usage_id, tenant_id, project_id, meter, quantity_micro, unit, \
+                    period_start, period_end, grant_id, instance_id, tags, recorded_at, seq \
+             FROM usage_page($1, $2, $3)",
+        )
+        .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(tenant_id.as_deref())
+        .bind::<diesel::sql_types::BigInt, _>(after)
+        .bind::<diesel::sql_types::BigInt, _>(limit + 1)
+        .load(conn)
+        .await?
+    } else {
+        let mut q = ur::table
+            .filter(ur::seq.gt(after))
+            .order(ur::seq.asc())
+            .limit(limit + 1)
+            .select(Stored::as_select())
+            .into_boxed();
+        if let Some(t) = tenant_id {
+            q = q.filter(ur::tenant_id.eq(t.clone()));
+        }
+        if let Some(f) = from {
+            q = q.filter(ur::period_start.ge(*f));
+        }
+        if let Some(t) = to {
+            q = q.filter(ur::period_end.le(*t));
+        }
+        if let Some(m) = meter {
+            q = q.filter(ur::meter.eq(m.clone()));
+        }
+        if let Some(g) = grant_id {
+            q = q.filter(ur::grant_id.eq(g.clone()));
+        }
+        if let Some(i) = instance_id {
+            q = q.filter(ur::instance_id.eq(i.clone()));
+        }
+        q.load(conn).await?
+    };
     let has_more = rows.len() as i64 > limit;
     let items = rows
         .into_iter()
         .take(usize::try_from(limit).unwrap_or(0))
-        .map(
-            |(
-                usage_id,
-                tenant_id,
-                project_id,
-                meter,
-                q,
-                unit,
-                ps,
-                pe,
-                grant_id,
-                instance_id,
-                tags,
-                recorded_at,
-                seq,
-            )| UsageRecord {
-                usage_id,
-                tenant_id,
-                project_id,
-                meter,
-                quantity: grants_core::format_micros(q),
-                unit,
-                period_start: ps,
-                period_end: pe,
-                grant_id,
-                instance_id,
-                tags,
-                recorded_at,
-                seq,
-            },
-        )
+        .map(UsageRecord::from)
         .collect();
     Ok((items, has_more))
 }

@@ -1,0 +1,1 @@
+DROP FUNCTION usage_page(text, bigint, bigint);
