@@ -116,7 +116,10 @@ BEGIN
     FOR attempt IN 1..40 LOOP
         BEGIN
             PERFORM set_config('lock_timeout', '50ms', true);
-            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', parent);
+            -- ONLY: the parent alone (every reader and writer of the log
+            -- takes it first). Without it the lock recurses to every month,
+            -- and autovacuum on any of them holds it off.
+            EXECUTE format('LOCK TABLE ONLY %I IN ACCESS EXCLUSIVE MODE', parent);
             got := true;
             EXIT;
         EXCEPTION WHEN lock_not_available THEN

@@ -528,3 +528,27 @@ async fn a_page_without_filters_answers_what_the_query_built_for_it_answers() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vacuum_of_another_month_does_not_hold_the_swap_off() {
+    let (db, mut conn) = seeded().await;
+    let now = MAR + 2 * DAY;
+    // What (auto)vacuum holds on the month it works on, for seconds.
+    let mut vacuum = connect(&db).await;
+    run(&mut vacuum, "BEGIN").await;
+    run(
+        &mut vacuum,
+        "LOCK TABLE usage_records_2030_03, events_2030_03 IN SHARE UPDATE EXCLUSIVE MODE",
+    )
+    .await;
+    let first = compact_next(&mut conn, now).await.expect("events' January");
+    let second = compact_next(&mut conn, now).await.expect("usage's January");
+    assert_eq!(
+        [first, second].map(|m| m.map(|m| (m.parent, m.month_start))),
+        [
+            Some(("events".to_owned(), JAN)),
+            Some(("usage_records".to_owned(), JAN))
+        ]
+    );
+    run(&mut vacuum, "ROLLBACK").await;
+}
