@@ -1,1 +1,1 @@
-DROP FUNCTION usage_page(text, bigint, bigint);
+DROP FUNCTION usage_tenant_page(text, bigint, bigint);

@@ -98,10 +98,10 @@ impl From<Stored> for UsageRecord {
 /// `usage.list`: records after position `after`, oldest first in the order
 /// they were recorded, at most `limit`; returns them and whether more follow.
 ///
-/// A page with no filter but the tenant (a tenant's page, or root's `all`)
-/// is read through `usage_page`, whose statement is planned once per session
-/// (a generic plan) instead of on every page over every month's partition;
-/// any other filter is a query built for it.
+/// A tenant's page with no other filter is read through `usage_tenant_page`,
+/// whose statement is planned once per session (a generic plan) instead of
+/// on every page over every month's partition; any other filter, and root's
+/// page of every tenant, is a query built for it.
 pub async fn list(
     conn: &mut AsyncPgConnection,
     filter: &UsageFilter,
@@ -116,7 +116,8 @@ pub async fn list(
         grant_id,
         instance_id,
     } = filter;
-    let rows: Vec<Stored> = if from.is_none()
+    let rows: Vec<Stored> = if let Some(tenant) = tenant_id
+        && from.is_none()
         && to.is_none()
         && meter.is_none()
         && grant_id.is_none()
@@ -125,9 +126,9 @@ pub async fn list(
         diesel::sql_query(
             "SELECT usage_id, tenant_id, project_id, meter, quantity_micro, unit, \
                     period_start, period_end, grant_id, instance_id, tags, recorded_at, seq \
-             FROM usage_page($1, $2, $3)",
+             FROM usage_tenant_page($1, $2, $3)",
         )
-        .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(tenant_id.as_deref())
+        .bind::<diesel::sql_types::Text, _>(tenant)
         .bind::<diesel::sql_types::BigInt, _>(after)
         .bind::<diesel::sql_types::BigInt, _>(limit + 1)
         .load(conn)
