@@ -27,10 +27,17 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
                                + interval '1 month') * 1000)::bigint
 $$;
 
+-- Whether the month starting at `lo` is closed at `now_ms`: ended a day or
+-- more before it (the reconciler writes an hour's usage just after it ends; a
+-- later write, from a reconciler days behind, is still safe: see
+-- bc_compact_month).
+CREATE FUNCTION bc_month_closed(lo bigint, now_ms bigint) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT bc_month_end(lo) <= now_ms - 86400000
+$$;
+
 -- The months of `parent` that may be rewritten at `now_ms`, oldest first:
--- attached, holding rows, never rewritten, and ended at least a day before
--- `now_ms` (the reconciler writes an hour's usage just after it ends; a later
--- write, from a reconciler days behind, is still safe: see bc_compact_month).
+-- attached, holding rows, never rewritten, and closed.
 CREATE FUNCTION bc_compactable_months(parent text, now_ms bigint)
 RETURNS TABLE (month_start bigint) LANGUAGE sql STABLE AS $$
     SELECT m.lo
@@ -43,7 +50,7 @@ RETURNS TABLE (month_start bigint) LANGUAGE sql STABLE AS $$
     ) m
     WHERE i.inhparent = parent::regclass
       AND c.relname ~ ('^' || parent || '_\d{4}_\d{2}$')
-      AND bc_month_end(m.lo) <= now_ms - 86400000
+      AND bc_month_closed(m.lo, now_ms)
       -- An empty month has nothing to sort (its file is empty).
       AND pg_relation_size(c.oid) > 0
       AND NOT EXISTS (SELECT 1 FROM compacted_months x
@@ -53,8 +60,8 @@ $$;
 
 -- Rewrites the month of `parent` holding `ms` sorted by (tenant_id, seq) and
 -- records it in compacted_months. Returns the rows copied, or NULL when the
--- month was already rewritten or another worker is rewriting a month. Refuses a month that ended less than a day
--- before `now_ms`, or that is not an attached partition.
+-- month was already rewritten or another worker is rewriting a month.
+-- Refuses a month not closed at `now_ms`, or not an attached partition.
 --
 -- Writers of the month wait while it is copied (the SHARE lock); readers do
 -- not. A write that routed its row to the month before the lock is in the
@@ -69,7 +76,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     key text := bc_month_partition_key(parent);
     lo bigint := bc_month_start(ms);
-    hi bigint := bc_month_end(bc_month_start(ms));
+    hi bigint := bc_month_end(lo);
     part text := parent || '_' || to_char(to_timestamp(lo / 1000.0) AT TIME ZONE 'UTC', 'YYYY_MM');
     sorted text := part || '_sorted';
     cols text;
@@ -81,7 +88,7 @@ BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION '% is not partitioned by month', parent;
     END IF;
-    IF hi > now_ms - 86400000 THEN
+    IF NOT bc_month_closed(lo, now_ms) THEN
         RAISE EXCEPTION 'the month starting % is too recent to compact (it ended less than a '
                         'day ago)', to_timestamp(lo / 1000.0) AT TIME ZONE 'UTC';
     END IF;

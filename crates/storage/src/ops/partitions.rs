@@ -28,9 +28,7 @@ struct Created {
 pub async fn ensure_ahead(conn: &mut AsyncPgConnection, now: i64) -> Result<i32> {
     let (from, to) = (now.saturating_sub(31 * DAY), now.saturating_add(62 * DAY));
     conn.transaction::<_, StorageError, _>(async move |conn| {
-        diesel::sql_query("SET LOCAL lock_timeout = '2s'")
-            .execute(conn)
-            .await?;
+        wait_at_most_two_seconds(conn).await?;
         let created: Created = diesel::sql_query(
             "SELECT bc_ensure_month_partitions('usage_records', $1, $2) \
                   + bc_ensure_month_partitions('events', $1, $2) AS n",
@@ -42,6 +40,16 @@ pub async fn ensure_ahead(conn: &mut AsyncPgConnection, now: i64) -> Result<i32>
         Ok(created.n)
     })
     .await
+}
+
+/// Makes the current transaction wait at most two seconds for any lock
+/// (`SET LOCAL lock_timeout`): the partitions' upkeep gives way to the
+/// platform's own work and is tried again on a later pass.
+async fn wait_at_most_two_seconds(conn: &mut AsyncPgConnection) -> diesel::QueryResult<()> {
+    diesel::sql_query("SET LOCAL lock_timeout = '2s'")
+        .execute(conn)
+        .await
+        .map(|_| ())
 }
 
 /// The end of the newest archived (detached) month of `usage_records`, if
@@ -87,9 +95,7 @@ pub struct Compacted {
 pub async fn compact_next(conn: &mut AsyncPgConnection, now: i64) -> Result<Option<Compacted>> {
     let done = conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            diesel::sql_query("SET LOCAL lock_timeout = '2s'")
-                .execute(conn)
-                .await?;
+            wait_at_most_two_seconds(conn).await?;
             diesel::sql_query(
                 "SELECT due.parent, due.month_start, \
                         bc_compact_month(due.parent, due.month_start, $1) AS rows \

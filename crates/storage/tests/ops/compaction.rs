@@ -66,6 +66,33 @@ async fn connect(db: &TestDatabase) -> AsyncPgConnection {
         .unwrap_or_else(|e| panic!("connect: {e}"))
 }
 
+/// The rows of `table`.
+async fn rows(conn: &mut AsyncPgConnection, table: &str) -> i64 {
+    num(conn, &format!("SELECT count(*) AS n FROM {table}")).await
+}
+
+/// A connection in a transaction that has run `sql` (and holds what it
+/// took) until it ends.
+async fn holding(db: &TestDatabase, sql: &str) -> AsyncPgConnection {
+    let mut conn = connect(db).await;
+    run(&mut conn, "BEGIN").await;
+    run(&mut conn, sql).await;
+    conn
+}
+
+/// Every month due at `now`, rewritten one call at a time.
+async fn compact_all(conn: &mut AsyncPgConnection, now: i64) -> Vec<Compacted> {
+    let mut done = Vec::new();
+    while let Some(month) = compact_next(conn, now)
+        .await
+        .unwrap_or_else(|e| panic!("compact: {e}"))
+    {
+        done.push(month);
+        assert!(done.len() <= 30, "a month rewritten twice: {done:?}");
+    }
+    done
+}
+
 /// A database with the months of January to March 2030 and [`ROWS`] usage
 /// records and events in them, [`TENANTS`] tenants interleaved.
 async fn seeded() -> (TestDatabase, AsyncPgConnection) {
@@ -168,48 +195,36 @@ async fn closed_months_are_rewritten_sorted_by_tenant_once_with_rows_indexes_and
     let now = MAR + 2 * DAY;
 
     // Another worker's rewrite is not waited for, and nothing is recorded.
-    let mut other = connect(&db).await;
-    run(&mut other, "BEGIN").await;
-    run(
-        &mut other,
+    let mut other = holding(
+        &db,
         "SELECT pg_advisory_xact_lock(hashtext('bc_compact_month'))",
     )
     .await;
     let busy = compact_next(c, now).await.expect("compact");
     assert_eq!(busy.map(|m| (m.month_start, m.rows)), Some((JAN, None)));
     run(&mut other, "ROLLBACK").await;
-    assert_eq!(
-        num(c, "SELECT count(*) AS n FROM compacted_months").await,
-        0
-    );
+    assert_eq!(rows(c, "compacted_months").await, 0);
 
     // Oldest month first, one a call, until none is due; March has not
     // ended a day ago, so it stays as written.
-    let mut done = Vec::new();
-    while let Some(month) = compact_next(c, now).await.expect("compact") {
-        done.push(month);
-        assert!(done.len() <= 4, "{done:?}");
-    }
-    let rows = |parent: &str, month_start, n| Compacted {
+    let done = compact_all(c, now).await;
+    let month = |parent: &str, month_start, n| Compacted {
         parent: parent.to_owned(),
         month_start,
         rows: Some(n),
     };
-    let in_jan = num(c, "SELECT count(*) AS n FROM events_2030_01").await;
-    let in_feb = num(c, "SELECT count(*) AS n FROM events_2030_02").await;
+    let in_jan = rows(c, "events_2030_01").await;
+    let in_feb = rows(c, "events_2030_02").await;
     assert_eq!(
         done,
         [
-            rows("events", JAN, in_jan),
-            rows("usage_records", JAN, in_jan),
-            rows("events", FEB, in_feb),
-            rows("usage_records", FEB, in_feb),
+            month("events", JAN, in_jan),
+            month("usage_records", JAN, in_jan),
+            month("events", FEB, in_feb),
+            month("usage_records", FEB, in_feb),
         ]
     );
-    assert_eq!(
-        in_jan + in_feb + num(c, "SELECT count(*) AS n FROM events_2030_03").await,
-        ROWS
-    );
+    assert_eq!(in_jan + in_feb + rows(c, "events_2030_03").await, ROWS);
 
     // The same rows; one tenant's page now reads a few heap pages.
     for (part, digest_before) in parts.iter().zip(&before) {
@@ -304,10 +319,7 @@ async fn closed_months_are_rewritten_sorted_by_tenant_once_with_rows_indexes_and
         recent.to_string().contains("too recent to compact"),
         "{recent}"
     );
-    assert_eq!(
-        num(c, "SELECT count(*) AS n FROM compacted_months").await,
-        5
-    );
+    assert_eq!(rows(c, "compacted_months").await, 5);
 }
 
 /// Waits until some backend of this database waits for a lock.
@@ -336,10 +348,8 @@ const LATE_RECORD: &str = "INSERT INTO usage_records SELECT 500000, 'late', 't3'
 async fn a_write_in_flight_holds_the_rewrite_off_and_is_then_in_it() {
     let (db, mut conn) = seeded().await;
     let now = MAR + 2 * DAY;
-    let jan = num(&mut conn, "SELECT count(*) AS n FROM usage_records_2030_01").await;
-    let mut writer = connect(&db).await;
-    run(&mut writer, "BEGIN").await;
-    run(&mut writer, LATE_RECORD).await;
+    let jan = rows(&mut conn, "usage_records_2030_01").await;
+    let mut writer = holding(&db, LATE_RECORD).await;
     // Events' January goes first and does not wait; the usage month waits
     // for the writer, gives up after its lock timeout and changes nothing.
     let first = compact_next(&mut conn, now).await.expect("events");
@@ -377,7 +387,7 @@ async fn a_write_in_flight_holds_the_rewrite_off_and_is_then_in_it() {
 async fn a_write_arriving_while_the_month_is_swapped_lands_in_the_sorted_month() {
     let (db, mut conn) = seeded().await;
     let now = MAR + 2 * DAY;
-    let jan = num(&mut conn, "SELECT count(*) AS n FROM usage_records_2030_01").await;
+    let jan = rows(&mut conn, "usage_records_2030_01").await;
     run(&mut conn, "BEGIN").await;
     let copied = num(
         &mut conn,
@@ -397,10 +407,7 @@ async fn a_write_arriving_while_the_month_is_swapped_lands_in_the_sorted_month()
         .expect("join")
         .expect("the write succeeds once the swap commits");
     let c = &mut conn;
-    assert_eq!(
-        num(c, "SELECT count(*) AS n FROM usage_records_2030_01").await,
-        jan + 1
-    );
+    assert_eq!(rows(c, "usage_records_2030_01").await, jan + 1);
     assert_eq!(
         num(
             c,
@@ -416,7 +423,7 @@ async fn a_write_arriving_while_the_month_is_swapped_lands_in_the_sorted_month()
 async fn a_write_routed_to_the_month_during_the_copy_is_written_once_or_refused_whole() {
     let (db, mut conn) = seeded().await;
     let now = MAR + 2 * DAY;
-    let jan = num(&mut conn, "SELECT count(*) AS n FROM usage_records_2030_01").await;
+    let jan = rows(&mut conn, "usage_records_2030_01").await;
     // The rewrite's first step: the month locked against writes.
     run(&mut conn, "BEGIN").await;
     run(&mut conn, "LOCK TABLE usage_records_2030_01 IN SHARE MODE").await;
@@ -462,19 +469,13 @@ async fn a_write_routed_to_the_month_during_the_copy_is_written_once_or_refused_
         "SELECT count(*) AS n FROM usage_records WHERE usage_id = 'late'",
     )
     .await;
-    let compacted = num(c, "SELECT count(*) AS n FROM compacted_months").await;
+    let compacted = rows(c, "compacted_months").await;
     assert_eq!(late, i64::from(write.is_ok()));
     assert_eq!(compacted, i64::from(rewrite.is_ok()));
-    assert_eq!(
-        num(c, "SELECT count(*) AS n FROM usage_records_2030_01").await,
-        jan + late
-    );
+    assert_eq!(rows(c, "usage_records_2030_01").await, jan + late);
     // Whichever failed, the next pass finishes the job with every row.
     if rewrite.is_err() {
-        let mut done = Vec::new();
-        while let Some(m) = compact_next(c, now).await.expect("compact") {
-            done.push(m);
-        }
+        let done = compact_all(c, now).await;
         let usage = done
             .iter()
             .find(|m| m.parent == "usage_records" && m.month_start == JAN);
@@ -520,11 +521,7 @@ async fn a_page_without_filters_answers_what_the_query_built_for_it_answers() {
         }
         // The same once the closed months are sorted by tenant.
         if round == 0 {
-            while compact_next(c, MAR + 2 * DAY)
-                .await
-                .expect("compact")
-                .is_some()
-            {}
+            compact_all(c, MAR + 2 * DAY).await;
         }
     }
 }
@@ -534,10 +531,8 @@ async fn a_vacuum_of_another_month_does_not_hold_the_swap_off() {
     let (db, mut conn) = seeded().await;
     let now = MAR + 2 * DAY;
     // What (auto)vacuum holds on the month it works on, for seconds.
-    let mut vacuum = connect(&db).await;
-    run(&mut vacuum, "BEGIN").await;
-    run(
-        &mut vacuum,
+    let mut vacuum = holding(
+        &db,
         "LOCK TABLE usage_records_2030_03, events_2030_03 IN SHARE UPDATE EXCLUSIVE MODE",
     )
     .await;
