@@ -6,6 +6,11 @@
 //! is neither this bench, nor one it started (the api-server, the worker,
 //! `pgbench`), nor PostgreSQL: others' builds and benchmarks, which take
 //! cores the figures need.
+//!
+//! And per timed run ([`CpuSpan`]): the whole machine's busy cores and each
+//! part's share (PostgreSQL, the api-server, the worker, the bench with its
+//! fake GCE), which says whether a figure was held back by its CPU or by a
+//! lock (a run on two cores that leaves a core idle waited on something).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,27 +27,9 @@ pub const BUSY_CORES: f64 = 0.2;
 
 /// The machine's busy cores over `window`, from `/proc/stat`'s first line.
 pub fn busy_cores(window: Duration) -> f64 {
-    let read = || -> Option<(u64, u64)> {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let cpu: Vec<u64> = stat
-            .lines()
-            .next()?
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        let idle = cpu.get(3).copied().unwrap_or(0) + cpu.get(4).copied().unwrap_or(0);
-        Some((cpu.iter().sum(), idle))
-    };
-    let Some((total0, idle0)) = read() else {
-        return 0.0;
-    };
+    let before = machine_ticks();
     std::thread::sleep(window);
-    let Some((total1, idle1)) = read() else {
-        return 0.0;
-    };
-    let busy = (total1 - total0).saturating_sub(idle1 - idle0) as f64;
-    busy / TICKS / window.as_secs_f64()
+    machine_ticks().saturating_sub(before) as f64 / TICKS / window.as_secs_f64()
 }
 
 /// One process as `/proc/PID/stat` gives it.
@@ -187,6 +174,119 @@ impl Watcher {
             at_start,
             mean,
             max: s.iter().copied().fold(0.0, f64::max),
+        }
+    }
+}
+
+/// The part of the system a process belongs to, for [`CpuUse`].
+fn part_of(pid: u32, p: &Proc) -> &'static str {
+    if pid == std::process::id() {
+        "bench"
+    } else if p.comm.starts_with("postgres") {
+        "PostgreSQL"
+    } else if p.comm == "api-server" {
+        "api-server"
+    } else if p.comm.starts_with("reconciler-wor") {
+        "worker"
+    } else if p.comm == "pgbench" {
+        "pgbench"
+    } else {
+        "other"
+    }
+}
+
+/// The machine's busy ticks so far (`/proc/stat`'s first line, all but
+/// idle and iowait).
+fn machine_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0;
+    };
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let idle = cpu.get(3).copied().unwrap_or(0) + cpu.get(4).copied().unwrap_or(0);
+    cpu.iter().sum::<u64>().saturating_sub(idle)
+}
+
+/// The CPU one timed run used.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuUse {
+    /// The run's wall time.
+    pub wall: Duration,
+    /// The whole machine's busy cores, on average.
+    pub machine: f64,
+    /// The cores each part used, on average, largest first (processes that
+    /// ended during the run are in `machine` only).
+    pub parts: Vec<(&'static str, f64)>,
+}
+
+impl CpuUse {
+    /// CPU time per operation for `ops` operations, in milliseconds.
+    pub fn ms_per_op(&self, ops: u64) -> f64 {
+        self.machine * self.wall.as_secs_f64() * 1e3 / (ops.max(1) as f64)
+    }
+
+    /// `1.93 cores: PostgreSQL 1.10, api-server 0.52, bench 0.28`.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .parts
+            .iter()
+            .filter(|(_, c)| *c >= 0.005)
+            .map(|(p, c)| format!("{p} {c:.2}"))
+            .collect();
+        format!("{:.2} cores: {}", self.machine, parts.join(", "))
+    }
+}
+
+/// The start of a timed run's CPU reading.
+pub struct CpuSpan {
+    at: Instant,
+    machine: u64,
+    procs: HashMap<u32, (&'static str, u64)>,
+}
+
+fn by_part() -> HashMap<u32, (&'static str, u64)> {
+    processes()
+        .into_iter()
+        .map(|(pid, p)| (pid, (part_of(pid, &p), p.ticks)))
+        .collect()
+}
+
+impl CpuSpan {
+    /// Reads the machine and every process now.
+    pub fn start() -> CpuSpan {
+        CpuSpan {
+            at: Instant::now(),
+            machine: machine_ticks(),
+            procs: by_part(),
+        }
+    }
+
+    /// What was used since [`CpuSpan::start`].
+    pub fn finish(self) -> CpuUse {
+        let busy = machine_ticks();
+        let now = by_part();
+        let wall = self.at.elapsed();
+        let secs = wall.as_secs_f64().max(1e-3);
+        let mut parts: HashMap<&'static str, u64> = HashMap::new();
+        for (pid, (part, ticks)) in &now {
+            let before = self.procs.get(pid).map_or(0, |(_, t)| *t);
+            *parts.entry(part).or_default() += ticks.saturating_sub(before);
+        }
+        let mut parts: Vec<(&'static str, f64)> = parts
+            .into_iter()
+            .map(|(p, t)| (p, t as f64 / TICKS / secs))
+            .collect();
+        parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+        CpuUse {
+            wall,
+            machine: busy.saturating_sub(self.machine) as f64 / TICKS / secs,
+            parts,
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct Outcome {
     pub latencies: Vec<Duration>,
     /// Every operation's completion, as an offset from the start, sorted.
     pub done_at: Vec<Duration>,
+    /// The machine's CPU while it ran.
+    pub cpu: crate::busy::CpuUse,
 }
 
 /// Operation `i`'s item of `items`, round robin; none of no items.
@@ -90,6 +92,7 @@ impl Outcome {
 /// fails the run (a benchmark with errors measures nothing).
 pub async fn run<W: Op>(workers: Vec<W>, stop: Stop) -> anyhow::Result<Outcome> {
     let next = Arc::new(AtomicU64::new(0));
+    let span = crate::busy::CpuSpan::start();
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(workers.len());
     for mut w in workers {
@@ -122,6 +125,7 @@ pub async fn run<W: Op>(workers: Vec<W>, stop: Stop) -> anyhow::Result<Outcome> 
         done_at.extend(done);
     }
     let elapsed = start.elapsed();
+    let cpu = span.finish();
     latencies.sort_unstable();
     done_at.sort_unstable();
     Ok(Outcome {
@@ -129,6 +133,7 @@ pub async fn run<W: Op>(workers: Vec<W>, stop: Stop) -> anyhow::Result<Outcome> 
         elapsed,
         latencies,
         done_at,
+        cpu,
     })
 }
 
@@ -143,6 +148,7 @@ mod tests {
             elapsed: Duration::from_secs(1),
             latencies: (1..=100).map(Duration::from_millis).collect(),
             done_at: (0..100).map(|i| Duration::from_millis(i * 10)).collect(),
+            cpu: crate::busy::CpuUse::default(),
         };
         assert!((o.rate_in(0.0, 0.5) - 100.0).abs() < 1e-6);
         assert_eq!(o.p50(), Duration::from_millis(50));

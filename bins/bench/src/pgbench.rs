@@ -29,6 +29,8 @@ pub struct Pgbench {
     pub tps: f64,
     /// `duration`.
     pub duration: Duration,
+    /// The machine's CPU while it ran.
+    pub cpu: Option<crate::busy::CpuUse>,
 }
 
 /// The value after `prefix` on the line starting with it, up to `until`.
@@ -63,6 +65,7 @@ pub fn parse(out: &str) -> anyhow::Result<Pgbench> {
         latency_avg: Duration::from_secs_f64(latency_ms / 1e3),
         tps,
         duration: Duration::from_secs(secs),
+        cpu: None,
     })
 }
 
@@ -143,6 +146,7 @@ pub async fn run(
     ] {
         diesel::sql_query(s).execute(&mut conn).await?;
     }
+    let span = crate::busy::CpuSpan::start();
     let out = tokio::process::Command::new(&bin)
         .args(["-n", "-j", "2", "-M", "prepared", "-c"])
         .arg(clients.to_string())
@@ -155,6 +159,8 @@ pub async fn run(
         .output()
         .await
         .with_context(|| format!("running {}", bin.display()))?;
+    // pgbench and its backends have exited: the machine's figure only.
+    let cpu = span.finish();
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
@@ -165,7 +171,8 @@ pub async fn run(
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let result = parse(&stdout).with_context(|| format!("pgbench's output: {stdout}"))?;
+    let mut result = parse(&stdout).with_context(|| format!("pgbench's output: {stdout}"))?;
+    result.cpu = Some(cpu);
     anyhow::ensure!(
         result.failed == 0,
         "pgbench: {} failed transactions",

@@ -561,6 +561,48 @@ impl Report {
         if let Some(b) = &self.burst {
             write("2b", "HTTP API, burst", &b.api);
         }
+        // The CPU of each write run, and of the reads' API runs: a run on
+        // two cores that left CPU idle was held back by a lock or a wait.
+        let cpu_of = "CPU while it ran (busy cores of the machine: each part's share) and \
+                      per operation";
+        let mut cpu = |fig, run: &str, o: &Outcome| {
+            out.push((
+                fig,
+                format!("{run}: {cpu_of}"),
+                format!("{}; {:.2} ms", o.cpu.summary(), o.cpu.ms_per_op(o.ops)),
+            ));
+        };
+        if let Some(g) = &self.grants {
+            cpu("1", "HTTP API", &g.api);
+            cpu("1", "direct SQL (ceiling)", &g.sql);
+        }
+        if let Some(g) = &self.instances {
+            cpu("2", "HTTP API", &g.api);
+            cpu("2", "direct SQL (ceiling)", &g.sql);
+        }
+        if let Some(b) = &self.burst {
+            cpu(
+                "2b",
+                "HTTP API, burst (with the worker and fake GCE)",
+                &b.api,
+            );
+        }
+        if let Some(f) = &self.get {
+            cpu("3", "get: HTTP API", &f.api);
+        }
+        if let Some(f) = &self.list {
+            cpu("3", "list: HTTP API", &f.api);
+        }
+        if let Some(b) = &self.pgbench
+            && let Some(c) = &b.cpu
+        {
+            let per = c.ms_per_op(b.transactions);
+            out.push((
+                "1",
+                format!("pgbench row lock + insert (ceiling): {cpu_of}"),
+                format!("{}; {per:.2} ms", c.summary()),
+            ));
+        }
         let bound = "at best the trivial handler's work plus the query alone, \
                      1 / (1/trivial + 1/query),";
         if let Some(f) = &self.get {

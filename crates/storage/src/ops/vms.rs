@@ -256,6 +256,9 @@ pub enum Outcome {
 /// Why a finish did not apply.
 enum Finish {
     LeaseLost,
+    /// The locked instance's change may release its quota, whose rows were
+    /// not locked (they come first in the lock order): start again with them.
+    NeedsQuota,
     Storage(StorageError),
 }
 
@@ -271,10 +274,34 @@ impl From<diesel::result::Error> for Finish {
     }
 }
 
+/// The cause a step's outcome applies.
+fn cause_of(kind: StepKind, outcome: &Outcome) -> Cause {
+    match outcome {
+        Outcome::Confirmed { .. } => Cause::Confirmed(kind),
+        Outcome::Failed { vanished: true, .. } => Cause::Lost,
+        Outcome::Failed { .. } => Cause::Failed(kind),
+    }
+}
+
+/// Whether applying `cause` to `inst` may release its quota (and so needs
+/// its quota rows locked first).
+fn may_release_quota(inst: &InstanceRow, cause: Cause) -> bool {
+    grants_core::vm::next(inst.state.to_vm(), inst.powered, cause)
+        .is_ok_and(|t| t.release == grants_core::vm::Release::All)
+}
+
 /// Applies a step's outcome at `now` (the product's clock) and closes it,
 /// in one transaction; `false` when the claim's lease is lost (nothing is
 /// written). A failed create records a delete of whatever the provider made
 /// for it anyway, unless its name was taken by another's VM.
+///
+/// The tenant's quota rows are locked (first, as the lock order wants) only
+/// when the change may release the instance's quota: a VM confirmed running,
+/// stopped or started leaves them to the tenant's creates, which all take
+/// them (one tenant's burst of creates and the worker's outcomes for them
+/// would otherwise queue on the same rows). The need is judged on an
+/// unlocked read of the instance and again once it is locked; if it changed
+/// in between, the transaction starts again with the rows.
 pub async fn finish(
     conn: &mut AsyncPgConnection,
     claim: &StepClaim,
@@ -282,94 +309,111 @@ pub async fn finish(
     now: i64,
 ) -> Result<bool> {
     let kind = claim.step()?;
-    let result = conn
-        .transaction::<_, Finish, _>(async |conn| {
-            let peek = InstanceRow::find(conn, &claim.instance_id)
-                .await?
-                .ok_or_else(|| StorageError::internal("a step of an unknown instance"))?;
-            // Quota rows come first in the lock order.
-            lock_quota_of(conn, &peek).await?;
-            let mut events = Vec::new();
-            let (inst, res) = lock_for_worker(conn, &claim.instance_id, now, &mut events).await?;
-            let changed_wall = managed::db_now_ms(conn).await?;
-            let (cause, seen) = match outcome {
-                Outcome::Confirmed { vm_status } => (
-                    Cause::Confirmed(kind),
-                    Observation {
-                        vm_status: vm_status.clone(),
-                        changed_wall: Some(changed_wall),
-                        ..Observation::default()
-                    },
-                ),
-                Outcome::Failed { vanished: true, .. } => (
-                    Cause::Lost,
-                    Observation {
-                        failure_code: Some("not-found".to_owned()),
-                        deleted_reason: Some(DeletedReason::Lost),
-                        changed_wall: Some(changed_wall),
-                        ..Observation::default()
-                    },
-                ),
-                Outcome::Failed { code, .. } => (
-                    Cause::Failed(kind),
-                    Observation {
-                        failure_code: (kind == StepKind::Create).then(|| code.clone()),
-                        changed_wall: Some(changed_wall),
-                        ..Observation::default()
-                    },
-                ),
-            };
-            let applied = managed::apply(
-                conn,
-                &inst,
-                res.as_ref(),
-                cause,
-                None,
-                seen,
-                now,
-                &mut events,
-            )
-            .await?;
-            let failed_create = matches!(
-                applied,
-                managed::Applied::Changed(t) if t.state == grants_core::vm::VmState::Failed
-            );
-            // A name taken by another's VM: not made for it, not ours to delete.
-            let taken = matches!(outcome, Outcome::Failed { code, .. } if code == "name-taken");
-            if failed_create && !taken {
-                let zone = claim.zone.clone();
-                managed::record_step(conn, &inst, StepKind::Delete, &zone, now).await?;
+    let cause = cause_of(kind, outcome);
+    let mut with_quota = false;
+    loop {
+        match finish_once(conn, claim, outcome, cause, with_quota, now).await {
+            Ok(()) => return Ok(true),
+            Err(Finish::LeaseLost) => return Ok(false),
+            Err(Finish::NeedsQuota) if !with_quota => with_quota = true,
+            Err(Finish::NeedsQuota) => {
+                return Err(StorageError::internal(
+                    "quota rows locked yet reported missing",
+                ));
             }
-            let state = match outcome {
-                Outcome::Confirmed { .. } => "done",
-                Outcome::Failed { .. } => "failed",
-            };
-            let code = match outcome {
-                Outcome::Failed { code, .. } => Some(code.as_str()),
-                Outcome::Confirmed { .. } => None,
-            };
-            let n = diesel::sql_query(format!(
-                "UPDATE vm_steps SET state = $3, failure_code = $4, finished_wall = {DB_NOW_MS}, \
-                 lease_until = NULL WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
-            ))
-            .bind::<BigInt, _>(claim.step_id)
-            .bind::<Text, _>(&claim.lease_token)
-            .bind::<Text, _>(state)
-            .bind::<Nullable<Text>, _>(code)
-            .execute(conn)
-            .await?;
-            if n != 1 {
-                return Err(Finish::LeaseLost);
-            }
-            events::publish(conn, now, events).await?;
-            Ok(())
-        })
-        .await;
-    match result {
-        Ok(()) => Ok(true),
-        Err(Finish::LeaseLost) => Ok(false),
-        Err(Finish::Storage(e)) => Err(e),
+            Err(Finish::Storage(e)) => return Err(e),
+        }
     }
+}
+
+async fn finish_once(
+    conn: &mut AsyncPgConnection,
+    claim: &StepClaim,
+    outcome: &Outcome,
+    cause: Cause,
+    with_quota: bool,
+    now: i64,
+) -> std::result::Result<(), Finish> {
+    let kind = claim.step()?;
+    conn.transaction::<_, Finish, _>(async |conn| {
+        let peek = InstanceRow::find(conn, &claim.instance_id)
+            .await?
+            .ok_or_else(|| StorageError::internal("a step of an unknown instance"))?;
+        // Quota rows come first in the lock order.
+        let quota = with_quota || may_release_quota(&peek, cause);
+        if quota {
+            lock_quota_of(conn, &peek).await?;
+        }
+        let mut events = Vec::new();
+        let (inst, res) = lock_for_worker(conn, &claim.instance_id, now, &mut events).await?;
+        if !quota && may_release_quota(&inst, cause) {
+            return Err(Finish::NeedsQuota);
+        }
+        let changed_wall = managed::db_now_ms(conn).await?;
+        let seen = match outcome {
+            Outcome::Confirmed { vm_status } => Observation {
+                vm_status: vm_status.clone(),
+                changed_wall: Some(changed_wall),
+                ..Observation::default()
+            },
+            Outcome::Failed { vanished: true, .. } => Observation {
+                failure_code: Some("not-found".to_owned()),
+                deleted_reason: Some(DeletedReason::Lost),
+                changed_wall: Some(changed_wall),
+                ..Observation::default()
+            },
+            Outcome::Failed { code, .. } => Observation {
+                failure_code: (kind == StepKind::Create).then(|| code.clone()),
+                changed_wall: Some(changed_wall),
+                ..Observation::default()
+            },
+        };
+        let applied = managed::apply(
+            conn,
+            &inst,
+            res.as_ref(),
+            cause,
+            None,
+            seen,
+            now,
+            &mut events,
+        )
+        .await?;
+        let failed_create = matches!(
+            applied,
+            managed::Applied::Changed(t) if t.state == grants_core::vm::VmState::Failed
+        );
+        // A name taken by another's VM: not made for it, not ours to delete.
+        let taken = matches!(outcome, Outcome::Failed { code, .. } if code == "name-taken");
+        if failed_create && !taken {
+            let zone = claim.zone.clone();
+            managed::record_step(conn, &inst, StepKind::Delete, &zone, now).await?;
+        }
+        let state = match outcome {
+            Outcome::Confirmed { .. } => "done",
+            Outcome::Failed { .. } => "failed",
+        };
+        let code = match outcome {
+            Outcome::Failed { code, .. } => Some(code.as_str()),
+            Outcome::Confirmed { .. } => None,
+        };
+        let n = diesel::sql_query(format!(
+            "UPDATE vm_steps SET state = $3, failure_code = $4, finished_wall = {DB_NOW_MS}, \
+             lease_until = NULL WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
+        ))
+        .bind::<BigInt, _>(claim.step_id)
+        .bind::<Text, _>(&claim.lease_token)
+        .bind::<Text, _>(state)
+        .bind::<Nullable<Text>, _>(code)
+        .execute(conn)
+        .await?;
+        if n != 1 {
+            return Err(Finish::LeaseLost);
+        }
+        events::publish(conn, now, events).await?;
+        Ok(())
+    })
+    .await
 }
 
 /// Records the VM status a step read while waiting (`STAGING`, ...).

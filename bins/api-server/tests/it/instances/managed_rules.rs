@@ -435,3 +435,37 @@ async fn another_tenant_cannot_see_or_touch_a_managed_instance() {
         "RUNNING"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_confirmed_running_is_recorded_while_the_tenants_quota_rows_are_held() {
+    // A confirmed create changes no quota, so its outcome does not queue on
+    // the quota rows every create of the tenant in the pool takes.
+    let s = Server::start().await;
+    s.set_clock(T0).await;
+    let p = managed_platform(&s, 2).await;
+    let t = &p.tenant_token;
+    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let mut holder = db(&s).await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    let held = diesel::sql_query(
+        "SELECT resource FROM quotas WHERE tenant_id = 'acme' AND pool_id = $1 FOR UPDATE",
+    )
+    .bind::<Text, _>(&p.pool)
+    .execute(&mut holder)
+    .await
+    .expect("lock the quota rows");
+    assert!(held > 0, "acme has quota rows in the pool");
+    tokio::time::timeout(std::time::Duration::from_secs(60), vm_pass(&s))
+        .await
+        .expect("the worker's pass does not wait for the quota rows");
+    assert_eq!(state(&get(&s, t, &id(&a)).await), "running");
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .expect("rollback");
+    // The running VM keeps its quota charged.
+    assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(1));
+}
