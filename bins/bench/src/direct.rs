@@ -32,7 +32,7 @@ use storage::model::idempotency::{self, Claim, KeyedRequest};
 use storage::model::instance::{InstanceRow, NewInstanceRow};
 use storage::model::quota;
 use storage::model::reservation::ReservationRow;
-use storage::model::states::{InstanceBilling, InstanceState, ReservationStatus};
+use storage::model::states::{InstanceBilling, ReservationStatus};
 use storage::ops::instances::{self, Target};
 use storage::ops::{accounts, grants, pools, settlement};
 
@@ -370,30 +370,16 @@ impl Op for InstanceSql {
                     .ok_or_else(|| anyhow::anyhow!("no flavor"))?;
                 let charges = quotas_core::instance_charges(f.vcpus, f.memory_gib, f.gpus);
                 let resources: Vec<&str> = charges.iter().map(|c| c.resource.as_str()).collect();
-                let rows = locks::quota_rows(conn, TENANT, pool_id, &resources)
-                    .await
-                    .map_err(sql)?;
-                // the quota rows whose use changes, the candidates and the
-                // hint of where the tenant has a live grant, pipelined; then
-                // the first candidate locked, settled, viewed
-                let candidates = {
+                // the candidates, the hint of where the tenant has a live
+                // grant and the quota rows' lock, pipelined
+                let (candidates, _, rows) = {
                     let shared = &*conn;
-                    let writes = rows.iter().filter_map(|(resource, _max, used)| {
-                        let amount = charges
-                            .iter()
-                            .find(|c| &c.resource == resource)
-                            .map_or(0, |c| c.amount);
-                        (amount != 0).then(|| {
-                            quota::set_used(shared, TENANT, pool_id, resource, used + amount)
-                        })
-                    });
                     futures::try_join!(
-                        futures::future::try_join_all(writes),
                         ReservationRow::candidates(shared, pool_id, FLAVOR),
                         GrantRow::live_reservations_of(shared, TENANT, now),
+                        locks::quota_rows(shared, TENANT, pool_id, &resources),
                     )
                     .map_err(sql)?
-                    .1
                 };
                 let (account_id, reservation_id) = candidates
                     .into_iter()
@@ -434,17 +420,29 @@ impl Op for InstanceSql {
                     billing: InstanceBilling::Standard,
                     created_at: now,
                 };
-                let row = InstanceRow::insert(conn, new).await.map_err(sql)?;
                 let seat = Target::Grant {
                     grant_id,
                     account_id,
                     reservation_id,
                 };
-                instances::place_at(conn, &row, &seat, InstanceState::Running, now)
-                    .await
-                    .map_err(sql)?;
-                // instances::get
-                InstanceRow::find(conn, &id).await.map_err(sql)?;
+                // the quota rows whose use changes, the row, its placement and
+                // the answer's read (instances::get), pipelined
+                let shared = &*conn;
+                let writes = rows.iter().filter_map(|(resource, _max, used)| {
+                    let amount = charges
+                        .iter()
+                        .find(|c| &c.resource == resource)
+                        .map_or(0, |c| c.amount);
+                    (amount != 0)
+                        .then(|| quota::set_used(shared, TENANT, pool_id, resource, used + amount))
+                });
+                futures::try_join!(
+                    futures::future::try_join_all(writes),
+                    InstanceRow::insert(shared, new),
+                    instances::place_with(shared, new.subject(), &seat, new.state(), true, now),
+                    InstanceRow::find(shared, &id),
+                )
+                .map_err(sql)?;
                 Ok(())
             })
             .await

@@ -248,3 +248,70 @@ async fn read_sql_sends_what_the_api_reads_send() {
         assert_same(what, &api, &replay);
     }
 }
+
+/// The statements of `log` that `conn` does not keep prepared (named, in
+/// `pg_prepared_statements`): each was prepared again, unnamed, on every
+/// call, which costs a round trip of its own and stalls what is pipelined
+/// behind it (`storage::db::cached`). Transaction control is left out.
+async fn not_kept(conn: &mut AsyncPgConnection, log: &[String]) -> Vec<String> {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Prepared {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        statement: String,
+    }
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let kept: std::collections::HashSet<String> =
+        diesel::sql_query("SELECT statement FROM pg_prepared_statements")
+            .load::<Prepared>(conn)
+            .await
+            .expect("pg_prepared_statements")
+            .into_iter()
+            .map(|p| squash(&p.statement))
+            .collect();
+    let mut missing: Vec<String> = log
+        .iter()
+        .map(|s| squash(s))
+        .filter(|s| !matches!(s.as_str(), "BEGIN" | "COMMIT" | "ROLLBACK"))
+        .filter(|s| !kept.contains(s))
+        .collect();
+    missing.dedup();
+    missing
+}
+
+/// Every statement the two hot creates send is kept prepared on its
+/// connection after the first call, so a later call sends each once (Bind,
+/// Execute) and a pipelined batch goes in one round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hot_creates_keep_every_statement_prepared() {
+    let w = World::new().await;
+    let grants = |conn| {
+        let ctx = GrantCtx::new("storage", &w.p, &w.p.hot["storage"]);
+        Direct::<GrantCtx, false>::on(ctx)(conn)
+    };
+    let instances =
+        |conn| Direct::<InstanceCtx, false>::on(InstanceCtx::new("storage", &w.p))(conn);
+    let (conn, log) = recorded(w.db.url()).await;
+    let mut op = grants(conn);
+    for i in 0..OPS {
+        op.run(i).await.expect("reservationGrants.create");
+    }
+    let mut conn = op.conn;
+    let sent = log.take();
+    let missing = not_kept(&mut conn, &sent).await;
+    assert!(
+        missing.is_empty(),
+        "reservationGrants.create: prepared on every call: {missing:#?}"
+    );
+    let mut op = instances(conn);
+    for i in 0..OPS {
+        op.run(i).await.expect("instances.create");
+    }
+    let mut conn = op.conn;
+    let sent = log.take();
+    let missing = not_kept(&mut conn, &sent).await;
+    assert!(
+        missing.is_empty(),
+        "instances.create: prepared on every call: {missing:#?}"
+    );
+}

@@ -113,7 +113,9 @@ pub async fn db_now_ms(conn: &mut AsyncPgConnection) -> Result<i64> {
     }
     let sql = format!("SELECT {DB_NOW_MS} AS now");
     let row: Now = crate::db::read_only(conn, async |conn| {
-        diesel::sql_query(sql).get_result(conn).await
+        crate::db::cached(diesel::sql_query(sql))
+            .get_result(conn)
+            .await
     })
     .await?;
     Ok(row.now)

@@ -13,9 +13,11 @@ use diesel_async::{
 };
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
+mod cached;
 mod pooler;
 mod tls;
 
+pub use cached::{Cached, cached};
 pub use pooler::{
     PreparedStatements, prepared_statements, read_only, set_prepared_statements, single_write,
     statements_outside_transactions,
@@ -172,10 +174,12 @@ pub async fn ready(pool: &DbPool) -> bool {
 pub async fn generic_plans(conn: &AsyncPgConnection) -> diesel::QueryResult<()> {
     use diesel_async::RunQueryDsl;
     let mut conn = conn;
-    diesel::sql_query("SET LOCAL plan_cache_mode = force_generic_plan")
-        .execute(&mut conn)
-        .await
-        .map(|_| ())
+    cached(diesel::sql_query(
+        "SET LOCAL plan_cache_mode = force_generic_plan",
+    ))
+    .execute(&mut conn)
+    .await
+    .map(|_| ())
 }
 
 #[cfg(test)]

@@ -177,11 +177,12 @@ pub async fn account_for_delete(conn: &mut AsyncPgConnection, account_id: &str) 
 /// Locks a tenant's quota rows of a pool for `resources` (by resource) and
 /// returns `(resource, max, used)` of those that exist.
 pub async fn quota_rows(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     tenant: &str,
     pool_id: &str,
     resources: &[&str],
 ) -> Result<Vec<(String, i64, i64)>> {
+    let mut conn = conn;
     Ok(quotas::table
         .filter(quotas::tenant_id.eq(tenant))
         .filter(quotas::pool_id.eq(pool_id))
@@ -189,7 +190,7 @@ pub async fn quota_rows(
         .order(quotas::resource.asc())
         .select((quotas::resource, quotas::max_value, quotas::used))
         .for_update()
-        .load(conn)
+        .load(&mut conn)
         .await?)
 }
 

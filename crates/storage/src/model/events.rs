@@ -111,19 +111,21 @@ pub async fn publish(conn: &AsyncPgConnection, now: i64, mut batch: Vec<NewEvent
         .iter()
         .map(|(tenant, count, ids, types, data, at)| async move {
             let mut conn = conn;
-            diesel::sql_query(include_str!("sql/events_publish.sql"))
-                .bind::<Text, _>(tenant)
-                .bind::<BigInt, _>(count)
-                .bind::<Array<Text>, _>(ids)
-                .bind::<Array<Text>, _>(types)
-                .bind::<Array<Jsonb>, _>(data)
-                .bind::<Array<BigInt>, _>(at)
-                .execute(&mut conn)
-                .await
+            crate::db::cached(
+                diesel::sql_query(include_str!("sql/events_publish.sql"))
+                    .bind::<Text, _>(tenant)
+                    .bind::<BigInt, _>(count)
+                    .bind::<Array<Text>, _>(ids)
+                    .bind::<Array<Text>, _>(types)
+                    .bind::<Array<Jsonb>, _>(data)
+                    .bind::<Array<BigInt>, _>(at),
+            )
+            .execute(&mut conn)
+            .await
         });
     let notify = async {
         let mut conn = conn;
-        diesel::sql_query("SELECT pg_notify('bc_events', '')")
+        crate::db::cached(diesel::sql_query("SELECT pg_notify('bc_events', '')"))
             .execute(&mut conn)
             .await
     };

@@ -66,6 +66,58 @@ pub struct NewInstanceRow<'a> {
     pub vm: Option<NewVm<'a>>,
 }
 
+/// What a placement write reads of its instance ([`crate::ops::instances::place_with`]):
+/// a stored row, or a row about to be inserted, so the insert and its first
+/// placement can be sent together.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    /// `inst_...`
+    pub instance_id: &'a str,
+    /// Metered up to here: a placement never rewrites an earlier instant.
+    pub usage_metered_through: i64,
+    /// When it was deleted.
+    pub deleted_at: Option<i64>,
+    /// Who pays for its hours.
+    pub billing: InstanceBilling,
+    /// Whether it is a managed instance.
+    pub managed: bool,
+}
+
+impl<'a> From<&'a InstanceRow> for Subject<'a> {
+    fn from(r: &'a InstanceRow) -> Self {
+        Subject {
+            instance_id: &r.instance_id,
+            usage_metered_through: r.usage_metered_through,
+            deleted_at: r.deleted_at,
+            billing: r.billing,
+            managed: r.managed,
+        }
+    }
+}
+
+impl<'a> NewInstanceRow<'a> {
+    /// The state it is inserted in: running, a managed one provisioning.
+    pub fn state(&self) -> InstanceState {
+        if self.vm.is_some() {
+            InstanceState::Provisioning
+        } else {
+            InstanceState::Running
+        }
+    }
+
+    /// The [`Subject`] of the row [`InstanceRow::insert`] writes: metered
+    /// from its creation, not deleted.
+    pub fn subject(&self) -> Subject<'a> {
+        Subject {
+            instance_id: self.instance_id,
+            usage_metered_through: self.created_at,
+            deleted_at: None,
+            billing: self.billing,
+            managed: self.vm.is_some(),
+        }
+    }
+}
+
 /// An instance row.
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = instances)]
@@ -170,59 +222,56 @@ impl InstanceRow {
     }
 
     /// One instance, unlocked.
-    pub async fn find(
-        conn: &mut AsyncPgConnection,
-        instance_id: &str,
-    ) -> Result<Option<InstanceRow>> {
+    pub async fn find(conn: &AsyncPgConnection, instance_id: &str) -> Result<Option<InstanceRow>> {
+        let mut conn = conn;
         Ok(instances::table
             .find(instance_id)
             .select(InstanceRow::as_select())
-            .first(conn)
+            .first(&mut conn)
             .await
             .optional()?)
     }
 
     /// Inserts a new instance.
-    pub async fn insert(
-        conn: &mut AsyncPgConnection,
-        new: NewInstanceRow<'_>,
-    ) -> Result<InstanceRow> {
-        Ok(diesel::insert_into(instances::table)
-            .values((
-                instances::instance_id.eq(new.instance_id),
-                instances::tenant_id.eq(new.tenant_id),
-                instances::project_id.eq(new.project_id),
-                instances::pool_id.eq(new.pool_id),
-                instances::flavor.eq(new.flavor),
-                instances::name.eq(new.name),
-                instances::billing.eq(new.billing),
-                instances::state.eq(if new.vm.is_some() {
-                    InstanceState::Provisioning
-                } else {
-                    InstanceState::Running
-                }),
-                instances::placement_kind.eq("none"),
-                instances::created_at.eq(new.created_at),
-                instances::usage_metered_through.eq(new.created_at),
-                instances::powered.eq(true),
-                instances::managed.eq(new.vm.is_some()),
-                instances::vm_name.eq(new.vm.map(|v| v.name)),
-                instances::vm_zone.eq(new.vm.map(|v| v.zone)),
-                instances::vm_account_id.eq(new.vm.and_then(|v| v.reservation).map(|r| r.0)),
-                instances::vm_reservation_id.eq(new.vm.and_then(|v| v.reservation).map(|r| r.1)),
-                // The database's real time of the admission (epoch ms), read
-                // by the insert itself.
-                instances::vm_changed_wall.eq(diesel::dsl::sql::<
-                    diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
-                >(if new.vm.is_some() {
-                    crate::clock::DB_NOW_MS
-                } else {
-                    "NULL"
-                })),
-            ))
-            .returning(InstanceRow::as_returning())
-            .get_result(conn)
-            .await?)
+    pub async fn insert(conn: &AsyncPgConnection, new: NewInstanceRow<'_>) -> Result<InstanceRow> {
+        let mut conn = conn;
+        // Two fixed texts (with and without the wall time): kept prepared
+        // (`db::cached`).
+        Ok(crate::db::cached(
+            diesel::insert_into(instances::table)
+                .values((
+                    instances::instance_id.eq(new.instance_id),
+                    instances::tenant_id.eq(new.tenant_id),
+                    instances::project_id.eq(new.project_id),
+                    instances::pool_id.eq(new.pool_id),
+                    instances::flavor.eq(new.flavor),
+                    instances::name.eq(new.name),
+                    instances::billing.eq(new.billing),
+                    instances::state.eq(new.state()),
+                    instances::placement_kind.eq("none"),
+                    instances::created_at.eq(new.created_at),
+                    instances::usage_metered_through.eq(new.created_at),
+                    instances::powered.eq(true),
+                    instances::managed.eq(new.vm.is_some()),
+                    instances::vm_name.eq(new.vm.map(|v| v.name)),
+                    instances::vm_zone.eq(new.vm.map(|v| v.zone)),
+                    instances::vm_account_id.eq(new.vm.and_then(|v| v.reservation).map(|r| r.0)),
+                    instances::vm_reservation_id
+                        .eq(new.vm.and_then(|v| v.reservation).map(|r| r.1)),
+                    // The database's real time of the admission (epoch ms), read
+                    // by the insert itself.
+                    instances::vm_changed_wall.eq(diesel::dsl::sql::<
+                        diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
+                    >(if new.vm.is_some() {
+                        crate::clock::DB_NOW_MS
+                    } else {
+                        "NULL"
+                    })),
+                ))
+                .returning(InstanceRow::as_returning()),
+        )
+        .get_result(&mut conn)
+        .await?)
     }
 
     /// One page of instances matching `filter`, newest first (`createdAt`,

@@ -17,9 +17,11 @@ pub async fn set_used(
 ) -> Result<()> {
     let mut conn = conn;
     let conn = &mut conn;
-    diesel::update(quotas::table.find((tenant, pool_id, resource)))
-        .set(quotas::used.eq(used))
-        .execute(conn)
-        .await?;
+    // A fixed text: kept prepared (`db::cached`).
+    crate::db::cached(
+        diesel::update(quotas::table.find((tenant, pool_id, resource))).set(quotas::used.eq(used)),
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }

@@ -480,13 +480,15 @@ pub async fn peak(
         return Ok(0);
     }
     let mut conn = conn;
-    let found: Peak = diesel::sql_query(include_str!("sql/grants_peak.sql"))
-        .bind::<Text, _>(account_id)
-        .bind::<Text, _>(reservation_id)
-        .bind::<BigInt, _>(term.start)
-        .bind::<BigInt, _>(term.end)
-        .get_result(&mut conn)
-        .await?;
+    let found: Peak = crate::db::cached(
+        diesel::sql_query(include_str!("sql/grants_peak.sql"))
+            .bind::<Text, _>(account_id)
+            .bind::<Text, _>(reservation_id)
+            .bind::<BigInt, _>(term.start)
+            .bind::<BigInt, _>(term.end),
+    )
+    .get_result(&mut conn)
+    .await?;
     Ok(u64::try_from(found.peak).unwrap_or(0))
 }
 

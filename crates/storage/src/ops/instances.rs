@@ -166,7 +166,7 @@ pub(super) async fn candidates(
 
 /// Locks the tenant's quota rows of the pool for `charges` (by resource).
 async fn lock_quota_rows(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     tenant: &str,
     pool_id: &str,
     charges: &[Charge],
@@ -273,7 +273,22 @@ pub async fn create(
             .with(Detail::Reason(Reason::NoAccount)));
         }
         let charges = charges_for(&pool, new.flavor)?;
-        let rows = lock_quota_rows(conn, new.tenant_id, new.pool_id, &charges).await?;
+        let request = PlacementRequest::new(
+            new.tenant_id,
+            new.project_id.map(str::to_owned),
+            new.billing,
+        );
+        // The quota rows are locked from here to the commit, and every create
+        // of the tenant in the pool takes them: what they cover is kept to
+        // three round trips. The candidates and the hint (unlocked reads) go
+        // with the lock, in one round trip (pipelined, in this order).
+        let (found, rows) = {
+            let c = &*conn;
+            futures::try_join!(
+                candidates(c, new.pool_id, new.flavor, &request, now),
+                lock_quota_rows(c, new.tenant_id, new.pool_id, &charges),
+            )?
+        };
         let charged = quotas_core::charge(&rows, &charges).map_err(|q| {
             StorageError::new(
                 ErrorKind::QuotaExceeded,
@@ -288,22 +303,6 @@ pub async fn create(
             })
         })?;
         let mut events = Vec::new();
-        let request = PlacementRequest::new(
-            new.tenant_id,
-            new.project_id.map(str::to_owned),
-            new.billing,
-        );
-        // The quota rows are locked already (before the reservations, the
-        // lock order): written before the placement, they stay out of the
-        // reservation lock's hold (a refused placement rolls them back).
-        // With the candidates and the hint, in one round trip.
-        let ((), found) = {
-            let c = &*conn;
-            futures::try_join!(
-                write_quota_rows(c, new.tenant_id, new.pool_id, &rows, &charged),
-                candidates(c, new.pool_id, new.flavor, &request, now),
-            )?
-        };
         let (target, placed_zone) =
             decide(conn, new.pool_id, found, &request, now, &mut events).await?;
         let name = vm_name(&id);
@@ -325,45 +324,51 @@ pub async fn create(
             } => Some((account_id.as_str(), reservation_id.as_str())),
             Target::OnDemand | Target::None => None,
         };
-        let row = InstanceRow::insert(
-            conn,
-            NewInstanceRow {
-                instance_id: &id,
-                tenant_id: new.tenant_id,
-                project_id: new.project_id,
-                pool_id: new.pool_id,
-                flavor: new.flavor,
-                name: new.name.unwrap_or(&id),
-                billing: InstanceBilling::from_core(new.billing),
-                created_at: now,
-                vm: zone.as_deref().map(|zone| NewVm {
-                    name: &name,
-                    zone,
-                    reservation,
-                }),
-            },
-        )
-        .await?;
-        // The placement's writes and the VM's step in one round trip.
+        let row = NewInstanceRow {
+            instance_id: &id,
+            tenant_id: new.tenant_id,
+            project_id: new.project_id,
+            pool_id: new.pool_id,
+            flavor: new.flavor,
+            name: new.name.unwrap_or(&id),
+            billing: InstanceBilling::from_core(new.billing),
+            created_at: now,
+            vm: zone.as_deref().map(|zone| NewVm {
+                name: &name,
+                zone,
+                reservation,
+            }),
+        };
+        // Every write depends on nothing another answers: the quota's new
+        // use, the row, its placement, its VM's step with the worker's
+        // wake-up, the events and the answer's read, in one round trip
+        // (pipelined: each statement runs once the one before it is done).
         let c = &*conn;
         let step = async {
             match &zone {
                 Some(zone) => {
-                    managed::record_step(c, &row, grants_core::vm::StepKind::Create, zone, now)
-                        .await
+                    managed::record_step(c, &id, grants_core::vm::StepKind::Create, zone, now).await
                 }
                 None => Ok(()),
             }
         };
-        futures::try_join!(place_with(c, &row, &target, row.state, true, now), step)?;
-        events::publish(conn, now, events).await?;
+        let ((), _, (), (), (), created) = futures::try_join!(
+            write_quota_rows(c, new.tenant_id, new.pool_id, &rows, &charged),
+            InstanceRow::insert(c, row),
+            place_with(c, row.subject(), &target, row.state(), true, now),
+            step,
+            events::publish(c, now, events),
+            InstanceRow::find(c, &id),
+        )?;
+        let created =
+            created.ok_or_else(|| StorageError::internal("the instance just inserted is gone"))?;
         tracing::info!(
             instance = %id,
             tenant = %new.tenant_id,
             placement = ?target,
             "instance created"
         );
-        find(conn, new.tenant_id, &id).await.map(Created::new)
+        Ok(Created::new(created))
     })
     .await
 }

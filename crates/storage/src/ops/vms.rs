@@ -387,7 +387,7 @@ async fn finish_once(
         let taken = matches!(outcome, Outcome::Failed { code, .. } if code == "name-taken");
         if failed_create && !taken {
             let zone = claim.zone.clone();
-            managed::record_step(conn, &inst, StepKind::Delete, &zone, now).await?;
+            managed::record_step(conn, &inst.instance_id, StepKind::Delete, &zone, now).await?;
         }
         let state = match outcome {
             Outcome::Confirmed { .. } => "done",
@@ -397,14 +397,17 @@ async fn finish_once(
             Outcome::Failed { code, .. } => Some(code.as_str()),
             Outcome::Confirmed { .. } => None,
         };
-        let n = diesel::sql_query(format!(
-            "UPDATE vm_steps SET state = $3, failure_code = $4, finished_wall = {DB_NOW_MS}, \
-             lease_until = NULL WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
-        ))
-        .bind::<BigInt, _>(claim.step_id)
-        .bind::<Text, _>(&claim.lease_token)
-        .bind::<Text, _>(state)
-        .bind::<Nullable<Text>, _>(code)
+        let n = crate::db::cached(
+            diesel::sql_query(format!(
+                "UPDATE vm_steps SET state = $3, failure_code = $4, \
+                 finished_wall = {DB_NOW_MS}, lease_until = NULL \
+                 WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
+            ))
+            .bind::<BigInt, _>(claim.step_id)
+            .bind::<Text, _>(&claim.lease_token)
+            .bind::<Text, _>(state)
+            .bind::<Nullable<Text>, _>(code),
+        )
         .execute(conn)
         .await?;
         if n != 1 {

@@ -73,11 +73,11 @@ pub fn refused(state: InstanceState) -> StorageError {
         .with(Detail::InstanceState(state))
 }
 
-/// Records a step of `inst` in the outbox, to be sent to `zone`, and wakes
+/// Records a step of instance `instance_id` in the outbox, to be sent to `zone`, and wakes
 /// the worker when the transaction commits.
 pub async fn record_step(
     conn: &AsyncPgConnection,
-    inst: &InstanceRow,
+    instance_id: &str,
     kind: StepKind,
     zone: &str,
     now: i64,
@@ -85,26 +85,31 @@ pub async fn record_step(
     let request_id = uuid::Uuid::now_v7().to_string();
     // The step and its notification, pipelined: one round trip.
     let (mut step, mut notify) = (conn, conn);
+    // Fixed texts: kept prepared (`db::cached`).
     futures::try_join!(
-        diesel::sql_query(format!(
-            "INSERT INTO vm_steps (instance_id, kind, request_id, zone, requested_at, \
-             created_wall, deadline_wall, due_wall) \
-             VALUES ($1, $2, $3, $4, $5, {DB_NOW_MS}, {DB_NOW_MS} + $6, {DB_NOW_MS})"
-        ))
-        .bind::<Text, _>(&inst.instance_id)
-        .bind::<Text, _>(kind.as_str())
-        .bind::<Text, _>(&request_id)
-        .bind::<Text, _>(zone)
-        .bind::<BigInt, _>(now)
-        .bind::<BigInt, _>(DEFAULT_STEP_TIMEOUT_MS)
+        crate::db::cached(
+            diesel::sql_query(format!(
+                "INSERT INTO vm_steps (instance_id, kind, request_id, zone, requested_at, \
+                 created_wall, deadline_wall, due_wall) \
+                 VALUES ($1, $2, $3, $4, $5, {DB_NOW_MS}, {DB_NOW_MS} + $6, {DB_NOW_MS})"
+            ))
+            .bind::<Text, _>(instance_id)
+            .bind::<Text, _>(kind.as_str())
+            .bind::<Text, _>(&request_id)
+            .bind::<Text, _>(zone)
+            .bind::<BigInt, _>(now)
+            .bind::<BigInt, _>(DEFAULT_STEP_TIMEOUT_MS)
+        )
         .execute(&mut step),
-        diesel::sql_query("SELECT pg_notify($1, $2)")
-            .bind::<Text, _>(STEPS_CHANNEL)
-            .bind::<Text, _>(&inst.instance_id)
-            .execute(&mut notify),
+        crate::db::cached(
+            diesel::sql_query("SELECT pg_notify($1, $2)")
+                .bind::<Text, _>(STEPS_CHANNEL)
+                .bind::<Text, _>(instance_id)
+        )
+        .execute(&mut notify),
     )?;
     tracing::info!(
-        instance = %inst.instance_id,
+        instance = %instance_id,
         step = kind.as_str(),
         request_id = %request_id,
         "vm step recorded"
@@ -223,8 +228,8 @@ pub async fn apply(
         place_with(conn, inst, &target, state, t.slot_running, at).await?;
     }
     let deleted_reason = seen.deleted_reason.or(inst.deleted_reason);
-    diesel::update(instances::table.find(&inst.instance_id))
-        .set((
+    crate::db::cached(
+        diesel::update(instances::table.find(&inst.instance_id)).set((
             instances::vm_status.eq(seen.vm_status.as_deref().or(inst.vm_status.as_deref())),
             instances::vm_observed_at.eq(if seen.vm_status.is_some() {
                 Some(at)
@@ -237,9 +242,10 @@ pub async fn apply(
                 .or(inst.failure_code.as_deref())),
             instances::deleted_reason.eq(deleted_reason),
             instances::vm_changed_wall.eq(seen.changed_wall.or(inst.vm_changed_wall)),
-        ))
-        .execute(conn)
-        .await?;
+        )),
+    )
+    .execute(conn)
+    .await?;
     // A grant slot freed by a VM confirmed gone takes in the oldest of its
     // tenant's instances waiting on ordinary slots (contract 5.3).
     if t.release == Release::All
@@ -249,7 +255,7 @@ pub async fn apply(
     }
     if let Some(kind) = t.step {
         let zone = inst.vm_zone.clone().unwrap_or_default();
-        record_step(conn, inst, kind, &zone, at).await?;
+        record_step(conn, &inst.instance_id, kind, &zone, at).await?;
     }
     if let Some(data) = event_of(inst, cause, &t, &before, &target, &seen) {
         events.push(NewEvent::new(&inst.tenant_id, data, at));

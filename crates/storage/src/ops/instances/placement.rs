@@ -9,9 +9,10 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use grants_core::{Destination, ReservationView, Seat};
 
+use crate::db::cached;
 use crate::error::{Result, StorageError};
 use crate::model::grant::GrantRow;
-use crate::model::instance::InstanceRow;
+use crate::model::instance::{InstanceRow, Subject};
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceBilling, InstanceState};
 use crate::ops::settlement;
@@ -121,14 +122,15 @@ pub async fn place_at(
 /// segment holds a running slot when `powered`, and is billed when it does
 /// and the instance is a ledger one or a managed one whose VM was seen
 /// running (contract 3.12).
-pub async fn place_with(
+pub async fn place_with<'a>(
     conn: &AsyncPgConnection,
-    inst: &InstanceRow,
+    inst: impl Into<Subject<'a>>,
     target: &Target,
     state: InstanceState,
     powered: bool,
     at: i64,
 ) -> Result<()> {
+    let inst: Subject<'_> = inst.into();
     // Billed history is never rewritten: a transition settled after its
     // instant was metered takes effect at the first unmetered instant.
     let at = at.max(inst.usage_metered_through);
@@ -136,8 +138,9 @@ pub async fn place_with(
     // The four writes depend on nothing they answer: pipelined, in order,
     // one round trip.
     let (mut c1, mut c2, mut c3, mut c4) = (conn, conn, conn, conn);
-    let placed = diesel::update(instances::table.find(&inst.instance_id))
-        .set((
+    // Fixed texts (every value bound): kept prepared (`db::cached`).
+    let placed = cached(
+        diesel::update(instances::table.find(inst.instance_id)).set((
             instances::placement_kind.eq(kind),
             instances::grant_id.eq(grant_id),
             instances::account_id.eq(account_id),
@@ -149,19 +152,22 @@ pub async fn place_with(
             } else {
                 inst.deleted_at
             }),
-        ))
-        .execute(&mut c1);
-    let closed = diesel::update(
-        seg::table
-            .filter(seg::instance_id.eq(&inst.instance_id))
-            .filter(seg::to_ms.is_null())
-            .filter(seg::from_ms.lt(at)),
+        )),
     )
-    .set(seg::to_ms.eq(at))
+    .execute(&mut c1);
+    let closed = cached(
+        diesel::update(
+            seg::table
+                .filter(seg::instance_id.eq(inst.instance_id))
+                .filter(seg::to_ms.is_null())
+                .filter(seg::from_ms.lt(at)),
+        )
+        .set(seg::to_ms.eq(at)),
+    )
     .execute(&mut c2);
     let dropped = diesel::delete(
         seg::table
-            .filter(seg::instance_id.eq(&inst.instance_id))
+            .filter(seg::instance_id.eq(inst.instance_id))
             .filter(seg::to_ms.is_null()),
     )
     .execute(&mut c3);
@@ -177,7 +183,7 @@ pub async fn place_with(
         }
         diesel::insert_into(seg::table)
             .values((
-                seg::instance_id.eq(&inst.instance_id),
+                seg::instance_id.eq(inst.instance_id),
                 seg::from_ms.eq(at),
                 seg::kind.eq(seg_kind),
                 seg::running.eq(powered),
@@ -255,11 +261,13 @@ pub async fn seats(
         running_outside: i64,
     }
     let mut conn = conn;
-    let counts: Vec<Count> = diesel::sql_query(include_str!("../sql/seats.sql"))
-        .bind::<Text, _>(account_id)
-        .bind::<Text, _>(reservation_id)
-        .load(&mut conn)
-        .await?;
+    let counts: Vec<Count> = cached(
+        diesel::sql_query(include_str!("../sql/seats.sql"))
+            .bind::<Text, _>(account_id)
+            .bind::<Text, _>(reservation_id),
+    )
+    .load(&mut conn)
+    .await?;
     let mut seats = Seats::default();
     for c in counts {
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
