@@ -279,11 +279,11 @@ async fn not_kept(conn: &mut AsyncPgConnection, log: &[String]) -> Vec<String> {
     missing
 }
 
-/// Every statement the two hot creates send is kept prepared on its
-/// connection after the first call, so a later call sends each once (Bind,
-/// Execute) and a pipelined batch goes in one round trip.
+/// Every statement the two hot creates and the two reads send is kept
+/// prepared on its connection after the first call, so a later call sends
+/// each once (Bind, Execute) and a pipelined batch goes in one round trip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_hot_creates_keep_every_statement_prepared() {
+async fn the_hot_paths_keep_every_statement_prepared() {
     let w = World::new().await;
     let grants = |conn| {
         let ctx = GrantCtx::new("storage", &w.p, &w.p.hot["storage"]);
@@ -313,5 +313,35 @@ async fn the_hot_creates_keep_every_statement_prepared() {
     assert!(
         missing.is_empty(),
         "instances.create: prepared on every call: {missing:#?}"
+    );
+    // The reads' statements: authentication, the manual clock, get, list.
+    let grant_id = w.p.inst["sql"][0].grant_id.clone();
+    for _ in 0..OPS {
+        let caller = storage::ops::tenancy::authenticate(&conn, &w.p.tenant_token)
+            .await
+            .expect("authenticate");
+        assert!(caller.is_some(), "the tenant's key authenticates");
+        let now = storage::Clock::Manual
+            .now(&mut conn)
+            .await
+            .expect("the manual clock");
+        let actor = storage::Actor::new(
+            storage::ids::TenantId::parse(TENANT).expect("a tenant id"),
+            storage::ids::TenantId::parse(ROOT).expect("a tenant id"),
+        );
+        let id = storage::ids::GrantId::parse(&grant_id).expect("a grant id");
+        storage::ops::grants::get(&mut conn, &actor, &id, now)
+            .await
+            .expect("grants::get");
+        let filter = crate::reads::of_tenant();
+        storage::ops::grants::list(&mut conn, &filter, None, storage::LIST_LIMIT, now)
+            .await
+            .expect("grants::list");
+    }
+    let sent = log.take();
+    let missing = not_kept(&mut conn, &sent).await;
+    assert!(
+        missing.is_empty(),
+        "reservationGrants.get and list: prepared on every call: {missing:#?}"
     );
 }
