@@ -97,13 +97,16 @@ pub async fn claim_steps(
     let sql = include_str!("sql/vms_claim_steps.sql").replace("{DB_NOW_MS}", DB_NOW_MS);
     // One short transaction behind a transaction pooler.
     crate::db::single_write(conn, async |conn| {
-        let claims: Vec<StepClaim> = diesel::sql_query(sql)
-            .bind::<BigInt, _>(limit)
-            .bind::<BigInt, _>(lease_ms)
-            .bind::<Text, _>(&token)
-            .bind::<BigInt, _>(timeout_ms)
-            .load(conn)
-            .await?;
+        // A fixed text: kept prepared (`db::cached`).
+        let claims: Vec<StepClaim> = crate::db::cached(
+            diesel::sql_query(sql)
+                .bind::<BigInt, _>(limit)
+                .bind::<BigInt, _>(lease_ms)
+                .bind::<Text, _>(&token)
+                .bind::<BigInt, _>(timeout_ms),
+        )
+        .load(conn)
+        .await?;
         Ok(claims)
     })
     .await
@@ -187,25 +190,27 @@ pub async fn progress(
     // A create moved to the next zone moves its instance's VM there too, in
     // the same transaction: later steps and listings look for it in that zone.
     conn.transaction::<_, StorageError, _>(async |conn| {
-        let n = diesel::sql_query(format!(
-            "UPDATE vm_steps SET \
-           operation = CASE WHEN $3 THEN $4 ELSE operation END, \
-           zone = coalesce($5, zone), zone_index = coalesce($6, zone_index), \
-           request_id = coalesce($7, request_id), \
-           attempts = attempts + CASE WHEN $8 THEN 1 ELSE 0 END, \
-           due_wall = {DB_NOW_MS} + $9, lease_until = {DB_NOW_MS} + $10 \
-         WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
-        ))
-        .bind::<BigInt, _>(claim.step_id)
-        .bind::<Text, _>(&claim.lease_token)
-        .bind::<diesel::sql_types::Bool, _>(set_op)
-        .bind::<Nullable<Text>, _>(op)
-        .bind::<Nullable<Text>, _>(zone)
-        .bind::<Nullable<Integer>, _>(index)
-        .bind::<Nullable<Text>, _>(request)
-        .bind::<diesel::sql_types::Bool, _>(p.failed_try)
-        .bind::<BigInt, _>(p.due_in_ms)
-        .bind::<BigInt, _>(p.lease_ms)
+        let n = crate::db::cached(
+            diesel::sql_query(format!(
+                "UPDATE vm_steps SET \
+                 operation = CASE WHEN $3 THEN $4 ELSE operation END, \
+                 zone = coalesce($5, zone), zone_index = coalesce($6, zone_index), \
+                 request_id = coalesce($7, request_id), \
+                 attempts = attempts + CASE WHEN $8 THEN 1 ELSE 0 END, \
+                 due_wall = {DB_NOW_MS} + $9, lease_until = {DB_NOW_MS} + $10 \
+                 WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
+            ))
+            .bind::<BigInt, _>(claim.step_id)
+            .bind::<Text, _>(&claim.lease_token)
+            .bind::<diesel::sql_types::Bool, _>(set_op)
+            .bind::<Nullable<Text>, _>(op)
+            .bind::<Nullable<Text>, _>(zone)
+            .bind::<Nullable<Integer>, _>(index)
+            .bind::<Nullable<Text>, _>(request)
+            .bind::<diesel::sql_types::Bool, _>(p.failed_try)
+            .bind::<BigInt, _>(p.due_in_ms)
+            .bind::<BigInt, _>(p.lease_ms),
+        )
         .execute(conn)
         .await?;
         if let (1, Some((zone, _))) = (n, &p.next_zone) {
@@ -427,13 +432,12 @@ pub async fn observed(
     now: i64,
 ) -> Result<()> {
     crate::db::single_write(conn, async |conn| {
-        diesel::update(instances::table.find(instance_id))
-            .set((
-                instances::vm_status.eq(vm_status),
-                instances::vm_observed_at.eq(now),
-            ))
-            .execute(conn)
-            .await
+        crate::db::cached(diesel::update(instances::table.find(instance_id)).set((
+            instances::vm_status.eq(vm_status),
+            instances::vm_observed_at.eq(now),
+        )))
+        .execute(conn)
+        .await
     })
     .await?;
     Ok(())
