@@ -279,6 +279,16 @@ async fn not_kept(conn: &mut AsyncPgConnection, log: &[String]) -> Vec<String> {
     missing
 }
 
+/// Fails, naming `what`, when a statement of `log` (taken) is not kept
+/// prepared on `conn`.
+async fn assert_kept(conn: &mut AsyncPgConnection, log: &Log, what: &str) {
+    let missing = not_kept(conn, &log.take()).await;
+    assert!(
+        missing.is_empty(),
+        "{what}: prepared on every call: {missing:#?}"
+    );
+}
+
 /// Every statement the two hot creates and the two reads send is kept
 /// prepared on its connection after the first call, so a later call sends
 /// each once (Bind, Execute) and a pipelined batch goes in one round trip.
@@ -297,23 +307,13 @@ async fn the_hot_paths_keep_every_statement_prepared() {
         op.run(i).await.expect("reservationGrants.create");
     }
     let mut conn = op.conn;
-    let sent = log.take();
-    let missing = not_kept(&mut conn, &sent).await;
-    assert!(
-        missing.is_empty(),
-        "reservationGrants.create: prepared on every call: {missing:#?}"
-    );
+    assert_kept(&mut conn, &log, "reservationGrants.create").await;
     let mut op = instances(conn);
     for i in 0..OPS {
         op.run(i).await.expect("instances.create");
     }
     let mut conn = op.conn;
-    let sent = log.take();
-    let missing = not_kept(&mut conn, &sent).await;
-    assert!(
-        missing.is_empty(),
-        "instances.create: prepared on every call: {missing:#?}"
-    );
+    assert_kept(&mut conn, &log, "instances.create").await;
     // The reads' statements: authentication, the manual clock, get, list.
     let grant_id = w.p.inst["sql"][0].grant_id.clone();
     for _ in 0..OPS {
@@ -338,10 +338,5 @@ async fn the_hot_paths_keep_every_statement_prepared() {
             .await
             .expect("grants::list");
     }
-    let sent = log.take();
-    let missing = not_kept(&mut conn, &sent).await;
-    assert!(
-        missing.is_empty(),
-        "reservationGrants.get and list: prepared on every call: {missing:#?}"
-    );
+    assert_kept(&mut conn, &log, "reservationGrants.get and list").await;
 }
