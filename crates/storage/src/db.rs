@@ -17,7 +17,7 @@ mod cached;
 mod pooler;
 mod tls;
 
-pub use cached::{Cached, cached};
+pub use cached::{Cached, cached, cached_sql};
 pub use pooler::{
     PreparedStatements, prepared_statements, read_only, set_prepared_statements, single_write,
     statements_outside_transactions,

@@ -19,8 +19,10 @@
 //! changes nothing.
 
 use diesel::pg::Pg;
-use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::query_builder::{AstPass, BoxedSqlQuery, Query, QueryFragment, QueryId, SqlQuery};
 use diesel::result::QueryResult;
+use diesel::serialize::ToSql;
+use diesel::sql_types::HasSqlType;
 
 /// A statement of fixed text, kept prepared on its connection (see the
 /// module).
@@ -31,6 +33,24 @@ pub struct Cached<Q>(Q);
 /// are bound) to be kept prepared on its connection.
 pub fn cached<Q>(query: Q) -> Cached<Q> {
     Cached(query)
+}
+
+/// `diesel::sql_query(text)` kept prepared; `text` must be fixed, every
+/// value bound with [`Cached::bind`].
+pub fn cached_sql<'f>(text: impl Into<String>) -> Cached<BoxedSqlQuery<'f, Pg, SqlQuery>> {
+    Cached(diesel::sql_query(text).into_boxed())
+}
+
+impl<'f> Cached<BoxedSqlQuery<'f, Pg, SqlQuery>> {
+    /// Binds the next value, as `SqlQuery::bind` does.
+    pub fn bind<ST, V>(self, value: V) -> Self
+    where
+        Pg: HasSqlType<ST>,
+        V: ToSql<ST, Pg> + Send + 'f,
+        ST: Send + 'f,
+    {
+        Cached(self.0.bind::<ST, V>(value))
+    }
 }
 
 impl<Q: QueryFragment<Pg>> QueryFragment<Pg> for Cached<Q> {

@@ -8,6 +8,9 @@
 //! Delivery is at least once: an attempt is recorded after its request, so
 //! a replica killed in between leaves the delivery due again once its lease
 //! runs out, and it is sent once more.
+//!
+//! Every statement here is a fixed text with its values bound, kept
+//! prepared on the worker's connection (`db::cached_sql`).
 
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
@@ -36,7 +39,7 @@ pub const EVENTS_CHANNEL: &str = "bc_events";
 /// Returns how many were recorded.
 pub async fn record_new(conn: &mut AsyncPgConnection, now: i64) -> Result<u64> {
     let ids: Vec<String> = crate::db::read_only(conn, async |conn| {
-        diesel::sql_query(
+        crate::db::cached_sql(
             "SELECT w.webhook_id FROM webhooks w JOIN event_heads h USING (tenant_id) \
              WHERE w.deleted_at IS NULL AND w.state = 'enabled' AND h.last_seq > w.scanned_seq \
              ORDER BY w.webhook_id",
@@ -73,7 +76,7 @@ struct Position {
 
 async fn record_one(conn: &mut AsyncPgConnection, webhook_id: &str, now: i64) -> Result<u64> {
     // The webhook row, skipped when another replica is recording it.
-    let Some(pos) = diesel::sql_query(
+    let Some(pos) = crate::db::cached_sql(
         "SELECT tenant_id, scanned_seq, types FROM webhooks \
          WHERE webhook_id = $1 AND deleted_at IS NULL AND state = 'enabled' \
          FOR UPDATE SKIP LOCKED",
@@ -91,7 +94,7 @@ async fn record_one(conn: &mut AsyncPgConnection, webhook_id: &str, now: i64) ->
         #[diesel(sql_type = BigInt)]
         upto: i64,
     }
-    let upto: Upto = diesel::sql_query(
+    let upto: Upto = crate::db::cached_sql(
         "SELECT least(coalesce(max(last_seq), 0), $2 + $3) AS upto FROM event_heads \
          WHERE tenant_id = $1",
     )
@@ -104,7 +107,7 @@ async fn record_one(conn: &mut AsyncPgConnection, webhook_id: &str, now: i64) ->
         return Ok(0);
     }
     // A `webhook.test` goes only to its webhook; `webhook.disabled` to none.
-    let n = diesel::sql_query(
+    let n = crate::db::cached_sql(
         "INSERT INTO webhook_deliveries \
            (webhook_id, seq, event_id, event_type, state, next_at, first_at) \
          SELECT $1, e.seq, e.event_id, e.event_type, 'pending', $5, $5 FROM events e \
@@ -122,7 +125,7 @@ async fn record_one(conn: &mut AsyncPgConnection, webhook_id: &str, now: i64) ->
     .bind::<Array<Text>, _>(&types)
     .execute(conn)
     .await?;
-    diesel::sql_query("UPDATE webhooks SET scanned_seq = $2 WHERE webhook_id = $1")
+    crate::db::cached_sql("UPDATE webhooks SET scanned_seq = $2 WHERE webhook_id = $1")
         .bind::<Text, _>(webhook_id)
         .bind::<BigInt, _>(upto.upto)
         .execute(conn)
@@ -191,7 +194,7 @@ pub async fn claim(
     lease_ms: i64,
 ) -> Result<Vec<Batch>> {
     let targets: Vec<Target> = crate::db::read_only(conn, async |conn| {
-        diesel::sql_query(
+        crate::db::cached_sql(
             "SELECT w.webhook_id, w.tenant_id, w.url FROM webhooks w \
              WHERE w.deleted_at IS NULL AND w.state = 'enabled' AND EXISTS ( \
                SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.webhook_id \
@@ -223,7 +226,7 @@ pub async fn claim(
         );
         let mut deliveries: Vec<Claimed> = conn
             .transaction::<_, StorageError, _>(async |conn| {
-                Ok(diesel::sql_query(sql)
+                Ok(crate::db::cached_sql(sql)
                     .bind::<Text, _>(&t.webhook_id)
                     .bind::<BigInt, _>(now)
                     .bind::<BigInt, _>(per_webhook)
@@ -306,7 +309,7 @@ pub async fn start_attempt(conn: &mut AsyncPgConnection, claimed: &Claimed) -> R
         attempts: i32,
     }
     let n: Option<Number> = crate::db::single_write(conn, async |conn| {
-        diesel::sql_query(
+        crate::db::cached_sql(
             "UPDATE webhook_deliveries SET attempts = attempts + 1 \
              WHERE webhook_id = $1 AND seq = $2 AND lease_token = $3 \
                AND state IN ('pending', 'retrying') RETURNING attempts",
@@ -346,7 +349,7 @@ pub async fn record_attempt(
         } else {
             ("retrying", Some((now + retry_after(number)).min(deadline)))
         };
-        let n = diesel::sql_query(
+        let n = crate::db::cached_sql(
             "UPDATE webhook_deliveries SET attempts = $3, state = $4, \
                next_at = coalesce($5, next_at), lease_until = NULL \
              WHERE webhook_id = $1 AND seq = $2 AND lease_token = $6 \
@@ -363,7 +366,7 @@ pub async fn record_attempt(
         if n != 1 {
             return Ok(None);
         }
-        diesel::sql_query(
+        crate::db::cached_sql(
             "INSERT INTO webhook_attempts (delivery_id, webhook_id, event_id, event_type, \
                attempt, at, outcome, status, duration_ms, next_attempt_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -389,7 +392,7 @@ pub async fn record_attempt(
             #[diesel(sql_type = Text)]
             url: String,
         }
-        let run: Run = diesel::sql_query(
+        let run: Run = crate::db::cached_sql(
             "UPDATE webhooks SET failing_since = CASE WHEN $2 THEN NULL \
                ELSE coalesce(failing_since, $3) END \
              WHERE webhook_id = $1 RETURNING failing_since, url",
@@ -403,7 +406,7 @@ pub async fn record_attempt(
             .failing_since
             .is_some_and(|since| now - since >= GIVE_UP_MS)
         {
-            let disabled = diesel::sql_query(
+            let disabled = crate::db::cached_sql(
                 "UPDATE webhooks SET state = 'disabled', updated_at = $2 \
                  WHERE webhook_id = $1 AND state = 'enabled'",
             )
@@ -432,7 +435,7 @@ pub async fn record_attempt(
 /// Gives back the leases of a batch's deliveries not attempted.
 pub async fn release(conn: &mut AsyncPgConnection, claimed: &Claimed) -> Result<()> {
     crate::db::single_write(conn, async |conn| {
-        diesel::sql_query(
+        crate::db::cached_sql(
             "UPDATE webhook_deliveries SET lease_until = NULL \
              WHERE webhook_id = $1 AND seq = $2 AND lease_token = $3",
         )
