@@ -11,6 +11,7 @@ use crate::metering::Metering;
 use crate::pgbench::Pgbench;
 use crate::reads::ListCost;
 
+mod derived;
 mod tables;
 
 /// The line before the generated part of `docs/benchmarks.md`.

@@ -197,6 +197,38 @@ async fn instance_sql_sends_what_storage_instances_create_sends() {
         .await;
 }
 
+/// What the API runs for one `get` of `grant_id` (or one `list`) with
+/// `token`: `tenancy::authenticate`, the manual clock, the storage call.
+async fn api_read(conn: &mut AsyncPgConnection, token: &str, grant_id: &str, list: bool) {
+    fn fail<T>(what: &'static str) -> impl FnOnce(storage::error::StorageError) -> T {
+        move |e| panic!("{what}: {e}")
+    }
+    let caller = storage::ops::tenancy::authenticate(conn, token)
+        .await
+        .unwrap_or_else(fail("authenticate"));
+    assert!(caller.is_some(), "the tenant's key authenticates");
+    let now = storage::Clock::Manual
+        .now(conn)
+        .await
+        .unwrap_or_else(fail("the manual clock"));
+    if list {
+        let filter = crate::reads::of_tenant();
+        storage::ops::grants::list(conn, &filter, None, storage::LIST_LIMIT, now)
+            .await
+            .unwrap_or_else(fail("grants::list"));
+    } else {
+        let tenant = |t: &str| {
+            storage::ids::TenantId::parse(t).unwrap_or_else(|e| panic!("a tenant id: {e}"))
+        };
+        let actor = storage::Actor::new(tenant(TENANT), tenant(ROOT));
+        let id =
+            storage::ids::GrantId::parse(grant_id).unwrap_or_else(|e| panic!("a grant id: {e}"));
+        storage::ops::grants::get(conn, &actor, &id, now)
+            .await
+            .unwrap_or_else(fail("grants::get"));
+    }
+}
+
 /// `ReadSql` with `full` against what the API runs for one `get` or `list`:
 /// `tenancy::authenticate`, the manual clock, then the storage call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,29 +237,7 @@ async fn read_sql_sends_what_the_api_reads_send() {
     let grant_id = w.p.inst["sql"][0].grant_id.clone();
     for list in [false, true] {
         let (mut conn, log) = recorded(w.db.url()).await;
-        let caller = storage::ops::tenancy::authenticate(&conn, &w.p.tenant_token)
-            .await
-            .expect("authenticate");
-        assert!(caller.is_some(), "the tenant's key authenticates");
-        let now = storage::Clock::Manual
-            .now(&mut conn)
-            .await
-            .expect("the manual clock");
-        if list {
-            let filter = crate::reads::of_tenant();
-            storage::ops::grants::list(&mut conn, &filter, None, storage::LIST_LIMIT, now)
-                .await
-                .expect("grants::list");
-        } else {
-            let actor = storage::Actor::new(
-                storage::ids::TenantId::parse(TENANT).expect("a tenant id"),
-                storage::ids::TenantId::parse(ROOT).expect("a tenant id"),
-            );
-            let grant_id = storage::ids::GrantId::parse(&grant_id).expect("a grant id");
-            storage::ops::grants::get(&mut conn, &actor, &grant_id, now)
-                .await
-                .expect("grants::get");
-        }
+        api_read(&mut conn, &w.p.tenant_token, &grant_id, list).await;
         let api = log.take();
         let replay = w
             .run(|conn| ReadSql {
@@ -317,26 +327,9 @@ async fn the_hot_paths_keep_every_statement_prepared() {
     // The reads' statements: authentication, the manual clock, get, list.
     let grant_id = w.p.inst["sql"][0].grant_id.clone();
     for _ in 0..OPS {
-        let caller = storage::ops::tenancy::authenticate(&conn, &w.p.tenant_token)
-            .await
-            .expect("authenticate");
-        assert!(caller.is_some(), "the tenant's key authenticates");
-        let now = storage::Clock::Manual
-            .now(&mut conn)
-            .await
-            .expect("the manual clock");
-        let actor = storage::Actor::new(
-            storage::ids::TenantId::parse(TENANT).expect("a tenant id"),
-            storage::ids::TenantId::parse(ROOT).expect("a tenant id"),
-        );
-        let id = storage::ids::GrantId::parse(&grant_id).expect("a grant id");
-        storage::ops::grants::get(&mut conn, &actor, &id, now)
-            .await
-            .expect("grants::get");
-        let filter = crate::reads::of_tenant();
-        storage::ops::grants::list(&mut conn, &filter, None, storage::LIST_LIMIT, now)
-            .await
-            .expect("grants::list");
+        for list in [false, true] {
+            api_read(&mut conn, &w.p.tenant_token, &grant_id, list).await;
+        }
     }
     assert_kept(&mut conn, &log, "reservationGrants.get and list").await;
 }

@@ -317,7 +317,7 @@ pub async fn finish(
     let cause = cause_of(kind, outcome);
     let mut with_quota = false;
     loop {
-        match finish_once(conn, claim, outcome, cause, with_quota, now).await {
+        match finish_once(conn, claim, outcome, (kind, cause), with_quota, now).await {
             Ok(()) => return Ok(true),
             Err(Finish::LeaseLost) => return Ok(false),
             Err(Finish::NeedsQuota) if !with_quota => with_quota = true,
@@ -335,11 +335,10 @@ async fn finish_once(
     conn: &mut AsyncPgConnection,
     claim: &StepClaim,
     outcome: &Outcome,
-    cause: Cause,
+    (kind, cause): (StepKind, Cause),
     with_quota: bool,
     now: i64,
 ) -> std::result::Result<(), Finish> {
-    let kind = claim.step()?;
     conn.transaction::<_, Finish, _>(async |conn| {
         let peek = InstanceRow::find(conn, &claim.instance_id)
             .await?
