@@ -10,10 +10,12 @@ default:
 run:
     scripts/run.sh
 
-# Run every test against a private PostgreSQL (or DATABASE_URL).
+# Run every test against a private PostgreSQL (or DATABASE_URL). First checks the
+# tools the tests use and installs the missing ones as root (scripts/test-deps.sh).
 test:
     #!/usr/bin/env bash
     set -euo pipefail
+    scripts/test-deps.sh
     export DATABASE_URL="$(scripts/db.sh url)"
     # The end-to-end tests run the real binaries (api-server, worker,
     # demo-seed) found beside each other: build them all first.

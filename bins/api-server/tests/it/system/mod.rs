@@ -1,5 +1,6 @@
 //! Suites that span binaries: `bcctl`, the console in a browser, the demo
-//! world, both processes' metrics, and PostgreSQL over TLS.
+//! world, both processes' metrics, PostgreSQL over TLS, and the script
+//! that sets up what the tests need.
 
 mod bcctl;
 mod bcctl_wait;
@@ -8,3 +9,4 @@ mod db_tls;
 mod demo;
 pub(crate) mod metrics;
 mod pool;
+mod test_deps;
