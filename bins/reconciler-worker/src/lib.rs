@@ -172,6 +172,28 @@ impl Config {
                     lease: duration_var("BC_VM_LEASE", var("BC_VM_LEASE"))?
                         .filter(|d| !d.is_zero())
                         .unwrap_or(d.lease),
+                    concurrency: var("BC_VM_CONCURRENCY")
+                        .map(|v| v.parse::<usize>())
+                        .transpose()
+                        .context("BC_VM_CONCURRENCY must be a whole number from 1 to 4096")?
+                        .map(|n| {
+                            (1..=4096).contains(&n).then_some(n).ok_or_else(|| {
+                                anyhow::anyhow!("BC_VM_CONCURRENCY={n} is not from 1 to 4096")
+                            })
+                        })
+                        .transpose()?
+                        .unwrap_or(d.concurrency),
+                    writes_per_min: var("BC_VM_WRITES_PER_MIN")
+                        .map(|v| v.parse::<u32>())
+                        .transpose()
+                        .context("BC_VM_WRITES_PER_MIN must be a whole number from 1 to 1000000")?
+                        .map(|n| {
+                            (1..=1_000_000).contains(&n).then_some(n).ok_or_else(|| {
+                                anyhow::anyhow!("BC_VM_WRITES_PER_MIN={n} is not from 1 to 1000000")
+                            })
+                        })
+                        .transpose()?
+                        .unwrap_or(d.writes_per_min),
                     ..d
                 }
             },
@@ -280,6 +302,7 @@ pub async fn run(
             },
         ),
         vm_rules: config.vm_rules.clone(),
+        vm_pacer: Arc::new(control::vms::Pacer::new(config.vm_rules.writes_per_min)),
         vm_wake: Arc::new(tokio::sync::Notify::new()),
         webhook_policy: config.webhook_policy.clone(),
         provider_options: config.provider_options.clone(),

@@ -33,6 +33,8 @@ pub struct PassContext {
     pub instances: std::sync::Arc<providers::InstanceFactory>,
     /// How managed instances' steps and listings are paced.
     pub vm_rules: control::vms::VmRules,
+    /// Each account's mutating calls, paced across passes.
+    pub vm_pacer: std::sync::Arc<control::vms::Pacer>,
     /// Woken when the api-server records a step (`NOTIFY`).
     pub vm_wake: std::sync::Arc<tokio::sync::Notify>,
     /// `BC_WEBHOOK_ENDPOINTS`: what other tenants' webhooks may reach.

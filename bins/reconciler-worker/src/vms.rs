@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use control::vms::{StepEnd, VmContext, drive_steps, list_accounts};
+use control::vms::{ListingReport, StepEnd, VmContext, drive_steps, list_accounts};
 use futures::StreamExt;
 use storage::ops::instances::managed::{STEPS_CHANNEL, db_now_ms};
 use tokio::sync::Notify;
@@ -30,9 +30,20 @@ impl Pass for Instances {
                 factory: ctx.instances.as_ref(),
                 keyring: &ctx.keyring,
                 rules: &ctx.vm_rules,
+                pacer: &ctx.vm_pacer,
             };
-            let mut steps = drive_steps(&vm).await?;
-            let listing = list_accounts(&vm).await?;
+            // Listings run beside the steps, never behind them: every
+            // interval while the steps' pipeline runs.
+            let steps_done = Notify::new();
+            let (steps, listing) = tokio::join!(
+                async {
+                    let steps = drive_steps(&vm).await;
+                    steps_done.notify_one();
+                    steps
+                },
+                list_while(&vm, &steps_done),
+            );
+            let (mut steps, listing) = (steps?, listing?);
             if listing.drift.get("restopped").copied().unwrap_or(0) > 0 {
                 steps.extend(drive_steps(&vm).await?);
             }
@@ -70,6 +81,26 @@ impl Pass for Instances {
                 () = ctx.vm_wake.notified() => {}
             }
         })
+    }
+}
+
+/// Lists the accounts' VMs now, then again every listing interval (at
+/// least a second) until `done` rings; the reports summed.
+async fn list_while(vm: &VmContext<'_>, done: &Notify) -> storage::Result<ListingReport> {
+    let mut total = list_accounts(vm).await?;
+    let every = vm.rules.list_interval.max(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = done.notified() => return Ok(total),
+            () = tokio::time::sleep(every) => {}
+        }
+        let more = list_accounts(vm).await?;
+        total.listed += more.listed;
+        total.failed += more.failed;
+        total.orphans_deleted += more.orphans_deleted;
+        for (kind, n) in more.drift {
+            *total.drift.entry(kind).or_default() += n;
+        }
     }
 }
 

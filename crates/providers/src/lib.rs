@@ -134,6 +134,36 @@ pub enum ProviderError {
         /// The error's reason code.
         reason: String,
     },
+    /// A mutating call refused for a quota of the project (contract 3.12
+    /// r4): `403 rateLimitExceeded` (or a 429), for the calls per minute, or
+    /// with a `CONCURRENT_OPERATIONS_QUOTA_EXCEEDED` detail, for the
+    /// operations in flight. Nothing was done; the caller pauses the
+    /// account's mutating calls instead of trying again at once.
+    #[error("the provider refused the call for its {quota} quota")]
+    Throttled {
+        /// Which quota.
+        quota: Throttle,
+        /// The provider's `Retry-After`, when it sent one.
+        retry_after: Option<std::time::Duration>,
+    },
+}
+
+/// The quota a [`ProviderError::Throttled`] call met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Throttle {
+    /// Mutating calls per project and minute (`rateLimitExceeded`, 429).
+    Rate,
+    /// Operations in flight per project (`CONCURRENT_OPERATIONS_QUOTA_EXCEEDED`).
+    ConcurrentOperations,
+}
+
+impl fmt::Display for Throttle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Throttle::Rate => "rate",
+            Throttle::ConcurrentOperations => "concurrent-operations",
+        })
+    }
 }
 
 impl ProviderError {
@@ -158,6 +188,7 @@ impl ProviderError {
                             | "RESOURCE_NOT_READY"
                     )
             }
+            ProviderError::Throttled { .. } => true,
             ProviderError::Malformed(_)
             | ProviderError::Credentials(_)
             | ProviderError::NotAllowed(_)
@@ -174,6 +205,7 @@ impl ProviderError {
             }
             ProviderError::AlreadyExists => Some(409),
             ProviderError::NotFound => Some(404),
+            ProviderError::Throttled { .. } => Some(403),
             _ => None,
         }
     }

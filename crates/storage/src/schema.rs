@@ -360,6 +360,7 @@ diesel::table! {
         lease_token -> Nullable<Text>,
         finished_wall -> Nullable<Int8>,
         failure_code -> Nullable<Text>,
+        sent_wall -> Nullable<Int8>,
     }
 }
 

@@ -163,8 +163,13 @@ impl GceProvider {
         authorization: &Option<HeaderValue>,
     ) -> Result<Vec<u8>, ProviderError> {
         let once = || self.send_once(call, authorization);
+        // A quota refusal is not tried again here: the caller pauses the
+        // account's calls until the quota allows them (contract 3.12 r4).
+        let throttled = |e: &PageError| matches!(e.error, ProviderError::Throttled { .. });
         once.retry(self.backoff())
-            .when(|e: &PageError| e.error.is_retryable() && e.error.status() != Some(408))
+            .when(|e: &PageError| {
+                e.error.is_retryable() && e.error.status() != Some(408) && !throttled(e)
+            })
             .adjust(|e: &PageError, wait| {
                 wait.map(|w| e.retry_after.map_or(w, |r| r.min(MAX_RETRY_AFTER)))
             })
@@ -178,7 +183,13 @@ impl GceProvider {
                 );
             })
             .await
-            .map_err(|e| e.error)
+            .map_err(|e| match e.error {
+                ProviderError::Throttled { quota, .. } => ProviderError::Throttled {
+                    quota,
+                    retry_after: e.retry_after,
+                },
+                other => other,
+            })
     }
 
     async fn send_once(

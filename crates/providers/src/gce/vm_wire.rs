@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::zone_from_url;
-use crate::{OperationStatus, ProviderError, Vm, VmOperation, VmSpec};
+use crate::{OperationStatus, ProviderError, Throttle, Vm, VmOperation, VmSpec};
 
 /// The scope a VM's service account is given.
 pub(crate) const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -239,6 +239,14 @@ struct ErrorDetail {
     #[serde(default)]
     errors: Vec<ErrorItem>,
     status: Option<String>,
+    /// `google.rpc` details; an `ErrorInfo`'s `reason` names the quota met.
+    #[serde(default)]
+    details: Vec<ErrorInfo>,
+}
+
+#[derive(Deserialize)]
+struct ErrorInfo {
+    reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -250,6 +258,11 @@ struct ErrorItem {
 /// - 404: [`ProviderError::NotFound`];
 /// - 409 whose reason is `alreadyExists`: [`ProviderError::AlreadyExists`];
 /// - 401, 5xx, or a 4xx without a Google error body: [`ProviderError::Status`];
+/// - a 429, or a 4xx whose reason is `rateLimitExceeded` or
+///   `userRateLimitExceeded`: [`ProviderError::Throttled`] for the rate
+///   quota, or for the concurrent operations when an `ErrorInfo` detail says
+///   `CONCURRENT_OPERATIONS_QUOTA_EXCEEDED` (its `retry_after` is left to the
+///   caller, which reads the header);
 /// - other 4xx: [`ProviderError::Rejected`] with `error.errors[0].reason`,
 ///   else `error.status`.
 ///
@@ -265,8 +278,15 @@ pub(crate) fn classify(status: u16, body: &[u8]) -> ProviderError {
         .ok()
         .and_then(|b| b.error)
     else {
+        if status == 429 {
+            return throttled(Throttle::Rate);
+        }
         return ProviderError::Status { status };
     };
+    let concurrent = detail
+        .details
+        .iter()
+        .any(|d| d.reason.as_deref() == Some("CONCURRENT_OPERATIONS_QUOTA_EXCEEDED"));
     let reason = detail
         .errors
         .into_iter()
@@ -276,7 +296,25 @@ pub(crate) fn classify(status: u16, body: &[u8]) -> ProviderError {
     if status == 409 && reason == "alreadyExists" {
         return ProviderError::AlreadyExists;
     }
+    if concurrent {
+        return throttled(Throttle::ConcurrentOperations);
+    }
+    if status == 429
+        || matches!(
+            reason.as_str(),
+            "rateLimitExceeded" | "userRateLimitExceeded"
+        )
+    {
+        return throttled(Throttle::Rate);
+    }
     ProviderError::Rejected { status, reason }
+}
+
+fn throttled(quota: Throttle) -> ProviderError {
+    ProviderError::Throttled {
+        quota,
+        retry_after: None,
+    }
 }
 
 /// `code` when it is a short word (letters, digits, `_`, `-`, `.`), else

@@ -55,9 +55,10 @@ pub struct StepClaim {
     /// When it was recorded (real time, epoch ms).
     #[diesel(sql_type = BigInt)]
     pub created_wall: i64,
-    /// When it gives up (real time, epoch ms).
-    #[diesel(sql_type = BigInt)]
-    pub deadline_wall: i64,
+    /// When it was first sent to the provider (real time, epoch ms): its
+    /// deadline counts from then.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub sent_wall: Option<i64>,
     /// This claim's lease.
     #[diesel(sql_type = Text)]
     pub lease_token: String,
@@ -85,13 +86,12 @@ pub struct StepWork {
 }
 
 /// Claims up to `limit` due steps, each the oldest open step of its
-/// instance, for `lease_ms`; a step claimed for the first time gets its
-/// deadline, `timeout_ms` after it was recorded.
+/// instance, for `lease_ms`, round-robin across tenants (oldest first within
+/// a tenant).
 pub async fn claim_steps(
     conn: &mut AsyncPgConnection,
     limit: i64,
     lease_ms: i64,
-    timeout_ms: i64,
 ) -> Result<Vec<StepClaim>> {
     let token = uuid::Uuid::now_v7().to_string();
     let sql = include_str!("sql/vms_claim_steps.sql").replace("{DB_NOW_MS}", DB_NOW_MS);
@@ -102,8 +102,7 @@ pub async fn claim_steps(
             diesel::sql_query(sql)
                 .bind::<BigInt, _>(limit)
                 .bind::<BigInt, _>(lease_ms)
-                .bind::<Text, _>(&token)
-                .bind::<BigInt, _>(timeout_ms),
+                .bind::<Text, _>(&token),
         )
         .load(conn)
         .await?;
@@ -166,6 +165,10 @@ pub struct Progress {
     pub failed_try: bool,
     /// The lease to hold from now (ms).
     pub lease_ms: i64,
+    /// `Some(timeout_ms)` when this progress follows a send to the provider:
+    /// the first one dates the step's first send, and its deadline is
+    /// `timeout_ms` after it.
+    pub sent: Option<i64>,
 }
 
 /// Records a step's progress; `false` when the claim's lease is lost (the
@@ -197,7 +200,11 @@ pub async fn progress(
                  zone = coalesce($5, zone), zone_index = coalesce($6, zone_index), \
                  request_id = coalesce($7, request_id), \
                  attempts = attempts + CASE WHEN $8 THEN 1 ELSE 0 END, \
-                 due_wall = {DB_NOW_MS} + $9, lease_until = {DB_NOW_MS} + $10 \
+                 due_wall = {DB_NOW_MS} + $9, lease_until = {DB_NOW_MS} + $10, \
+                 deadline_wall = CASE WHEN $11 IS NOT NULL AND sent_wall IS NULL \
+                                      THEN {DB_NOW_MS} + $11 ELSE deadline_wall END, \
+                 sent_wall = CASE WHEN $11 IS NOT NULL \
+                                  THEN coalesce(sent_wall, {DB_NOW_MS}) ELSE sent_wall END \
                  WHERE step_id = $1 AND lease_token = $2 AND state = 'open'"
             ))
             .bind::<BigInt, _>(claim.step_id)
@@ -209,7 +216,8 @@ pub async fn progress(
             .bind::<Nullable<Text>, _>(request)
             .bind::<diesel::sql_types::Bool, _>(p.failed_try)
             .bind::<BigInt, _>(p.due_in_ms)
-            .bind::<BigInt, _>(p.lease_ms),
+            .bind::<BigInt, _>(p.lease_ms)
+            .bind::<Nullable<BigInt>, _>(p.sent),
         )
         .execute(conn)
         .await?;

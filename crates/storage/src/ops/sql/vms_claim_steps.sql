@@ -1,22 +1,37 @@
+-- Claims up to $1 due steps for $2 ms with the token $3: each the oldest open
+-- step of its instance, taken round-robin across tenants (each tenant's
+-- oldest due step first, then each one's second, ...), so one tenant's backlog
+-- never delays another tenant's step by more than one step of each tenant.
 WITH due AS (
-  SELECT s.step_id
+  SELECT s.step_id, s.due_wall,
+         row_number() OVER (PARTITION BY i.tenant_id ORDER BY s.due_wall, s.step_id) AS turn
   FROM vm_steps s
+  JOIN instances i ON i.instance_id = s.instance_id
   WHERE s.state = 'open'
     AND s.due_wall <= {DB_NOW_MS}
     AND (s.lease_until IS NULL OR s.lease_until < {DB_NOW_MS})
     AND NOT EXISTS (
       SELECT 1 FROM vm_steps p
       WHERE p.instance_id = s.instance_id AND p.state = 'open' AND p.step_id < s.step_id)
-  ORDER BY s.due_wall, s.step_id
+),
+picked AS (
+  SELECT s.step_id
+  FROM vm_steps s
+  JOIN due d ON d.step_id = s.step_id
+  -- Checked again on the locked row (another replica may have claimed it
+  -- since the snapshot above was read).
+  WHERE d.turn <= $1
+    AND s.state = 'open'
+    AND s.due_wall <= {DB_NOW_MS}
+    AND (s.lease_until IS NULL OR s.lease_until < {DB_NOW_MS})
+  ORDER BY d.turn, d.due_wall, s.step_id
   LIMIT $1
-  FOR UPDATE SKIP LOCKED
+  FOR UPDATE OF s SKIP LOCKED
 )
 UPDATE vm_steps s
 SET lease_until = {DB_NOW_MS} + $2,
-    lease_token = $3 || '/' || s.step_id,
-    deadline_wall = CASE WHEN s.operation IS NULL AND s.attempts = 0 AND s.lease_token IS NULL
-                         THEN s.created_wall + $4 ELSE s.deadline_wall END
-FROM due
-WHERE s.step_id = due.step_id
+    lease_token = $3 || '/' || s.step_id
+FROM picked
+WHERE s.step_id = picked.step_id
 RETURNING s.step_id, s.instance_id, s.kind, s.request_id, s.zone, s.zone_index, s.operation,
-          s.attempts, s.created_wall, s.deadline_wall, s.lease_token
+          s.attempts, s.created_wall, s.sent_wall, s.lease_token

@@ -1,0 +1,118 @@
+//! Which steps a worker drives, and how many at once (contract 3.12 r4): a
+//! pipeline, not batches. Up to `BC_VM_CONCURRENCY` steps call the provider
+//! at once; a step waiting for its operation keeps its claim but no slot, so
+//! the next step is claimed and sent as soon as one ends or waits. Claims
+//! are round-robin across tenants (storage's `claim_steps`), so one tenant's
+//! backlog of any size delays another tenant's step by about one provider
+//! call, never by the backlog.
+
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use storage::Result;
+use storage::ops::vms;
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
+
+use super::{StepReport, VmContext, ms, step};
+
+/// The most claimed steps one worker holds at once (waiting for their
+/// operations included), as a multiple of its concurrency.
+const HELD_PER_SLOT: usize = 16;
+
+/// How often the pipeline looks for steps that became due while others run.
+const TICK: Duration = Duration::from_millis(500);
+
+/// The slots of steps calling the provider, and a bell rung when one frees.
+pub(super) struct Slots {
+    permits: Semaphore,
+    freed: Notify,
+}
+
+/// A step's slot while it calls the provider.
+pub(super) struct Slot<'a> {
+    _permit: SemaphorePermit<'a>,
+    freed: &'a Notify,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.freed.notify_one();
+    }
+}
+
+impl Slots {
+    /// Waits for a free slot.
+    pub(super) async fn take(&self) -> Slot<'_> {
+        let permit = self.permits.acquire().await;
+        Slot {
+            _permit: permit.unwrap_or_else(|_| unreachable!("the semaphore is never closed")),
+            freed: &self.freed,
+        }
+    }
+
+    fn try_take(&self) -> Option<Slot<'_>> {
+        Some(Slot {
+            _permit: self.permits.try_acquire().ok()?,
+            freed: &self.freed,
+        })
+    }
+}
+
+/// Claims and drives steps until none is in flight and none is due now (a
+/// step put off for later is left to a later run).
+pub async fn drive_steps(ctx: &VmContext<'_>) -> Result<Vec<StepReport>> {
+    let concurrency = ctx.rules.concurrency.max(1);
+    let slots = Slots {
+        permits: Semaphore::new(concurrency),
+        freed: Notify::new(),
+    };
+    let held_max = concurrency.saturating_mul(HELD_PER_SLOT);
+    let lease_ms = ms(ctx.rules.lease);
+    let mut reports = Vec::new();
+    let mut running = FuturesUnordered::new();
+    loop {
+        // Claim as many as there are free slots (and room to hold them);
+        // each claimed step starts with its slot taken here, so the count
+        // of free slots is right before any of them runs.
+        let room = slots
+            .permits
+            .available_permits()
+            .min(held_max.saturating_sub(running.len()));
+        if room > 0 {
+            let limit = i64::try_from(room).unwrap_or(i64::MAX);
+            let claims = {
+                let mut conn = ctx.pool.get().await?;
+                vms::claim_steps(&mut conn, limit, lease_ms).await?
+            };
+            for claim in claims {
+                let Some(slot) = slots.try_take() else {
+                    unreachable!("claimed no more steps than free slots")
+                };
+                running.push(step::drive(ctx, &slots, slot, claim));
+            }
+        }
+        if running.is_empty() {
+            break;
+        }
+        // Wait for a step to end or free its slot, or a moment (new steps
+        // may be due): never for the slowest step.
+        let ended = tokio::select! {
+            r = running.next() => r,
+            () = slots.freed.notified() => None,
+            () = tokio::time::sleep(TICK) => None,
+        };
+        let mut collect = |r: Result<StepReport>| match r {
+            Ok(report) => reports.push(report),
+            Err(e) => tracing::error!(error = %e, "a vm step could not be recorded"),
+        };
+        if let Some(r) = ended {
+            collect(r);
+        }
+        // Gather every other step that ended meanwhile.
+        while let Some(Some(r)) = running.next().now_or_never() {
+            collect(r);
+        }
+    }
+    Ok(reports)
+}

@@ -1,0 +1,1 @@
+ALTER TABLE vm_steps DROP COLUMN sent_wall;
