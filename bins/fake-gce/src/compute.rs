@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::FakeGce;
 use crate::auth::Access;
+use crate::realism::wants_partial;
 use crate::store::{Failure, MAX_PAGE_SIZE, PageError};
 use crate::wire::{error, json_response};
 
@@ -35,25 +36,33 @@ impl FakeGce {
         }
         let mut page_size = MAX_PAGE_SIZE;
         let mut page_token = None;
-        for (key, value) in request
-            .uri()
-            .query()
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| p.split_once('=').unwrap_or((p, "")))
-        {
+        let query = || {
+            request
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| p.split_once('=').unwrap_or((p, "")))
+        };
+        for (key, value) in query() {
             match key {
                 "maxResults" => match page_size_of(value) {
                     Ok(n) => page_size = n,
                     Err(refused) => return refused,
                 },
                 "pageToken" => page_token = Some(value).filter(|t| !t.is_empty()),
-                // Other GCE parameters (filter, orderBy, returnPartialSuccess, ...) are ignored.
+                // Other GCE parameters (filter, orderBy, ...) are ignored.
                 _ => {}
             }
         }
-        match self.store().aggregated_page(project, page_size, page_token) {
+        let partial = wants_partial(query());
+        // Operations due by now change reservations' counts: finish them first.
+        self.settle();
+        let page = self
+            .store()
+            .aggregated_page(project, page_size, page_token, partial);
+        match page {
             Ok(page) => json_response(StatusCode::OK, &page),
             Err(PageError::BadToken) => error(
                 StatusCode::BAD_REQUEST,

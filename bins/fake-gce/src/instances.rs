@@ -10,9 +10,11 @@ use serde_json::{Map, Value, json};
 use crate::FakeGce;
 use crate::auth::{Access, percent_decode};
 use crate::compute::{injected_failure, page_size_of, unauthenticated};
+use crate::filter::parse_filter;
 use crate::hooks::valid_segment;
+use crate::realism::{Quota, missing_image, quota_exceeded, wants_partial};
 use crate::store::{API_ROOT, MAX_PAGE_SIZE};
-use crate::vms::{OpType, Refusal, VmSpec};
+use crate::vms::{ListQuery, OpType, Pace, Refusal, VmSpec};
 use crate::wire::{error, json_response, method_not_allowed, not_found, read_json};
 
 /// The only reservation-affinity key GCE knows.
@@ -88,10 +90,20 @@ impl FakeGce {
                     );
                 }
                 let project = (*project).to_owned();
+                // Authentication first, then the rate quota (as Google does).
+                if write {
+                    let now_ms = self.quota_clock.now_ms();
+                    let admitted = self
+                        .vms()
+                        .admit_write(&project, self.writes_per_min, now_ms);
+                    if let Err(limit) = admitted {
+                        return quota_exceeded(Quota::WritesPerMinute, &project, limit);
+                    }
+                }
                 let resource = |zone: &str, name: &str| {
                     format!("projects/{project}/zones/{zone}/instances/{name}")
                 };
-                let polls = self.operation_polls;
+                let pace = &self.pace;
                 let answered = match rest {
                     ["zones", zone, "instances"] => {
                         let (zone, rid) = ((*zone).to_owned(), request_id.map(str::to_owned));
@@ -103,6 +115,10 @@ impl FakeGce {
                             Ok(spec) => spec,
                             Err(m) => return error(StatusCode::BAD_REQUEST, "invalid", &m),
                         };
+                        if let Some(image) = missing_image(&body) {
+                            let message = format!("The resource '{image}' was not found");
+                            return error(StatusCode::NOT_FOUND, "notFound", &message);
+                        }
                         let name = spec.name.clone();
                         let mut vms = self.vms();
                         let answer = vms.insert(
@@ -111,7 +127,7 @@ impl FakeGce {
                             &zone,
                             rid.as_deref(),
                             spec,
-                            polls,
+                            pace,
                         );
                         answer.map_err(|r| (r, resource(&zone, &name)))
                     }
@@ -129,7 +145,7 @@ impl FakeGce {
                             name,
                             request_id,
                             op_type,
-                            polls,
+                            pace,
                         )
                         .map_err(|r| (r, resource(zone, name)))
                     }
@@ -143,7 +159,7 @@ impl FakeGce {
                             name,
                             request_id,
                             OpType::Delete,
-                            polls,
+                            pace,
                         )
                         .map_err(|r| (r, resource(zone, name)))
                     }
@@ -161,7 +177,7 @@ impl FakeGce {
                                 )
                             })
                     }
-                    _ => return self.list_instances(&project, param("filter"), &query),
+                    _ => return self.list_instances(&project, &query),
                 };
                 let lost = || {
                     write
@@ -174,7 +190,7 @@ impl FakeGce {
                         Some(failure) => injected_failure(failure),
                         None => json_response(StatusCode::OK, &value),
                     },
-                    Err((refusal, resource)) => refused(refusal, &resource),
+                    Err((refusal, resource)) => refused(refusal, &resource, &project, pace),
                 }
             }
             [
@@ -255,20 +271,16 @@ impl FakeGce {
         }
     }
 
-    fn list_instances(
-        &self,
-        project: &str,
-        filter: Option<&str>,
-        query: &[(String, String)],
-    ) -> Response<Full<Bytes>> {
-        let filter = match filter.map(parse_filter).transpose() {
-            Ok(filter) => filter.unwrap_or_default(),
-            Err(message) => return error(StatusCode::BAD_REQUEST, "invalid", &message),
-        };
+    fn list_instances(&self, project: &str, query: &[(String, String)]) -> Response<Full<Bytes>> {
+        let mut filter = Vec::new();
         let mut page_size = MAX_PAGE_SIZE;
         let mut page_token = None;
         for (key, value) in query {
             match key.as_str() {
+                "filter" => match parse_filter(value) {
+                    Ok(terms) => filter = terms,
+                    Err(message) => return error(StatusCode::BAD_REQUEST, "invalid", &message),
+                },
                 "maxResults" => match page_size_of(value) {
                     Ok(n) => page_size = n,
                     Err(refused) => return refused,
@@ -277,10 +289,15 @@ impl FakeGce {
                 _ => {}
             }
         }
-        match self
-            .vms()
-            .aggregated_page(project, &filter, page_size, page_token)
-        {
+        let unreachable = self.store().unreachable().clone();
+        let list = ListQuery {
+            filter: &filter,
+            page_size,
+            page_token,
+            unreachable: &unreachable,
+            partial: wants_partial(query.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        };
+        match self.vms().aggregated_page(project, &list) {
             Some(page) => json_response(StatusCode::OK, &page),
             None => error(
                 StatusCode::BAD_REQUEST,
@@ -338,7 +355,7 @@ fn zone_and_name<'a>(rest: &[&'a str]) -> Vec<(&'static str, &'a str)> {
 }
 
 /// An HTTP refusal in Google's shape.
-fn refused(refusal: Refusal, resource: &str) -> Response<Full<Bytes>> {
+fn refused(refusal: Refusal, resource: &str, project: &str, pace: &Pace) -> Response<Full<Bytes>> {
     match refusal {
         Refusal::NotFound => error(
             StatusCode::NOT_FOUND,
@@ -354,6 +371,11 @@ fn refused(refusal: Refusal, resource: &str) -> Response<Full<Bytes>> {
             StatusCode::BAD_REQUEST,
             "resourceNotReady",
             &format!("The resource '{resource}' is not ready"),
+        ),
+        Refusal::TooManyOperations => quota_exceeded(
+            Quota::ConcurrentOperations,
+            project,
+            pace.concurrent.unwrap_or_default(),
         ),
     }
 }
@@ -371,26 +393,6 @@ fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>, String> {
                 (Some(k), Some(v)) => Ok((k, v)),
                 _ => Err(format!("malformed query parameter '{k}'")),
             }
-        })
-        .collect()
-}
-
-/// `labels.KEY=VALUE` terms (`=` or ` = `, the value optionally quoted),
-/// joined by spaces or `AND`.
-fn parse_filter(filter: &str) -> Result<Vec<(String, String)>, String> {
-    let bad = || format!("Invalid value for field 'filter': '{filter}'.");
-    let normalized = filter.replace(" = ", "=").replace(" AND ", " ");
-    normalized
-        .split_whitespace()
-        .map(|term| {
-            let term = term.trim_start_matches('(').trim_end_matches(')');
-            let (k, v) = term.split_once('=').ok_or_else(bad)?;
-            let k = k.strip_prefix("labels.").ok_or_else(bad)?;
-            let v = v.trim_matches('"');
-            if k.is_empty() {
-                return Err(bad());
-            }
-            Ok((k.to_owned(), v.to_owned()))
         })
         .collect()
 }
@@ -468,16 +470,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn filters_and_ids() {
-        assert_eq!(
-            parse_filter("labels.bc-managed=true"),
-            Ok(vec![("bc-managed".to_owned(), "true".to_owned())])
-        );
-        assert_eq!(
-            parse_filter("labels.a = \"x\" AND labels.b=y").map(|f| f.len()),
-            Ok(2)
-        );
-        assert!(parse_filter("name=x").is_err());
+    fn ids() {
         assert!(valid_uuid("123e4567-e89b-12d3-a456-426614174000"));
         assert!(!valid_uuid("123e4567e89b12d3a456426614174000"));
         assert!(!valid_uuid("123e4567-e89b-12d3-a456-42661417400z"));

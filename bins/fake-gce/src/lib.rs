@@ -16,7 +16,13 @@
 //!   Every request to it is a *read call*, and the only one `/fake/calls`
 //!   counts. In order: it is counted, waits the delay, answers an injected
 //!   failure if one is due, then checks authentication (below), then answers
-//!   the page (400 on a bad `maxResults` or `pageToken`).
+//!   the page (400 on a bad `maxResults` or `pageToken`). Zones made
+//!   unreachable (`/fake/unreachable`) are left out of every page: each is a
+//!   scope `zones/{zone}` holding only `"warning": { "code": "UNREACHABLE",
+//!   "message": "Scope 'zones/{zone}' is unreachable.", "data": [{ "key":
+//!   "scope", "value": "zones/{zone}" }] }`, or, with
+//!   `returnPartialSuccess=true`, is absent from `items` and named in a
+//!   top-level `"unreachables": ["zones/{zone}", ...]` (sorted).
 //!
 //! Authentication of every Compute Engine call, off unless configured:
 //! - a static token (`BC_FAKE_GCE_TOKEN`): `Authorization: Bearer <token>` with
@@ -44,7 +50,8 @@
 //! `GET` calls (an instance, an operation, the aggregated list) are read
 //! calls for `/fake/fail` too: after the delay they answer an injected
 //! failure if one is due, before authentication. Its mutating calls are
-//! recorded (`/fake/requests`), then authenticated, then applied; the next
+//! recorded (`/fake/requests`), then authenticated, then (path and
+//! `requestId` well-formed) held to the write quota, then applied; the next
 //! ones `/fake/fail-mutations` names are answered with its failure after
 //! they are applied, as an answer lost on its way back.
 //!
@@ -53,22 +60,61 @@
 //!   ignored), `POST zones/{zone}/instances/{name}/stop?requestId=`,
 //!   `POST .../start?requestId=` and `DELETE zones/{zone}/instances/{name}?requestId=`
 //!   answer a `compute#operation` (`RUNNING`, or `DONE` with
-//!   `BC_FAKE_GCE_OPERATION_POLLS=0`). The same `requestId` (a UUID) again
-//!   answers the same operation and changes nothing. A create of a name that
-//!   exists answers 409 `alreadyExists`; a stop, start or delete of a VM that
+//!   `BC_FAKE_GCE_OPERATION_POLLS=0` and no latency). The same `requestId`
+//!   (a UUID) again answers the same operation and changes nothing. A create
+//!   of a name that exists answers 409 `alreadyExists`; a stop, start or delete of a VM that
 //!   does not exist, 404 `notFound`; a stop or start while the VM is between
-//!   states, 400 `resourceNotReady`.
-//! - `GET zones/{zone}/operations/{operation}`: the operation; its
-//!   `BC_FAKE_GCE_OPERATION_POLLS`-th read (default 1) finishes it (`DONE`,
-//!   with `error: { errors: [{ code, message }] }` and `httpErrorStatusCode`
-//!   when it failed), every earlier read answers it `RUNNING`. Finishing it
-//!   moves the VM to `RUNNING`, `TERMINATED` or away; until then it is
-//!   `PROVISIONING`, `STAGING` or `STOPPING`.
+//!   states, 400 `resourceNotReady`. A create whose
+//!   `disks[].initializeParams.sourceImage` is under `projects/missing/`
+//!   (as a path or a full URL) answers 404 `notFound` ("The resource
+//!   'projects/missing/global/images/x' was not found") and starts nothing.
+//! - `GET zones/{zone}/operations/{operation}`: the operation. It is `DONE`
+//!   (with `error: { errors: [{ code, message }] }` and `httpErrorStatusCode`
+//!   when it failed) once it has been read `BC_FAKE_GCE_OPERATION_POLLS`
+//!   times (default 1; 0: at once) and, with
+//!   `BC_FAKE_GCE_OPERATION_LATENCY_MS`, no sooner than its latency after it
+//!   began, however often it is read; until then it answers `RUNNING`.
+//!   Finishing it moves the VM to `RUNNING`, `TERMINATED` or away; until
+//!   then it is `PROVISIONING`, `STAGING` or `STOPPING`. An operation that
+//!   may finish is finished by the next request of any kind, so an operation
+//!   read, a VM read, the lists, the quotas and `/fake/stats` all agree (with
+//!   polls 0 it ends on time without ever being read).
 //! - `GET zones/{zone}/instances/{name}`: a `compute#instance` (404
 //!   `notFound` when absent).
-//! - `GET aggregated/instances?filter=labels.KEY%3DVALUE&maxResults=&pageToken=`:
-//!   paged like the reservations list; the filter takes `labels.KEY=VALUE`
-//!   terms (all must hold), anything else answers 400.
+//! - `GET aggregated/instances?filter=&maxResults=&pageToken=&returnPartialSuccess=`:
+//!   paged like the reservations list and leaving unreachable zones out as
+//!   it does. The filter takes `labels.KEY=VALUE` terms (`=` optionally
+//!   spaced, the value bare or double-quoted) joined by `AND` or spaces, any
+//!   of them in parentheses (`(labels.a=b) AND (labels.c=d)`), all of which
+//!   must hold; anything else (`OR`, `!=`, other fields) answers 400.
+//!
+//! Quotas, off unless configured (per project):
+//! - `BC_FAKE_GCE_WRITES_PER_MIN` ([`FakeGce::with_writes_per_min`]): mutating
+//!   calls admitted per wall-clock minute (`now_ms / 60000`, refilled as the
+//!   minute turns). Every authenticated mutating call whose path and
+//!   `requestId` are well-formed counts, whatever it answers afterwards (a
+//!   `requestId` replayed, a bad body's 400, a 404 or 409, the concurrent
+//!   quota's 403); beyond the limit it answers 403 and changes and uses up
+//!   nothing: `{ "error": { "code": 403, "message": "Quota exceeded for quota
+//!   metric 'Write requests' and limit 'Write requests per minute' of service
+//!   'compute.googleapis.com' for consumer 'project_number:N'.", "errors": [{
+//!   "message", "domain": "usageLimits", "reason": "rateLimitExceeded" }],
+//!   "status": "PERMISSION_DENIED", "details": [{ "@type":
+//!   "type.googleapis.com/google.rpc.ErrorInfo",
+//!   "reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com", "metadata":
+//!   { "quota_metric": "compute.googleapis.com/write_requests", "quota_limit":
+//!   "WriteRequestsPerMinutePerProject", "quota_limit_value": "<limit>",
+//!   "quota_location": "global", "service": "compute.googleapis.com",
+//!   "consumer": "projects/<project>" } }] } }` (N a stable number made from
+//!   the project id). Authentication is checked first, as Google does.
+//! - `BC_FAKE_GCE_CONCURRENT_OPERATIONS` ([`FakeGce::with_concurrent_operations`]):
+//!   operations not yet `DONE`. A call that would start one more (not a
+//!   replayed `requestId`, which answers its operation; not a call refused
+//!   404, 409 or 400 first) answers the same 403 but for "'Concurrent
+//!   operations' and limit 'Concurrent operations per project'", the reason
+//!   `CONCURRENT_OPERATIONS_QUOTA_EXCEEDED`, `quota_metric`
+//!   `compute.googleapis.com/concurrent_operations` and `quota_limit`
+//!   `ConcurrentOperationsPerProject`; it changes nothing.
 //!
 //! A VM with a `SPECIFIC_RESERVATION` affinity holds one of that
 //! reservation's `inUseCount` from its create (or start) until it is stopped
@@ -96,6 +142,24 @@
 //! - `POST /fake/fail-instances { count, code? }`: the next `count` creates'
 //!   operations end with error `code` (default
 //!   `ZONE_RESOURCE_POOL_EXHAUSTED`); a new call replaces the count left.
+//! - `POST /fake/stockout { "zones": [...] }`: creates in those zones (any
+//!   project) end their operation with `ZONE_RESOURCE_POOL_EXHAUSTED` ("The
+//!   zone 'projects/{p}/zones/{z}' does not have enough resources available
+//!   to fulfill the request. Try a different zone, or try again later.",
+//!   `httpErrorStatusCode` 503) and leave no VM; `{ "zones": [] }` ends it.
+//!   Answers `{ "zones": [...] }` (sorted); `GET` answers the same.
+//! - `POST /fake/unreachable { "zones": [...] }`: both aggregated lists leave
+//!   those zones out (see above), for every project, on every page, whether
+//!   or not the project has anything there; the zone's own paths (a VM, an
+//!   operation, a create) keep working. `{ "zones": [] }` ends it. Answers
+//!   and `GET` as for `/fake/stockout`.
+//! - `GET /fake/stats` → `{ "projects": { "<project>": { "mutatingCalls",
+//!   "rateRefusals", "concurrentRefusals", "operationsInFlight",
+//!   "peakOperationsInFlight" } } }`: the mutating calls held to the write
+//!   quota (authenticated, well-formed), those it refused, those the
+//!   concurrent quota refused, the operations not yet `DONE` and the most
+//!   at once, since start or `DELETE /fake/stats` (which zeroes the counts,
+//!   restarts each peak from what is in flight, and answers the result).
 //! - `GET /fake/requests` → `{ "requests": [{ method, path, requestId }] }`:
 //!   every mutating instances call received, in order, whatever it answered;
 //!   `DELETE /fake/requests` forgets them.
@@ -192,6 +256,12 @@
 //!   handshake drops that connection only.
 //! - `BC_FAKE_GCE_OPERATION_POLLS`: reads of a zone operation until it is
 //!   `DONE`, 0 to 1000 (default 1; see [`FakeGce::with_operation_polls`]).
+//! - `BC_FAKE_GCE_OPERATION_LATENCY_MS`: a zone operation is not `DONE`
+//!   before this much wall time: `20000`, or `10000-40000` drawn uniformly
+//!   per operation, each 0 to 3600000 (default none; see
+//!   [`OperationLatency`]).
+//! - `BC_FAKE_GCE_WRITES_PER_MIN`, `BC_FAKE_GCE_CONCURRENT_OPERATIONS`: the
+//!   quotas above, 1 to 1000000 (default none).
 //! - `RUST_LOG` (default `info`; logs go to stderr).
 //!
 //! When ready it prints one line to stdout: `fake-gce listening on
@@ -200,8 +270,10 @@
 
 mod auth;
 mod compute;
+mod filter;
 mod hooks;
 mod instances;
+mod realism;
 mod server;
 mod store;
 mod tls;
@@ -221,11 +293,12 @@ use serde_json::json;
 use auth::Auth;
 pub use auth::{ACCESS_TOKEN_PREFIX, COMPUTE_READONLY_SCOPE, JWT_BEARER_GRANT};
 use hooks::{valid_email, valid_segment};
+pub use realism::{MAX_OPERATION_LATENCY_MS, OperationLatency};
 pub use server::{serve, shutdown_signal};
 use store::Store;
 pub use store::{MAX_PAGE_SIZE, ReservationSpec};
 pub use tls::{TlsError, TlsIdentity};
-use vms::Vms;
+use vms::{Pace, Vms};
 use wire::{error, json_response, method_not_allowed, not_found, read_json};
 
 /// Where the binary listens when `BC_FAKE_GCE_LISTEN` is not set.
@@ -277,7 +350,11 @@ pub struct FakeGce {
     auth: Arc<Mutex<Auth>>,
     /// Locked before `store` when both are held.
     vms: Arc<Mutex<Vms>>,
-    operation_polls: u32,
+    pace: Pace,
+    /// Admitted mutating calls per project and wall-clock minute.
+    writes_per_min: Option<u32>,
+    /// The clock the write-quota minutes are cut on.
+    quota_clock: realism::WallClock,
     required_authorization: Option<Arc<str>>,
     require_auth: bool,
     token_ttl: Duration,
@@ -297,7 +374,13 @@ impl FakeGce {
             store: Arc::default(),
             auth: Arc::default(),
             vms: Arc::default(),
-            operation_polls: DEFAULT_OPERATION_POLLS,
+            pace: Pace {
+                polls: DEFAULT_OPERATION_POLLS,
+                latency: None,
+                concurrent: None,
+            },
+            writes_per_min: None,
+            quota_clock: realism::WallClock::default(),
             required_authorization: config.required_token.map(|t| format!("Bearer {t}").into()),
             require_auth: config.require_auth,
             token_ttl: config.token_ttl,
@@ -309,7 +392,7 @@ impl FakeGce {
     /// answers them `RUNNING` (0: they are `DONE` in the call's own answer).
     #[must_use]
     pub fn with_operation_polls(mut self, polls: u32) -> Self {
-        self.operation_polls = polls;
+        self.pace.polls = polls;
         self
     }
 
@@ -324,9 +407,22 @@ impl FakeGce {
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The VMs, with every operation that may be done by now finished, so
+    /// that every reader sees the same.
     fn vms(&self) -> MutexGuard<'_, Vms> {
         // As for the store: every critical section leaves it consistent.
-        self.vms.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut vms = self.vms.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if vms.has_due(now) {
+            vms.settle(&mut self.store(), now);
+        }
+        vms
+    }
+
+    /// Finishes every operation that may be done by now (their effects show
+    /// in reservations' `inUseCount` too).
+    fn settle(&self) {
+        drop(self.vms());
     }
 
     fn auth(&self) -> MutexGuard<'_, Auth> {
@@ -354,6 +450,7 @@ impl FakeGce {
     {
         let path = request.uri().path().to_owned();
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        self.settle();
         match segments.as_slice() {
             [
                 "compute",
@@ -389,6 +486,7 @@ impl FakeGce {
                 | "vm-runs",
                 ..,
             ] => self.instances(request).await,
+            ["fake", "unreachable" | "stockout" | "stats"] => self.realism_hook(request).await,
             ["token"] => {
                 if request.method() != Method::POST {
                     return method_not_allowed();

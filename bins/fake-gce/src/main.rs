@@ -9,9 +9,16 @@
 //! 31536000 s, default 3600), `BC_FAKE_GCE_TLS_CERT` and `BC_FAKE_GCE_TLS_KEY`
 //! (PEM files; both or neither: serve HTTPS), `BC_FAKE_GCE_OPERATION_POLLS`
 //! (reads of a zone operation until it is `DONE`, 0 to 1000, default 1),
-//! `RUST_LOG` (default `info`;
-//! logs go to stderr). When ready it prints one line to stdout:
-//! `fake-gce listening on http://ADDR` (`https://` with TLS).
+//! `BC_FAKE_GCE_OPERATION_LATENCY_MS` (a zone operation is not `DONE` before
+//! this much wall time: `20000`, or a range `10000-40000` drawn per
+//! operation, each 0 to 3600000; default none), `BC_FAKE_GCE_WRITES_PER_MIN`
+//! (mutating instance calls per project and wall-clock minute, 1 to
+//! 1000000; default no limit), `BC_FAKE_GCE_CONCURRENT_OPERATIONS` (zone
+//! operations not yet `DONE` per project, 1 to 1000000; default no limit),
+//! `RUST_LOG` (default `info`; logs go to stderr). Beyond either limit a
+//! mutating call answers Google's `403 rateLimitExceeded`. When ready it
+//! prints one line to stdout: `fake-gce listening on http://ADDR`
+//! (`https://` with TLS).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -21,7 +28,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use fake_gce::{
     DEFAULT_LISTEN, DEFAULT_OPERATION_POLLS, DEFAULT_TOKEN_TTL, FakeGce, FakeGceConfig,
-    MAX_TOKEN_TTL_S, TlsIdentity,
+    MAX_TOKEN_TTL_S, OperationLatency, TlsIdentity,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -33,6 +40,60 @@ fn var(name: &str) -> anyhow::Result<Option<String>> {
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => bail!("{name} is not valid UTF-8"),
     }
+}
+
+/// The most `BC_FAKE_GCE_WRITES_PER_MIN` and `BC_FAKE_GCE_CONCURRENT_OPERATIONS` take.
+const MAX_QUOTA: u32 = 1_000_000;
+
+/// A quota variable: unset or empty for none, else 1 to [`MAX_QUOTA`].
+fn quota(name: &str) -> anyhow::Result<Option<u32>> {
+    let Some(s) = var(name)? else {
+        return Ok(None);
+    };
+    match s.parse::<u32>() {
+        Ok(n) if (1..=MAX_QUOTA).contains(&n) && s.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(Some(n))
+        }
+        _ => bail!("{name}={s:?} must be a whole number from 1 to {MAX_QUOTA} (unset: no limit)"),
+    }
+}
+
+/// The settings of the instances API: polls, latency and quotas.
+fn instances_from_env(fake: FakeGce) -> anyhow::Result<FakeGce> {
+    let operation_polls = match var("BC_FAKE_GCE_OPERATION_POLLS")? {
+        None => DEFAULT_OPERATION_POLLS,
+        Some(s) => match s.parse::<u32>() {
+            Ok(n) if n <= 1000 => n,
+            _ => bail!("BC_FAKE_GCE_OPERATION_POLLS={s:?} must be a whole number from 0 to 1000"),
+        },
+    };
+    let mut fake = fake.with_operation_polls(operation_polls);
+    let latency = match var("BC_FAKE_GCE_OPERATION_LATENCY_MS")? {
+        None => None,
+        Some(s) => Some(
+            s.parse::<OperationLatency>()
+                .map_err(|why| anyhow::anyhow!("BC_FAKE_GCE_OPERATION_LATENCY_MS={why}"))?,
+        ),
+    };
+    if let Some(latency) = latency {
+        fake = fake.with_operation_latency(latency.min_ms, latency.max_ms);
+    }
+    let writes_per_min = quota("BC_FAKE_GCE_WRITES_PER_MIN")?;
+    if let Some(limit) = writes_per_min {
+        fake = fake.with_writes_per_min(limit);
+    }
+    let concurrent_operations = quota("BC_FAKE_GCE_CONCURRENT_OPERATIONS")?;
+    if let Some(limit) = concurrent_operations {
+        fake = fake.with_concurrent_operations(limit);
+    }
+    tracing::info!(
+        operation_polls,
+        latency_ms = ?latency.map(|l| (l.min_ms, l.max_ms)),
+        writes_per_min,
+        concurrent_operations,
+        "instances API settings"
+    );
+    Ok(fake)
 }
 
 fn config_from_env() -> anyhow::Result<FakeGceConfig> {
@@ -82,13 +143,7 @@ async fn main() -> anyhow::Result<()> {
         .parse()
         .with_context(|| format!("BC_FAKE_GCE_LISTEN={listen:?} is not an ip:port address"))?;
     let config = config_from_env()?;
-    let operation_polls = match var("BC_FAKE_GCE_OPERATION_POLLS")? {
-        None => DEFAULT_OPERATION_POLLS,
-        Some(s) => match s.parse::<u32>() {
-            Ok(n) if n <= 1000 => n,
-            _ => bail!("BC_FAKE_GCE_OPERATION_POLLS={s:?} must be a whole number from 0 to 1000"),
-        },
-    };
+    let fake = instances_from_env(FakeGce::new(config.clone()))?;
 
     let shutdown = fake_gce::shutdown_signal().context("installing signal handlers")?;
     let listener = tokio::net::TcpListener::bind(addr)
@@ -98,14 +153,12 @@ async fn main() -> anyhow::Result<()> {
     if !local.ip().is_loopback() {
         tracing::warn!(%local, "fake-gce is meant for loopback; it has no real authentication");
     }
-    let fake = FakeGce::new(config.clone()).with_operation_polls(operation_polls);
     tracing::info!(
         %local,
         token_required = config.required_token.is_some(),
         require_auth = config.require_auth,
         token_ttl_s = config.token_ttl.as_secs(),
         tls = config.tls.is_some(),
-        operation_polls,
         "fake-gce ready"
     );
     let mut stdout = std::io::stdout().lock();

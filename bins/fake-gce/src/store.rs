@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::realism::mark_unreachable;
+
 /// The page size when the caller sends no `maxResults` (also GCE's maximum).
 pub const MAX_PAGE_SIZE: usize = 500;
 
@@ -74,6 +76,8 @@ pub struct Store {
     /// Read calls per project (as named in the request path).
     calls: BTreeMap<String, u64>,
     delay: Duration,
+    /// Zones the aggregated lists leave out (`POST /fake/unreachable`).
+    unreachable: BTreeSet<String>,
 }
 
 impl Default for Store {
@@ -87,6 +91,7 @@ impl Default for Store {
             next_id: 1_000_000_000_000_000_001,
             calls: BTreeMap::new(),
             delay: Duration::ZERO,
+            unreachable: BTreeSet::new(),
         }
     }
 }
@@ -229,6 +234,16 @@ impl Store {
         self.delay = delay;
     }
 
+    /// The zones the aggregated lists leave out.
+    pub fn unreachable(&self) -> &BTreeSet<String> {
+        &self.unreachable
+    }
+
+    /// Makes the aggregated lists leave `zones` out (none: every zone back).
+    pub fn set_unreachable(&mut self, zones: BTreeSet<String>) {
+        self.unreachable = zones;
+    }
+
     /// How this read call must fail, if it must; counts it down.
     pub fn take_failure(&mut self) -> Option<Failure> {
         if self.failures_left > 0 {
@@ -243,12 +258,15 @@ impl Store {
     ///
     /// The token is the `zone.name` key of the last reservation on the
     /// previous page, so a listing stays consistent while reservations are
-    /// added or removed between pages.
+    /// added or removed between pages. The unreachable zones are left out of
+    /// every page, shown as `UNREACHABLE` scopes, or in `unreachables` when
+    /// `partial` (`returnPartialSuccess=true`).
     pub fn aggregated_page(
         &self,
         project: &str,
         page_size: usize,
         page_token: Option<&str>,
+        partial: bool,
     ) -> Result<Value, PageError> {
         let start = match page_token {
             None => Bound::Unbounded,
@@ -262,13 +280,17 @@ impl Store {
         };
         let empty = Project::default();
         let p = self.projects.get(project).unwrap_or(&empty);
-        let mut rest = p.reservations.range((start, Bound::Unbounded));
+        let mut rest = p
+            .reservations
+            .range((start, Bound::Unbounded))
+            .filter(|((zone, _), _)| !self.unreachable.contains(zone));
         let page: Vec<(&Key, &Stored)> = rest.by_ref().take(page_size).collect();
         let more = rest.next().is_some();
 
         let mut items: BTreeMap<String, Vec<Value>> = p
             .zones
             .iter()
+            .filter(|z| !self.unreachable.contains(*z))
             .map(|z| (format!("zones/{z}"), Vec::new()))
             .collect();
         for ((zone, name), stored) in &page {
@@ -304,6 +326,7 @@ impl Store {
                 Value::String(format!("{zone}.{name}")),
             );
         }
+        mark_unreachable(&mut list, &self.unreachable, partial);
         Ok(list)
     }
 }
@@ -371,16 +394,18 @@ mod tests {
         ] {
             s.put("proj-1", zone, name, spec(1));
         }
-        let first = s.aggregated_page("proj-1", 2, None).expect("page");
+        let first = s.aggregated_page("proj-1", 2, None, false).expect("page");
         assert_eq!(names(&first), ["r1", "r2"]);
         let token = first["nextPageToken"].as_str().expect("token").to_owned();
         assert!(s.delete("proj-1", "a-b1-a", "r2"));
-        let second = s.aggregated_page("proj-1", 2, Some(&token)).expect("page");
+        let second = s
+            .aggregated_page("proj-1", 2, Some(&token), false)
+            .expect("page");
         assert_eq!(names(&second), ["r3", "r4"]);
         assert!(second.get("nextPageToken").is_none());
         assert!(second["items"]["zones/a-b1-a"]["warning"].is_object());
         assert_eq!(
-            s.aggregated_page("proj-1", 2, Some("nodot")),
+            s.aggregated_page("proj-1", 2, Some("nodot"), false),
             Err(PageError::BadToken)
         );
     }

@@ -2,19 +2,25 @@
 //!
 //! A mutating call decides its outcome when it arrives (a create takes its
 //! reservation slot then, or fails) and answers an operation `RUNNING`; the
-//! operation finishes on its `polls`-th read, and only then does the VM reach
-//! the status it aims at (`RUNNING`, `TERMINATED`, gone).
+//! operation finishes once it has been read `polls` times and its latency (if
+//! any) has passed, and only then does the VM reach the status it aims at
+//! (`RUNNING`, `TERMINATED`, gone). An operation that may finish is finished
+//! by the next request that looks at any VM or operation ([`Vms::settle`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Bound;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
 use crate::store::{API_ROOT, SlotError, Store};
 
+mod list;
+mod pace;
 mod shapes;
 
+pub(crate) use list::ListQuery;
+pub(crate) use pace::Pace;
+use pace::{Quotas, due};
 use shapes::{op_json, vm_json};
 
 /// The kinds of zone operation the fake runs.
@@ -75,6 +81,8 @@ struct Operation {
     target: String,
     target_id: u64,
     polls_left: u32,
+    /// Not done before this instant (`None`: no latency).
+    ready_at: Option<Instant>,
     done: bool,
     error: Option<(String, String)>,
     effect: Effect,
@@ -88,6 +96,8 @@ pub(crate) enum Refusal {
     NotFound,
     AlreadyExists,
     NotReady,
+    /// The project has its most operations in flight.
+    TooManyOperations,
 }
 
 /// `(project, zone, name)`.
@@ -101,6 +111,8 @@ pub(crate) struct Vms {
     /// Every zone of a project that ever held a VM (listed on every page).
     zones: BTreeMap<String, BTreeSet<String>>,
     ops: BTreeMap<Key, Operation>,
+    /// The operations not yet done.
+    running: BTreeSet<Key>,
     /// `(project, requestId)` → `(zone, operation name)`.
     by_request: HashMap<(String, String), (String, String)>,
     failures_left: u64,
@@ -115,6 +127,9 @@ pub(crate) struct Vms {
     runs: BTreeMap<String, Vec<(i64, Option<i64>)>>,
     /// How many VMs of each name were ever made.
     created: BTreeMap<String, u64>,
+    /// Zones whose creates end with `ZONE_RESOURCE_POOL_EXHAUSTED`.
+    stockout: BTreeSet<String>,
+    quotas: Quotas,
 }
 
 impl Default for Vms {
@@ -123,6 +138,7 @@ impl Default for Vms {
             vms: BTreeMap::new(),
             zones: BTreeMap::new(),
             ops: BTreeMap::new(),
+            running: BTreeSet::new(),
             by_request: HashMap::new(),
             failures_left: 0,
             failure_code: String::new(),
@@ -131,6 +147,8 @@ impl Default for Vms {
             clock: None,
             runs: BTreeMap::new(),
             created: BTreeMap::new(),
+            stockout: BTreeSet::new(),
+            quotas: Quotas::default(),
         }
     }
 }
@@ -219,6 +237,17 @@ impl Vms {
         self.requests.clear();
     }
 
+    /// The zones whose creates end with `ZONE_RESOURCE_POOL_EXHAUSTED`.
+    pub fn stockout(&self) -> &BTreeSet<String> {
+        &self.stockout
+    }
+
+    /// Makes the creates in `zones` fail for want of resources (none: no
+    /// zone).
+    pub fn set_stockout(&mut self, zones: BTreeSet<String>) {
+        self.stockout = zones;
+    }
+
     /// Makes the next `count` creates' operations end with `code`.
     pub fn fail_next(&mut self, count: u64, code: &str) {
         self.failures_left = count;
@@ -247,16 +276,18 @@ impl Vms {
         target_id: u64,
         error: Option<(String, String)>,
         effect: Effect,
-        polls: u32,
+        pace: &Pace,
     ) -> Value {
         let id = self.fresh_id();
         let name = format!("operation-{}-{id:x}", now_millis());
+        let now = Instant::now();
         let op = Operation {
             id,
             op_type,
             target: target.to_owned(),
             target_id,
-            polls_left: polls,
+            polls_left: pace.polls,
+            ready_at: self.ready_at(pace.latency, now),
             done: false,
             error,
             effect,
@@ -264,15 +295,19 @@ impl Vms {
             end_time: None,
         };
         let k = key(project, zone, &name);
+        let finished = due(&op, now);
         self.ops.insert(k.clone(), op);
+        self.running.insert(k.clone());
         if let Some(rid) = request_id {
             self.by_request.insert(
                 (project.to_owned(), rid.to_owned()),
                 (zone.to_owned(), name.clone()),
             );
         }
-        if polls == 0 {
+        if finished {
             self.finish(store, &k);
+        } else {
+            self.started(project);
         }
         match self.ops.get(&k) {
             Some(op) => op_json(project, zone, &name, op),
@@ -288,7 +323,7 @@ impl Vms {
         zone: &str,
         request_id: Option<&str>,
         spec: VmSpec,
-        polls: u32,
+        pace: &Pace,
     ) -> Result<Value, Refusal> {
         if let Some(op) = self.replay(project, request_id) {
             return Ok(op);
@@ -297,12 +332,21 @@ impl Vms {
         if self.vms.contains_key(&k) {
             return Err(Refusal::AlreadyExists);
         }
+        self.admit_op(project, pace.concurrent)?;
         let name = spec.name.clone();
         let mut error = None;
         if self.failures_left > 0 {
             self.failures_left -= 1;
             let message = "fake-gce: injected failure (POST /fake/fail-instances)";
             error = Some((self.failure_code.clone(), message.to_owned()));
+        } else if self.stockout.contains(zone) {
+            error = Some((
+                "ZONE_RESOURCE_POOL_EXHAUSTED".to_owned(),
+                format!(
+                    "The zone 'projects/{project}/zones/{zone}' does not have enough resources \
+                     available to fulfill the request. Try a different zone, or try again later."
+                ),
+            ));
         } else if let Some(reservation) = &spec.reservation {
             let wanted = last_segment(&spec.machine_type);
             let reserved = store
@@ -367,7 +411,7 @@ impl Vms {
             target_id,
             error,
             effect,
-            polls,
+            pace,
         ))
     }
 
@@ -381,15 +425,19 @@ impl Vms {
         name: &str,
         request_id: Option<&str>,
         op_type: OpType,
-        polls: u32,
+        pace: &Pace,
     ) -> Result<Value, Refusal> {
         if let Some(op) = self.replay(project, request_id) {
             return Ok(op);
         }
         let k = key(project, zone, name);
+        let vm = self.vms.get(&k).ok_or(Refusal::NotFound)?;
+        if op_type != OpType::Delete && !matches!(vm.status, "RUNNING" | "TERMINATED") {
+            return Err(Refusal::NotReady);
+        }
+        self.admit_op(project, pace.concurrent)?;
         let vm = self.vms.get_mut(&k).ok_or(Refusal::NotFound)?;
         let was = vm.status;
-        let settled = matches!(vm.status, "RUNNING" | "TERMINATED");
         let target_id = vm.id;
         let mut error = None;
         let effect = match op_type {
@@ -397,7 +445,6 @@ impl Vms {
                 vm.status = "STOPPING";
                 Effect::Remove
             }
-            _ if !settled => return Err(Refusal::NotReady),
             OpType::Stop if vm.status == "RUNNING" => {
                 vm.status = "STOPPING";
                 Effect::Terminate
@@ -428,7 +475,7 @@ impl Vms {
         let now = vm.status;
         self.ran(name, was, now);
         Ok(self.start_op(
-            store, project, zone, request_id, op_type, name, target_id, error, effect, polls,
+            store, project, zone, request_id, op_type, name, target_id, error, effect, pace,
         ))
     }
 
@@ -439,6 +486,7 @@ impl Vms {
         };
         op.done = true;
         op.end_time = Some(rfc3339(now_millis()));
+        self.running.remove(k);
         let effect = if op.error.is_some() {
             Effect::None
         } else {
@@ -482,7 +530,7 @@ impl Vms {
         let op = self.ops.get_mut(&k)?;
         if !op.done {
             op.polls_left = op.polls_left.saturating_sub(1);
-            if op.polls_left == 0 {
+            if due(op, Instant::now()) {
                 self.finish(store, &k);
             }
         }
@@ -541,81 +589,6 @@ impl Vms {
         let shown = vm_json(&k.0, &k.1, &k.2, vm);
         self.ran(name, was, now);
         Ok(shown)
-    }
-
-    /// One page of `aggregated/instances`, only VMs whose labels hold every
-    /// `(key, value)` of `filter`. The token is the last VM's `zone.name`.
-    pub fn aggregated_page(
-        &self,
-        project: &str,
-        filter: &[(String, String)],
-        page_size: usize,
-        page_token: Option<&str>,
-    ) -> Option<Value> {
-        let start = match page_token {
-            None => Bound::Unbounded,
-            Some(token) => {
-                let (zone, name) = token.split_once('.')?;
-                if zone.is_empty() || name.is_empty() {
-                    return None;
-                }
-                Bound::Excluded(key(project, zone, name))
-            }
-        };
-        let end = Bound::Excluded((format!("{project}\0"), String::new(), String::new()));
-        let mut rest = self
-            .vms
-            .range((start, end))
-            .filter(|(k, _)| k.0 == project)
-            .filter(|(_, vm)| {
-                filter
-                    .iter()
-                    .all(|(fk, fv)| vm.spec.labels.get(fk).and_then(Value::as_str) == Some(fv))
-            });
-        let page: Vec<(&Key, &Vm)> = rest.by_ref().take(page_size).collect();
-        let more = rest.next().is_some();
-        let mut items: BTreeMap<String, Vec<Value>> = self
-            .zones
-            .get(project)
-            .into_iter()
-            .flatten()
-            .map(|z| (format!("zones/{z}"), Vec::new()))
-            .collect();
-        for ((p, zone, name), vm) in &page {
-            items
-                .entry(format!("zones/{zone}"))
-                .or_default()
-                .push(vm_json(p, zone, name, vm));
-        }
-        let items: Map<String, Value> = items
-            .into_iter()
-            .map(|(scope, vms)| {
-                let scoped = if vms.is_empty() {
-                    let message = format!("There are no results for scope '{scope}' on this page.");
-                    json!({ "warning": {
-                        "code": "NO_RESULTS_ON_PAGE",
-                        "message": message,
-                        "data": [{ "key": "scope", "value": scope }]
-                    } })
-                } else {
-                    json!({ "instances": vms })
-                };
-                (scope, scoped)
-            })
-            .collect();
-        let mut list = json!({
-            "kind": "compute#instanceAggregatedList",
-            "id": format!("projects/{project}/aggregated/instances"),
-            "items": items,
-            "selfLink": format!("{API_ROOT}/projects/{project}/aggregated/instances"),
-        });
-        if more
-            && let Some(((_, zone, name), _)) = page.last()
-            && let Some(list) = list.as_object_mut()
-        {
-            list.insert("nextPageToken".to_owned(), format!("{zone}.{name}").into());
-        }
-        Some(list)
     }
 }
 

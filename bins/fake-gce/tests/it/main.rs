@@ -1,6 +1,7 @@
 //! Integration tests: each starts the real `fake-gce` binary on an ephemeral
 //! loopback port and talks HTTP to it, directly (`endpoints`, `auth`, `tls`)
-//! or through the `providers` GCE adapter (`gce_adapter`, `gce_instances`).
+//! or through the `providers` GCE adapter (`gce_adapter`, `gce_instances`);
+//! `realism` also serves the library in-process where it injects a clock.
 //! One test binary,
 //! so the helpers in `common` are shared without dead-code warnings.
 
@@ -16,4 +17,5 @@ mod endpoints;
 mod gce_adapter;
 mod gce_instances;
 mod instances;
+mod realism;
 mod tls;
