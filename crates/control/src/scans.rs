@@ -36,9 +36,11 @@ pub fn provider_failure(error: &ProviderError) -> StorageError {
 }
 
 /// Runs a claimed scan: builds the provider, lists (outside any
-/// transaction), then applies the answer. A failed provider call changes
-/// nothing but the account's retry bookkeeping and answers
-/// [`provider_failure`]. A listing (all its pages and retries) longer than
+/// transaction), then applies the answer. A failed provider call, or a
+/// listing that left a zone out ([`ProviderError::Partial`]: what it does
+/// not show is unknown, not gone), changes nothing but the account's retry
+/// bookkeeping, is logged with its cause (the zones it could not reach) and
+/// answers [`provider_failure`]. A listing (all its pages and retries) longer than
 /// `limit` is abandoned and counts as a provider failure
 /// ([`ProviderError::Timeout`]): the reconciler passes its
 /// `BC_SCAN_TIMEOUT_MS` and `providerAccounts.scan` the server's, so one

@@ -146,6 +146,20 @@ pub enum ProviderError {
         /// The provider's `Retry-After`, when it sent one.
         retry_after: Option<std::time::Duration>,
     },
+    /// A listing left scopes out (contract 6, r4): the provider answered,
+    /// but named zones (or regions) it could not reach, as scopes with
+    /// `warning.code: "UNREACHABLE"` or in `unreachables`. What they hold is
+    /// unknown, not gone, so the whole listing fails and changes nothing;
+    /// it is tried again later, like any failed listing.
+    #[error(
+        "the provider could not reach every zone (UNREACHABLE: {}); the listing is incomplete",
+        unreachable.join(", ")
+    )]
+    Partial {
+        /// The scopes left out, by their last segment (`us-central1-a`),
+        /// sorted; at most 16, then `N more`.
+        unreachable: Vec<String>,
+    },
 }
 
 /// The quota a [`ProviderError::Throttled`] call met.
@@ -168,9 +182,10 @@ impl fmt::Display for Throttle {
 
 impl ProviderError {
     /// Whether trying again later may succeed without changing anything:
-    /// timeouts, transport errors, HTTP 408, 429 and 5xx, and refusals
-    /// whose reason says so (`rateLimitExceeded`, `userRateLimitExceeded`,
-    /// `resourceNotReady`, `RESOURCE_NOT_READY`).
+    /// timeouts, transport errors, partial listings, HTTP 408, 429 and 5xx,
+    /// quota refusals, and refusals whose reason says so
+    /// (`rateLimitExceeded`, `userRateLimitExceeded`, `resourceNotReady`,
+    /// `RESOURCE_NOT_READY`).
     pub fn is_retryable(&self) -> bool {
         match self {
             ProviderError::Timeout | ProviderError::Transport(_) => true,
@@ -188,7 +203,7 @@ impl ProviderError {
                             | "RESOURCE_NOT_READY"
                     )
             }
-            ProviderError::Throttled { .. } => true,
+            ProviderError::Throttled { .. } | ProviderError::Partial { .. } => true,
             ProviderError::Malformed(_)
             | ProviderError::Credentials(_)
             | ProviderError::NotAllowed(_)
@@ -318,6 +333,11 @@ mod tests {
     fn retryable_errors() {
         assert!(ProviderError::Timeout.is_retryable());
         assert!(ProviderError::Transport("reset".into()).is_retryable());
+        let partial = ProviderError::Partial {
+            unreachable: vec!["us-central1-a".into()],
+        };
+        assert!(partial.is_retryable());
+        assert_eq!(partial.status(), None);
         assert!(ProviderError::Status { status: 503 }.is_retryable());
         assert!(ProviderError::Status { status: 429 }.is_retryable());
         assert!(!ProviderError::Status { status: 403 }.is_retryable());

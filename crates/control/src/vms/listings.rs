@@ -48,6 +48,8 @@ pub async fn list_accounts(ctx: &VmContext<'_>) -> Result<ListingReport> {
             Ok(()) => report.listed += 1,
             Err(e) => {
                 report.failed += 1;
+                // The provider's error names no secret (a partial listing
+                // names the zones it could not reach).
                 tracing::warn!(
                     account = %account.account_id,
                     error = %e,
@@ -61,19 +63,45 @@ pub async fn list_accounts(ctx: &VmContext<'_>) -> Result<ListingReport> {
     Ok(report)
 }
 
+/// Why a listing failed: the provider (an error, an incomplete answer) or
+/// the platform's own database while applying it.
+#[derive(Debug)]
+enum ListingFailure {
+    Provider(ProviderError),
+    Storage(StorageError),
+}
+
+impl From<StorageError> for ListingFailure {
+    fn from(e: StorageError) -> Self {
+        ListingFailure::Storage(e)
+    }
+}
+
+impl std::fmt::Display for ListingFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListingFailure::Provider(e) => e.fmt(f),
+            ListingFailure::Storage(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Lists one account's managed VMs and applies the listing. Only a
+/// complete listing is applied: a provider error, or an answer that left a
+/// zone out ([`ProviderError::Partial`]), changes nothing (contract 6, r4).
 async fn list_one(
     ctx: &VmContext<'_>,
     account: &Account,
     claim: &ListingClaim,
     report: &mut ListingReport,
-) -> std::result::Result<(), StorageError> {
+) -> std::result::Result<(), ListingFailure> {
     let provider = build(ctx, account)
         .await
-        .map_err(|e| crate::scans::provider_failure(&e))?;
+        .map_err(ListingFailure::Provider)?;
     let listed = provider
         .list_managed_vms()
         .await
-        .map_err(|e| crate::scans::provider_failure(&e))?;
+        .map_err(ListingFailure::Provider)?;
     let seen: Vec<SeenVm> = listed
         .into_iter()
         .map(|vm| SeenVm {
@@ -84,12 +112,18 @@ async fn list_one(
         })
         .collect();
     let drift = {
-        let mut conn = ctx.pool.get().await?;
+        let mut conn = ctx.pool.get().await.map_err(StorageError::from)?;
         let now = ctx.clock.now(&mut conn).await?;
         let drift = vms::apply_listing(&mut conn, claim, &seen, now).await?;
         vms::end_listing(&mut conn, claim, true).await?;
         drift
     };
+    if drift.stale {
+        tracing::info!(
+            account = %account.account_id,
+            "another listing of the account was applied since this one began: dropped"
+        );
+    }
     for (kind, n) in [
         ("stopped", drift.stopped),
         ("restopped", drift.restopped),
@@ -103,7 +137,7 @@ async fn list_one(
         let started = Instant::now();
         match delete_orphan(provider.as_ref(), &zone, &name, &request).await {
             Ok(()) => {
-                let mut conn = ctx.pool.get().await?;
+                let mut conn = ctx.pool.get().await.map_err(StorageError::from)?;
                 let now = ctx.clock.now(&mut conn).await?;
                 if vms::orphan_deleted(
                     &mut conn,

@@ -22,14 +22,73 @@ struct AggregatedList {
     #[serde(default)]
     items: BTreeMap<String, ScopedList>,
     next_page_token: Option<String>,
+    /// The scopes left out (`returnPartialSuccess`).
+    unreachables: Option<Vec<String>>,
 }
 
 /// A scope (`zones/us-central1-a`) holds reservations, or a `warning` such as
-/// `NO_RESULTS_ON_PAGE` instead.
+/// `NO_RESULTS_ON_PAGE` or `UNREACHABLE` instead.
 #[derive(Deserialize)]
 struct ScopedList {
     #[serde(default)]
     reservations: Vec<WireReservation>,
+    warning: Option<ScopeWarning>,
+}
+
+/// The `warning` of one scope of an aggregated list.
+#[derive(Deserialize)]
+pub(crate) struct ScopeWarning {
+    code: Option<String>,
+}
+
+/// The most unreachable scopes an error names; the rest are counted.
+const MAX_NAMED_SCOPES: usize = 16;
+
+/// Fails a page of an aggregated list that left scopes out (contract 6,
+/// r4): a scope whose `warning.code` is `UNREACHABLE`, or any entry of a
+/// top-level `unreachables`. Such a listing is incomplete, and whatever it
+/// does not show would be taken for gone, so it is
+/// [`ProviderError::Partial`], naming the scopes; any other warning
+/// (`NO_RESULTS_ON_PAGE`, ...) is harmless. The one rule of both listings
+/// (`aggregated/reservations` and `aggregated/instances`).
+pub(crate) fn require_complete<'a>(
+    scopes: impl IntoIterator<Item = (&'a str, Option<&'a ScopeWarning>)>,
+    unreachables: Option<&[String]>,
+) -> Result<(), ProviderError> {
+    let mut names: Vec<String> = unreachables
+        .unwrap_or_default()
+        .iter()
+        .map(|scope| scope_name(scope))
+        .collect();
+    for (scope, warning) in scopes {
+        if warning.and_then(|w| w.code.as_deref()) == Some("UNREACHABLE") {
+            names.push(scope_name(scope));
+        }
+    }
+    if names.is_empty() {
+        return Ok(());
+    }
+    names.sort();
+    names.dedup();
+    let more = names.len().saturating_sub(MAX_NAMED_SCOPES);
+    names.truncate(MAX_NAMED_SCOPES);
+    if more > 0 {
+        names.push(format!("{more} more"));
+    }
+    Err(ProviderError::Partial { unreachable: names })
+}
+
+/// A scope as the log names it: its last segment (`zones/us-central1-a` ->
+/// `us-central1-a`) when that is a short word, else `unknown` (what a
+/// provider answers is logged, so it must not carry more than a name).
+fn scope_name(scope: &str) -> String {
+    let last = scope.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    let word = !last.is_empty()
+        && last.len() <= 64
+        && last
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if word { last } else { "unknown" }.to_owned()
 }
 
 #[derive(Deserialize)]
@@ -60,12 +119,20 @@ struct InstanceProperties {
 /// Reservations without `specificReservation.instanceProperties` (those built
 /// from an instance template, or aggregate reservations) name no machine type
 /// and cannot be sliced into slots; they are skipped with a warning. Anything
-/// else missing or ill-typed makes the whole page malformed: a partial answer
-/// would make the missing reservations look gone.
+/// else missing or ill-typed makes the whole page malformed, and a zone the
+/// provider could not reach makes it [`ProviderError::Partial`]
+/// ([`require_complete`]): a partial answer would make the missing
+/// reservations look gone.
 pub(crate) fn parse_page(body: &[u8], project: &str) -> Result<Page, ProviderError> {
     let list: AggregatedList = serde_json::from_slice(body).map_err(|e| {
         ProviderError::Malformed(format!("not an aggregated reservation list ({e})"))
     })?;
+    require_complete(
+        list.items
+            .iter()
+            .map(|(scope, scoped)| (scope.as_str(), scoped.warning.as_ref())),
+        list.unreachables.as_deref(),
+    )?;
     let mut reservations = Vec::new();
     for (scope, scoped) in list.items {
         for wire in scoped.reservations {
@@ -310,6 +377,101 @@ mod tests {
         assert_eq!(page.next_page_token, None);
         let page = parse(json!({ "items": {}, "nextPageToken": "" })).expect("valid");
         assert_eq!(page.next_page_token, None);
+    }
+
+    fn unreachable(scope: &str) -> Value {
+        json!({ "warning": {
+            "code": "UNREACHABLE",
+            "message": format!("Scope '{scope}' is unreachable."),
+            "data": [{ "key": "scope", "value": scope }]
+        } })
+    }
+
+    fn partial(zones: &[&str]) -> ProviderError {
+        ProviderError::Partial {
+            unreachable: zones.iter().map(|z| (*z).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn an_unreachable_scope_fails_the_whole_page() {
+        let r1 = reservation("r1", "us-central1-a", "READY", json!("4"), json!("1"));
+        let err = parse(json!({ "items": {
+            "zones/us-central1-a": { "reservations": [r1.clone()] },
+            "zones/us-east1-b": unreachable("zones/us-east1-b"),
+            "zones/europe-west4-b": { "warning": { "code": "NO_RESULTS_ON_PAGE" } }
+        }}))
+        .expect_err("a partial page");
+        assert_eq!(err, partial(&["us-east1-b"]));
+        assert!(err.is_retryable());
+        assert_eq!(err.status(), None);
+        assert_eq!(
+            err.to_string(),
+            "the provider could not reach every zone (UNREACHABLE: us-east1-b); \
+             the listing is incomplete"
+        );
+        // Several, on the next page too: each is named once, sorted.
+        let err = parse(json!({ "items": {
+            "zones/us-central1-b": unreachable("zones/us-central1-b"),
+            "zones/asia-east1-a": unreachable("zones/asia-east1-a"),
+        }, "nextPageToken": "t2" }))
+        .expect_err("a partial page");
+        assert_eq!(err, partial(&["asia-east1-a", "us-central1-b"]));
+    }
+
+    #[test]
+    fn unreachables_fail_the_whole_page() {
+        let r1 = reservation("r1", "us-central1-a", "READY", json!("4"), json!("1"));
+        let err = parse(json!({
+            "items": { "zones/us-central1-a": { "reservations": [r1.clone()] } },
+            "unreachables": ["zones/us-east1-b", "zones/asia-east1-a", "zones/us-east1-b"]
+        }))
+        .expect_err("a partial page");
+        assert_eq!(err, partial(&["asia-east1-a", "us-east1-b"]));
+        // Both forms at once; a name that is not a plain word is not logged.
+        let err = parse(json!({
+            "items": { "zones/us-east1-c": unreachable("zones/us-east1-c") },
+            "unreachables": ["regions/us-west1", "zones/<b>ya29.x y</b>"]
+        }))
+        .expect_err("a partial page");
+        assert_eq!(err, partial(&["unknown", "us-east1-c", "us-west1"]));
+        assert!(!err.to_string().contains("ya29"), "{err}");
+        // Many: the first 16 are named, the rest counted.
+        let scopes: Vec<String> = (0..20).map(|i| format!("zones/z{i:02}-a")).collect();
+        let Err(ProviderError::Partial { unreachable }) = parse(json!({ "unreachables": scopes }))
+        else {
+            panic!("a partial page");
+        };
+        assert_eq!(unreachable.len(), 17);
+        assert_eq!(unreachable[0], "z00-a");
+        assert_eq!(unreachable[16], "4 more");
+    }
+
+    #[test]
+    fn other_warnings_and_empty_unreachables_are_harmless() {
+        let r1 = reservation("r1", "us-central1-a", "READY", json!("4"), json!("1"));
+        for unreachables in [json!([]), Value::Null] {
+            let page = parse(json!({
+                "items": {
+                    "zones/us-central1-a": { "reservations": [r1.clone()] },
+                    "zones/us-east1-b": { "warning": {
+                        "code": "NO_RESULTS_ON_PAGE",
+                        "message": "There are no results for scope 'zones/us-east1-b' on this page."
+                    } },
+                    "zones/us-east1-c": { "warning": { "code": "DEPRECATED_RESOURCE_USED" } },
+                    "zones/us-east1-d": { "warning": {} }
+                },
+                "unreachables": unreachables
+            }))
+            .expect("a complete page");
+            assert_eq!(page.reservations.len(), 1);
+        }
+        // An `unreachables` that is not a list of scopes is malformed, not
+        // ignored.
+        assert!(matches!(
+            parse(json!({ "unreachables": "zones/us-east1-b" })),
+            Err(ProviderError::Malformed(_))
+        ));
     }
 
     #[test]

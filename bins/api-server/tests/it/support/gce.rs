@@ -207,6 +207,12 @@ impl Gce {
         self.control("fail", body).await;
     }
 
+    /// Both aggregated lists leave `zones` out as unreachable scopes from
+    /// now on (`POST /fake/unreachable`); `&[]` ends it.
+    pub async fn unreachable(&self, zones: &[&str]) {
+        self.control("unreachable", json!({ "zones": zones })).await;
+    }
+
     /// Delays every later listing by `ms` (0: none).
     pub async fn delay(&self, ms: u64) {
         self.control("delay", json!({ "ms": ms })).await;

@@ -138,9 +138,14 @@ impl Gce {
 
     /// Creates a VM behind the platform's back (in [`ZONE`], no reservation).
     pub async fn insert_outside(&self, name: &str, labels: Value) {
+        self.insert_outside_in(ZONE, name, labels).await;
+    }
+
+    /// Creates a VM behind the platform's back in `zone`, no reservation.
+    pub async fn insert_outside_in(&self, zone: &str, name: &str, labels: Value) {
         let body = json!({
             "name": name,
-            "machineType": format!("zones/{ZONE}/machineTypes/{FLAVOR}"),
+            "machineType": format!("zones/{zone}/machineTypes/{FLAVOR}"),
             "labels": labels,
             "reservationAffinity": { "consumeReservationType": "NO_RESERVATION" },
             "disks": [{ "boot": true, "autoDelete": true,
@@ -150,7 +155,7 @@ impl Gce {
         let op = self
             .api(
                 reqwest::Method::POST,
-                &format!("zones/{ZONE}/instances?requestId={}", uuid_like()),
+                &format!("zones/{zone}/instances?requestId={}", uuid_like()),
                 Some(body),
             )
             .await;
@@ -160,7 +165,7 @@ impl Gce {
             let o = self
                 .api(
                     reqwest::Method::GET,
-                    &format!("zones/{ZONE}/operations/{name}"),
+                    &format!("zones/{zone}/operations/{name}"),
                     None,
                 )
                 .await;

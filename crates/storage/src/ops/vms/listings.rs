@@ -45,19 +45,29 @@ async fn listing_accounts_now(conn: &mut AsyncPgConnection) -> Result<Vec<Accoun
     Ok(out)
 }
 
-/// A listing claimed: its sequence number and the real time it began.
+/// A listing claimed: the account's applied listings when it was claimed
+/// and the real time it began.
+///
+/// Listings are numbered when they are applied, not when they are claimed
+/// (contract 3.12 r4): `vm_listings.listing_seq` counts the account's
+/// listings that succeeded and were applied, and the one applied after
+/// this claim is number `seq + 1`. "Two consecutive listings" are two
+/// consecutive numbers, so a listing that failed (a provider error, a
+/// partial answer, a worker killed before it applied anything) takes no
+/// number and neither breaks a pair nor moves its date.
 #[derive(Debug, Clone)]
 pub struct ListingClaim {
     /// The account.
     pub account_id: String,
-    /// Its listings so far, this one included.
+    /// The account's listings applied when this one was claimed.
     pub seq: i64,
     /// When it began (real time, epoch ms).
     pub started_wall: i64,
 }
 
 /// Claims a listing of the account's VMs: `None` when another replica holds
-/// one, or the last began less than `interval_ms` ago.
+/// one, or the last began less than `interval_ms` ago. A claim takes the
+/// lease; the listing's number is taken by [`apply_listing`].
 pub async fn claim_listing(
     conn: &mut AsyncPgConnection,
     account_id: &str,
@@ -72,8 +82,7 @@ pub async fn claim_listing(
         last_wall: i64,
     }
     let sql = format!(
-        "UPDATE vm_listings SET listing_seq = listing_seq + 1, \
-           lease_until = {DB_NOW_MS} + $3, last_wall = {DB_NOW_MS} \
+        "UPDATE vm_listings SET lease_until = {DB_NOW_MS} + $3, last_wall = {DB_NOW_MS} \
          WHERE account_id = $1 AND (lease_until IS NULL OR lease_until < {DB_NOW_MS}) \
            AND (last_wall IS NULL OR last_wall + $2 <= {DB_NOW_MS}) \
          RETURNING listing_seq, last_wall"
@@ -101,9 +110,10 @@ pub async fn claim_listing(
     }))
 }
 
-/// Ends a listing: its lease is given back; a failed one is counted and
-/// breaks the chain of consecutive listings (a VM must be missed by two
-/// listings that both succeeded).
+/// Ends a listing: its lease is given back and a failed one is counted. A
+/// failed listing took no number, so the listings that succeeded before and
+/// after it are consecutive (contract 3.12 r4: a VM missed by both is lost
+/// at the first, an orphan seen by both is deleted).
 pub async fn end_listing(
     conn: &mut AsyncPgConnection,
     claim: &ListingClaim,
@@ -131,17 +141,23 @@ async fn end_listing_now(
         ))
         .execute(conn)
         .await?;
-    if !succeeded {
-        // The next listing is not consecutive with the last one that
-        // succeeded.
-        diesel::sql_query(
-            "UPDATE vm_listings SET listing_seq = listing_seq + 1 WHERE account_id = $1",
-        )
-        .bind::<Text, _>(&claim.account_id)
-        .execute(conn)
-        .await?;
-    }
     Ok(())
+}
+
+/// Takes the next listing number of `claim`'s account for it: `None` when
+/// another listing was applied since it was claimed (one claimed after its
+/// lease ran out), whose view is as new or newer; this one is then dropped.
+async fn number_listing(conn: &mut AsyncPgConnection, claim: &ListingClaim) -> Result<Option<i64>> {
+    Ok(diesel::update(
+        vm_listings::table
+            .find(&claim.account_id)
+            .filter(vm_listings::listing_seq.eq(claim.seq)),
+    )
+    .set(vm_listings::listing_seq.eq(vm_listings::listing_seq + 1))
+    .returning(vm_listings::listing_seq)
+    .get_result(conn)
+    .await
+    .optional()?)
 }
 
 /// A VM as a listing saw it.
@@ -168,13 +184,25 @@ pub struct Drift {
     pub lost: u64,
     /// Orphan VMs to delete now: (zone, name, request id).
     pub orphans: Vec<(String, String, String)>,
+    /// Another listing was applied since this one was claimed: nothing was
+    /// applied.
+    pub stale: bool,
+}
+
+/// A listing being applied: its claim and its number.
+struct Numbered<'a> {
+    claim: &'a ListingClaim,
+    /// The listing's number; the one before it is `seq - 1`.
+    seq: i64,
 }
 
 const STOPPED: [&str; 3] = ["TERMINATED", "STOPPED", "SUSPENDED"];
 
-/// Applies a listing of `claim`'s account at `now` (the product's clock):
-/// the drift rules of contract 3.12, one short transaction per instance
-/// that changes. An instance with a step open, or changed by one since the
+/// Applies a complete listing of `claim`'s account at `now` (the product's
+/// clock): it takes the account's next listing number (nothing is applied
+/// when another listing was applied since the claim: `stale`), then the
+/// drift rules of contract 3.12, one short transaction per instance that
+/// changes. An instance with a step open, or changed by one since the
 /// listing began, is left alone.
 pub async fn apply_listing(
     conn: &mut AsyncPgConnection,
@@ -183,6 +211,14 @@ pub async fn apply_listing(
     now: i64,
 ) -> Result<Drift> {
     let mut drift = Drift::default();
+    let numbered = conn
+        .transaction::<_, StorageError, _>(async |conn| number_listing(conn, claim).await)
+        .await?;
+    let Some(seq) = numbered else {
+        drift.stale = true;
+        return Ok(drift);
+    };
+    let listing = Numbered { claim, seq };
     let live: Vec<InstanceRow> = crate::db::read_only(conn, async |conn| {
         instances::table
             .inner_join(pools_t::table)
@@ -200,7 +236,7 @@ pub async fn apply_listing(
             Some(v.name.as_str()) == inst.vm_name.as_deref()
                 && Some(v.zone.as_str()) == inst.vm_zone.as_deref()
         });
-        match drift_one(conn, claim, &inst.instance_id, vm, now).await? {
+        match drift_one(conn, &listing, &inst.instance_id, vm, now).await? {
             Some(Cause::ObservedStopped) => drift.stopped += 1,
             Some(Cause::ObservedRunning) => drift.restopped += 1,
             Some(Cause::Lost) => drift.lost += 1,
@@ -208,15 +244,18 @@ pub async fn apply_listing(
         }
     }
     drift.orphans = conn
-        .transaction::<_, StorageError, _>(async |conn| orphans(conn, claim, seen).await)
+        .transaction::<_, StorageError, _>(async |conn| orphans(conn, &listing, seen).await)
         .await?;
     Ok(drift)
 }
 
-/// The drift rules for one instance, in one transaction.
+/// The drift rules for one instance, in one transaction. A missing VM is
+/// marked with the listing's number and instant; the next listing that
+/// misses it too (number + 1) takes the instance for lost, at the mark's
+/// instant.
 async fn drift_one(
     conn: &mut AsyncPgConnection,
-    claim: &ListingClaim,
+    listing: &Numbered<'_>,
     instance_id: &str,
     vm: Option<&SeenVm>,
     now: i64,
@@ -232,7 +271,7 @@ async fn drift_one(
         let (inst, res) = lock_for_worker(conn, instance_id, now, &mut events).await?;
         let settled_since = inst
             .vm_changed_wall
-            .is_some_and(|w| w >= claim.started_wall);
+            .is_some_and(|w| w >= listing.claim.started_wall);
         if settled_since
             || inst.state.to_vm().step().is_some()
             || inst.state.is_final()
@@ -270,10 +309,10 @@ async fn drift_one(
                 }
             }
             None => {
-                if inst.vm_missing_seq != Some(claim.seq - 1) {
+                if inst.vm_missing_seq != Some(listing.seq - 1) {
                     diesel::update(instances::table.find(instance_id))
                         .set((
-                            instances::vm_missing_seq.eq(claim.seq),
+                            instances::vm_missing_seq.eq(listing.seq),
                             instances::vm_missing_at.eq(now),
                         ))
                         .execute(conn)
@@ -320,10 +359,10 @@ async fn drift_one(
 }
 
 /// Records the labelled VMs without a live instance; those seen by two
-/// listings in a row are returned to be deleted.
+/// listings in a row (consecutive numbers) are returned to be deleted.
 async fn orphans(
     conn: &mut AsyncPgConnection,
-    claim: &ListingClaim,
+    listing: &Numbered<'_>,
     seen: &[SeenVm],
 ) -> Result<Vec<(String, String, String)>> {
     let labelled: Vec<&str> = seen
@@ -360,11 +399,11 @@ async fn orphans(
                last_seq = $5 \
              RETURNING first_seq, last_seq, request_id",
         )
-        .bind::<Text, _>(&claim.account_id)
+        .bind::<Text, _>(&listing.claim.account_id)
         .bind::<Text, _>(&vm.zone)
         .bind::<Text, _>(&vm.name)
         .bind::<Nullable<Text>, _>(vm.instance_id.as_deref())
-        .bind::<BigInt, _>(claim.seq)
+        .bind::<BigInt, _>(listing.seq)
         .bind::<Text, _>(&request_id)
         .get_result::<OrphanRow>(conn)
         .await
