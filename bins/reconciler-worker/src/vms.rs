@@ -73,9 +73,18 @@ impl Pass for Instances {
 
     fn pause<'a>(&'a self, ctx: &'a PassContext, interval: Duration) -> PassPause<'a> {
         Box::pin(async move {
-            let wait = next_step_in(ctx)
+            let now = control::vms::wall_ms();
+            let resume = ctx.vm_pacer.next_resume(now).unwrap_or(interval);
+            let paused: Vec<String> = ctx
+                .vm_pacer
+                .allowances(now)
+                .into_iter()
+                .filter_map(|(account, n)| (n == 0).then_some(account))
+                .collect();
+            let wait = next_step_in(ctx, &paused)
                 .await
-                .map_or(interval, |d| d.min(interval));
+                .map_or(interval, |d| d.min(interval))
+                .min(resume);
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = ctx.vm_wake.notified() => {}
@@ -115,10 +124,13 @@ fn drift_count(kind: &str) -> &'static str {
     }
 }
 
-/// How long until the next open step is due (at least 50 ms).
-async fn next_step_in(ctx: &PassContext) -> Option<Duration> {
+/// How long until the next open step of an account not `paused` is due
+/// (at least 50 ms).
+async fn next_step_in(ctx: &PassContext, paused: &[String]) -> Option<Duration> {
     let mut conn = ctx.pool.get().await.ok()?;
-    let due = storage::ops::vms::next_due(&mut conn).await.ok()??;
+    let due = storage::ops::vms::next_due(&mut conn, paused)
+        .await
+        .ok()??;
     let now = db_now_ms(&mut conn).await.ok()?;
     Some(Duration::from_millis(
         u64::try_from(due.saturating_sub(now)).unwrap_or(0).max(50),

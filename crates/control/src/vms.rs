@@ -3,15 +3,15 @@
 //! the [`InstanceProvider`] trait, never inside a transaction.
 //!
 //! One job per module:
-//! - [`pipeline`]: which steps this worker drives, and how many at once: a
+//! - `pipeline`: which steps this worker drives, and how many at once: a
 //!   pipeline that claims the next step (round-robin across tenants) as soon
 //!   as one ends or waits, never a batch that waits for its slowest step;
-//! - [`step`]: driving one claimed step: sent with its `requestId` (the same
+//! - `step`: driving one claimed step: sent with its `requestId` (the same
 //!   on every try), its operation read until `DONE`, the VM read back, the
 //!   outcome recorded with storage;
-//! - [`pace`]: how fast each account's mutating calls go (its write budget,
+//! - `pace`: how fast each account's mutating calls go (its write budget,
 //!   the pauses a rate or concurrent-operations quota asks for);
-//! - [`listings`]: each account's VMs listed for drift, on their own.
+//! - `listings`: each account's VMs listed for drift, on their own.
 //!
 //! A worker killed anywhere leaves a step open, and the replica that claims
 //! it next sends the same `requestId` again or finds the operation or the
@@ -123,7 +123,7 @@ fn ms(d: Duration) -> i64 {
 }
 
 /// The wall clock (epoch ms) of this process, for the pacer's minutes.
-fn wall_ms() -> i64 {
+pub fn wall_ms() -> i64 {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

@@ -81,9 +81,19 @@ pub async fn drive_steps(ctx: &VmContext<'_>) -> Result<Vec<StepReport>> {
             .min(held_max.saturating_sub(running.len()));
         if room > 0 {
             let limit = i64::try_from(room).unwrap_or(i64::MAX);
-            let claims = {
+            let claiming = async {
                 let mut conn = ctx.pool.get().await?;
-                vms::claim_steps(&mut conn, limit, lease_ms).await?
+                let allowances = ctx.pacer.allowances(super::wall_ms());
+                vms::claim_steps(&mut conn, limit, lease_ms, &allowances).await
+            };
+            let mut claiming = std::pin::pin!(claiming);
+            // The running steps go on while the claim waits for a connection
+            // (they hold the others and give them back only when polled).
+            let claims = loop {
+                tokio::select! {
+                    c = &mut claiming => break c?,
+                    Some(r) = running.next(), if !running.is_empty() => collect(&mut reports, r),
+                }
             };
             for claim in claims {
                 let Some(slot) = slots.try_take() else {
@@ -102,17 +112,20 @@ pub async fn drive_steps(ctx: &VmContext<'_>) -> Result<Vec<StepReport>> {
             () = slots.freed.notified() => None,
             () = tokio::time::sleep(TICK) => None,
         };
-        let mut collect = |r: Result<StepReport>| match r {
-            Ok(report) => reports.push(report),
-            Err(e) => tracing::error!(error = %e, "a vm step could not be recorded"),
-        };
         if let Some(r) = ended {
-            collect(r);
+            collect(&mut reports, r);
         }
         // Gather every other step that ended meanwhile.
         while let Some(Some(r)) = running.next().now_or_never() {
-            collect(r);
+            collect(&mut reports, r);
         }
     }
     Ok(reports)
+}
+
+fn collect(reports: &mut Vec<StepReport>, r: Result<StepReport>) {
+    match r {
+        Ok(report) => reports.push(report),
+        Err(e) => tracing::error!(error = %e, "a vm step could not be recorded"),
+    }
 }

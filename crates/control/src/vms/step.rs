@@ -112,16 +112,18 @@ pub(super) async fn drive<'s>(
         };
         // The first send dates the deadline (a quota refusal sent nothing).
         let sent = (sending && !matches!(round, Round::Throttled(..))).then_some(timeout_ms);
+        // What the account has in flight: a granted send that started no
+        // operation, or an operation seen ending, leaves it.
+        let started = matches!(round, Round::Operation(_));
+        let ended = matches!(round, Round::End(_) | Round::NextZone(..) | Round::Resend);
+        if (sending && !started && !matches!(round, Round::Throttled(..))) || (!sending && ended) {
+            ctx.pacer.operation_done(&account);
+        }
         if sent.is_some() && claim.sent_wall.is_none() {
             claim.sent_wall = Some(wall_ms());
         }
         match round {
-            Round::End(outcome) => {
-                if !sending {
-                    ctx.pacer.operation_done(&account, wall_ms());
-                }
-                return record(ctx, &work, &claim, kind, outcome).await;
-            }
+            Round::End(outcome) => return record(ctx, &work, &claim, kind, outcome).await,
             Round::Operation(op) => {
                 claim.operation = Some(op.clone());
                 let p = Progress {
@@ -185,16 +187,28 @@ pub(super) async fn drive<'s>(
                 }
             }
             Round::Throttled(quota, retry_after) => {
-                let pause = ctx.pacer.throttled(&account, quota, retry_after, wall_ms());
-                tracing::info!(
-                    instance = %instance,
-                    account = %account,
-                    quota = %quota,
-                    pause_ms = pause.as_millis() as u64,
-                    "the provider refused a call for its quota: the account's calls pause"
-                );
+                let (pause, first) = ctx.pacer.throttled(&account, quota, retry_after, wall_ms());
+                if first {
+                    tracing::warn!(
+                        account = %account,
+                        quota = %quota,
+                        pause_ms = pause.as_millis() as u64,
+                        "the provider refused a call for its quota: the account's calls \
+                         are paced (the step waits; BC_VM_WRITES_PER_MIN may be above \
+                         the project's quota)"
+                    );
+                } else {
+                    tracing::debug!(instance = %instance, quota = %quota, "quota refusal");
+                }
+                // Due again when the pause ends; under a concurrent-
+                // operations cap, as soon as one of the account's operations
+                // ends. Until then the account's steps are not claimed.
+                let due = match quota {
+                    Throttle::Rate => pause,
+                    Throttle::ConcurrentOperations => Duration::ZERO,
+                };
                 let p = Progress {
-                    due_in_ms: ms(pause),
+                    due_in_ms: ms(due),
                     ..Progress::default()
                 };
                 return put_off(ctx, &claim, p, kind).await;

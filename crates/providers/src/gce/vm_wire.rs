@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::wire::zone_from_url;
+use super::wire::{ScopeWarning, require_complete, zone_from_url};
 use crate::{OperationStatus, ProviderError, Throttle, Vm, VmOperation, VmSpec};
 
 /// The scope a VM's service account is given.
@@ -176,57 +176,41 @@ struct AggregatedList {
     #[serde(default)]
     items: BTreeMap<String, ScopedList>,
     next_page_token: Option<String>,
-    #[serde(default)]
-    unreachables: Vec<String>,
+    /// The scopes left out (`returnPartialSuccess`).
+    unreachables: Option<Vec<String>>,
 }
 
 /// A scope (`zones/us-central1-a`) holds instances, or a `warning` such as
-/// `NO_RESULTS_ON_PAGE` instead.
+/// `NO_RESULTS_ON_PAGE` or `UNREACHABLE` instead.
 #[derive(Deserialize)]
 struct ScopedList {
     #[serde(default)]
     instances: Vec<WireInstance>,
-    warning: Option<Warning>,
-}
-
-#[derive(Deserialize)]
-struct Warning {
-    code: Option<String>,
+    warning: Option<ScopeWarning>,
 }
 
 /// One page of `aggregated/instances`: its VMs and the next page's token.
 ///
 /// A zone the provider could not reach (a scope warning `UNREACHABLE`, or
-/// `unreachables`) fails the page with a retryable transport error: a
-/// partial answer would make that zone's VMs look gone.
+/// `unreachables`) fails the page with [`ProviderError::Partial`]
+/// ([`require_complete`], the reservations listing's rule): a partial
+/// answer would make that zone's VMs look gone.
 pub(crate) fn parse_instance_page(body: &[u8]) -> Result<(Vec<Vm>, Option<String>), ProviderError> {
     let list: AggregatedList = serde_json::from_slice(body)
         .map_err(|e| ProviderError::Malformed(format!("not an aggregated instance list ({e})")))?;
-    if let Some(scope) = list.unreachables.first() {
-        return Err(unreachable(scope));
-    }
+    require_complete(
+        list.items
+            .iter()
+            .map(|(scope, scoped)| (scope.as_str(), scoped.warning.as_ref())),
+        list.unreachables.as_deref(),
+    )?;
     let mut vms = Vec::new();
     for (scope, scoped) in list.items {
-        if scoped
-            .warning
-            .as_ref()
-            .and_then(|w| w.code.as_deref())
-            .is_some_and(|code| code == "UNREACHABLE")
-        {
-            return Err(unreachable(&scope));
-        }
         for wire in scoped.instances {
             vms.push(map_instance(wire, Some(&scope))?);
         }
     }
     Ok((vms, list.next_page_token.filter(|t| !t.is_empty())))
-}
-
-fn unreachable(scope: &str) -> ProviderError {
-    let scope = code_word(Some(scope.trim_start_matches("zones/")), "a zone");
-    ProviderError::Transport(format!(
-        "the provider could not reach {scope} (UNREACHABLE)"
-    ))
 }
 
 #[derive(Deserialize)]
@@ -466,11 +450,19 @@ mod tests {
         let (_, next) = parse_instance_page(br#"{"nextPageToken":""}"#).expect("page");
         assert_eq!(next, None);
 
-        let unreachable = br#"{"items":{"zones/us-east1-b":{"warning":{"code":"UNREACHABLE"}}}}"#;
+        let unreachable = br#"{"items":{"zones/us-east1-b":{"warning":{"code":"UNREACHABLE"}},
+            "zones/us-central1-a":{"instances":[{"name":"bc-1","status":"RUNNING"}]}}}"#;
         let err = parse_instance_page(unreachable).expect_err("unreachable");
         assert!(err.is_retryable(), "{err:?}");
         assert!(err.to_string().contains("us-east1-b"), "{err}");
-        assert!(parse_instance_page(br#"{"unreachables":["zones/x-1-a"]}"#).is_err());
+        assert_eq!(
+            parse_instance_page(br#"{"unreachables":["zones/x-1-a"],"items":{}}"#),
+            Err(ProviderError::Partial {
+                unreachable: vec!["x-1-a".into()]
+            })
+        );
+        let (vms, _) = parse_instance_page(br#"{"unreachables":[]}"#).expect("complete");
+        assert!(vms.is_empty());
         assert!(matches!(
             parse_instance_page(br#"{"items":{"zones/a-1-b":{"instances":[{"name":"x"}]}}}"#),
             Err(ProviderError::Malformed(_))
@@ -513,11 +505,24 @@ mod tests {
         let not_ready = classify(400, &google(400, Some("resourceNotReady"), None));
         assert_eq!(not_ready, rejected(400, "resourceNotReady"));
         assert!(not_ready.is_retryable());
+        // Quota refusals are throttles, for the caller to pace (3.12 r4).
+        let throttled = |quota| ProviderError::Throttled {
+            quota,
+            retry_after: None,
+        };
         let limited = classify(403, &google(403, Some("rateLimitExceeded"), None));
+        assert_eq!(limited, throttled(Throttle::Rate));
         assert!(limited.is_retryable());
         let exhausted = classify(429, &google(429, None, Some("RESOURCE_EXHAUSTED")));
-        assert_eq!(exhausted, rejected(429, "RESOURCE_EXHAUSTED"));
-        assert!(exhausted.is_retryable());
+        assert_eq!(exhausted, throttled(Throttle::Rate));
+        assert_eq!(classify(429, b"not json"), throttled(Throttle::Rate));
+        let concurrent = br#"{"error":{"code":403,"errors":[{"reason":"rateLimitExceeded"}],
+            "details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason":"CONCURRENT_OPERATIONS_QUOTA_EXCEEDED"}]}}"#;
+        assert_eq!(
+            classify(403, concurrent),
+            throttled(Throttle::ConcurrentOperations)
+        );
         let scope = classify(
             403,
             &google(

@@ -87,12 +87,16 @@ pub struct StepWork {
 
 /// Claims up to `limit` due steps, each the oldest open step of its
 /// instance, for `lease_ms`, round-robin across tenants (oldest first within
-/// a tenant).
+/// a tenant); an account named in `allowances` gives at most its number of
+/// steps (0: none, it is paused), the others are left for later.
 pub async fn claim_steps(
     conn: &mut AsyncPgConnection,
     limit: i64,
     lease_ms: i64,
+    allowances: &[(String, i32)],
 ) -> Result<Vec<StepClaim>> {
+    let (accounts, counts): (Vec<&str>, Vec<i32>) =
+        allowances.iter().map(|(a, n)| (a.as_str(), *n)).unzip();
     let token = uuid::Uuid::now_v7().to_string();
     let sql = include_str!("sql/vms_claim_steps.sql").replace("{DB_NOW_MS}", DB_NOW_MS);
     // One short transaction behind a transaction pooler.
@@ -102,7 +106,9 @@ pub async fn claim_steps(
             diesel::sql_query(sql)
                 .bind::<BigInt, _>(limit)
                 .bind::<BigInt, _>(lease_ms)
-                .bind::<Text, _>(&token),
+                .bind::<Text, _>(&token)
+                .bind::<diesel::sql_types::Array<Text>, _>(&accounts)
+                .bind::<diesel::sql_types::Array<Integer>, _>(&counts),
         )
         .load(conn)
         .await?;
@@ -111,15 +117,32 @@ pub async fn claim_steps(
     .await
 }
 
-/// The real time (epoch ms) of the next open step's next try, if any: how
-/// long a worker may sleep.
-pub async fn next_due(conn: &mut AsyncPgConnection) -> Result<Option<i64>> {
+/// The real time (epoch ms) of the next open step's next try, if any, the
+/// steps of the accounts in `paused` left out: how long a worker may sleep.
+pub async fn next_due(conn: &mut AsyncPgConnection, paused: &[String]) -> Result<Option<i64>> {
+    #[derive(QueryableByName)]
+    struct Due {
+        #[diesel(sql_type = Nullable<BigInt>)]
+        due: Option<i64>,
+    }
     crate::db::read_only(conn, async |conn| {
-        Ok(vm_steps::table
-            .filter(vm_steps::state.eq("open"))
-            .select(diesel::dsl::min(vm_steps::due_wall))
-            .first(conn)
-            .await?)
+        if paused.is_empty() {
+            return Ok(vm_steps::table
+                .filter(vm_steps::state.eq("open"))
+                .select(diesel::dsl::min(vm_steps::due_wall))
+                .first(conn)
+                .await?);
+        }
+        let due: Due = diesel::sql_query(
+            "SELECT min(s.due_wall) AS due FROM vm_steps s \
+             JOIN instances i ON i.instance_id = s.instance_id \
+             JOIN pools pl ON pl.pool_id = i.pool_id \
+             WHERE s.state = 'open' AND NOT (pl.account_id = ANY($1))",
+        )
+        .bind::<diesel::sql_types::Array<Text>, _>(paused)
+        .get_result(conn)
+        .await?;
+        Ok(due.due)
     })
     .await
 }

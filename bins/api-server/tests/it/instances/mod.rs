@@ -7,4 +7,5 @@ mod lifecycle;
 mod managed;
 mod managed_rules;
 mod placement;
+mod provider_pace;
 mod quotas;

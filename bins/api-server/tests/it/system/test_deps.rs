@@ -219,7 +219,11 @@ fn a_package_that_does_not_bring_its_tool_fails_the_run() {
     let machine = Machine::with(&present, false);
     let out = machine.run(0, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("still missing after apt-get: openssl"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("still missing after apt-get: openssl"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -2,11 +2,15 @@
 -- step of its instance, taken round-robin across tenants (each tenant's
 -- oldest due step first, then each one's second, ...), so one tenant's backlog
 -- never delays another tenant's step by more than one step of each tenant.
+-- The provider accounts in $4 may take at most $5 (the same position) steps
+-- each, in the same order: what their write budget and concurrent operations
+-- allow now (0 while a quota pauses them). The others stay where they are.
 WITH due AS (
-  SELECT s.step_id, s.due_wall,
+  SELECT s.step_id, s.due_wall, pl.account_id,
          row_number() OVER (PARTITION BY i.tenant_id ORDER BY s.due_wall, s.step_id) AS turn
   FROM vm_steps s
   JOIN instances i ON i.instance_id = s.instance_id
+  JOIN pools pl ON pl.pool_id = i.pool_id
   WHERE s.state = 'open'
     AND s.due_wall <= {DB_NOW_MS}
     AND (s.lease_until IS NULL OR s.lease_until < {DB_NOW_MS})
@@ -14,14 +18,26 @@ WITH due AS (
       SELECT 1 FROM vm_steps p
       WHERE p.instance_id = s.instance_id AND p.state = 'open' AND p.step_id < s.step_id)
 ),
+ranked AS (
+  SELECT d.*,
+         row_number() OVER (PARTITION BY d.account_id
+                            ORDER BY d.turn, d.due_wall, d.step_id) AS account_turn
+  FROM due d
+  WHERE d.turn <= $1
+),
+allowed AS (
+  SELECT r.step_id, r.turn, r.due_wall
+  FROM ranked r
+  LEFT JOIN unnest($4::text[], $5::int[]) AS a(account_id, n) ON a.account_id = r.account_id
+  WHERE a.n IS NULL OR r.account_turn <= a.n
+),
 picked AS (
   SELECT s.step_id
   FROM vm_steps s
-  JOIN due d ON d.step_id = s.step_id
+  JOIN allowed d ON d.step_id = s.step_id
   -- Checked again on the locked row (another replica may have claimed it
   -- since the snapshot above was read).
-  WHERE d.turn <= $1
-    AND s.state = 'open'
+  WHERE s.state = 'open'
     AND s.due_wall <= {DB_NOW_MS}
     AND (s.lease_until IS NULL OR s.lease_until < {DB_NOW_MS})
   ORDER BY d.turn, d.due_wall, s.step_id
