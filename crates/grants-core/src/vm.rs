@@ -223,7 +223,10 @@ pub fn next(state: VmState, slot_running: bool, cause: Cause) -> Result<Transiti
         (S::Provisioning, C::Confirmed(K::Create)) => {
             Ok(to(S::Running, true, true, Release::Nothing))
         }
-        (S::Provisioning, C::Failed(K::Create)) => Ok(to(S::Failed, false, false, Release::All)),
+        // A create refused for good, or whose VM vanished before it ran.
+        (S::Provisioning, C::Failed(K::Create) | C::Lost) => {
+            Ok(to(S::Failed, false, false, Release::All))
+        }
         (S::Provisioning, C::StopRequested | C::StartRequested) => refused,
 
         (S::Running, C::StartRequested) | (S::Stopped, C::StopRequested) => {
@@ -231,7 +234,11 @@ pub fn next(state: VmState, slot_running: bool, cause: Cause) -> Result<Transiti
         }
         (S::Running, C::StopRequested) => Ok(to(S::Stopping, true, false, Release::Nothing)),
         (S::Running, C::ObservedStopped) => Ok(to(S::Stopped, false, false, Release::Seat)),
-        (S::Running | S::Stopped, C::Lost) => Ok(to(S::Deleted, false, false, Release::All)),
+        // The VM is gone: found missing by listings, or by a stop or start
+        // step (no state is left waiting for a step that cannot end).
+        (S::Running | S::Stopped | S::Stopping | S::Starting, C::Lost) => {
+            Ok(to(S::Deleted, false, false, Release::All))
+        }
 
         (S::Stopping, C::StopRequested) | (S::Starting, C::StartRequested) => {
             Ok(stay(state, slot_running))

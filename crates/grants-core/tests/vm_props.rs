@@ -214,3 +214,32 @@ fn stop_or_start_while_another_step_is_in_flight_is_refused() {
         Err(Refused::InvalidState(VmState::Deleting))
     );
 }
+
+/// No state without a step (contract 3.12 r4): in every state that waits
+/// for a step, each way that step can end (done, failed for good, or the VM
+/// found gone) moves the instance on, to a state that waits for nothing or
+/// for a new step. A delete is never given up, so it has no failure.
+#[test]
+fn every_end_of_a_step_leaves_its_waiting_state() {
+    let waiting = [
+        VmState::Provisioning,
+        VmState::Stopping,
+        VmState::Starting,
+        VmState::Deleting,
+    ];
+    for state in waiting {
+        let kind = state.step().expect("a waiting state has its step");
+        let mut ends = vec![Cause::Confirmed(kind), Cause::Lost];
+        if kind != StepKind::Delete {
+            ends.push(Cause::Failed(kind));
+        }
+        for slot in [true, false] {
+            for end in &ends {
+                let t = next(state, slot, *end)
+                    .unwrap_or_else(|r| panic!("{state:?} ({slot}) + {end:?}: {r:?}"));
+                assert_ne!(t.state, state, "{state:?} + {end:?} stays");
+                assert_eq!(t.step, t.state.step(), "{state:?} + {end:?}");
+            }
+        }
+    }
+}

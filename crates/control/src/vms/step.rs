@@ -123,6 +123,28 @@ pub(super) async fn drive<'s>(
             claim.sent_wall = Some(wall_ms());
         }
         match round {
+            // A delete is never given up (contract 3.12 r4): a refusal is
+            // sent again after backoff, with a fresh request id; an overdue
+            // delete raises the step-overdue alert.
+            Round::End(Outcome::Failed { code, .. }) if kind == StepKind::Delete => {
+                let backoff = backoff(claim.attempts, ctx.rules.max_backoff);
+                tracing::warn!(
+                    instance = %instance,
+                    code = %code,
+                    attempts = claim.attempts + 1,
+                    backoff_ms = backoff.as_millis() as u64,
+                    "the provider refused a delete: sent again after backoff"
+                );
+                let p = Progress {
+                    operation: Some(None),
+                    new_request: true,
+                    failed_try: true,
+                    due_in_ms: ms(backoff),
+                    sent,
+                    ..Progress::default()
+                };
+                return put_off(ctx, &claim, p, kind).await;
+            }
             Round::End(outcome) => return record(ctx, &work, &claim, kind, outcome).await,
             Round::Operation(op) => {
                 claim.operation = Some(op.clone());
@@ -475,7 +497,11 @@ async fn send(
         }
         Err(ProviderError::NotFound) => match kind {
             StepKind::Delete => read_back(provider, work, zone, &name, kind).await,
-            _ => Round::End(Outcome::Failed {
+            // What the create names (its image, network, zone) does not
+            // exist: refused for good, with the provider's reason.
+            StepKind::Create => failed("notFound"),
+            // The VM is gone: the instance is lost.
+            StepKind::Stop | StepKind::Start => Round::End(Outcome::Failed {
                 code: "not-found".into(),
                 vanished: true,
             }),

@@ -182,6 +182,9 @@ pub struct Progress {
     pub operation: Option<Option<String>>,
     /// The next zone of an on-demand create, with a fresh request id.
     pub next_zone: Option<(String, i32)>,
+    /// A fresh request id for the next send (a refused delete, sent again:
+    /// the same id would answer the same refused operation).
+    pub new_request: bool,
     /// When to try again, from now (ms).
     pub due_in_ms: i64,
     /// Whether this was a failed try (counted).
@@ -211,6 +214,7 @@ pub async fn progress(
             Some(*i),
             Some(uuid::Uuid::now_v7().to_string()),
         ),
+        None if p.new_request => (None, None, Some(uuid::Uuid::now_v7().to_string())),
         None => (None, None, None),
     };
     // A create moved to the next zone moves its instance's VM there too, in
