@@ -8,5 +8,5 @@ mod managed;
 mod managed_rules;
 mod placement;
 mod provider_pace;
-mod stuck_states;
 mod quotas;
+mod stuck_states;
