@@ -450,6 +450,42 @@ pub(crate) async fn figure_burst(
     Ok(())
 }
 
+/// Figure 7: a burst against a provider like the real one, two tenants
+/// (`pace`).
+pub(crate) async fn figure_pace(
+    Bench { db, server, p }: Bench<'_>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    say(&format!(
+        "figure 7: {} managed creates of one tenant, then {} of another, against fake-gce \
+         with operations of {}-{} s and {} writes a minute",
+        crate::pace::FIRST,
+        crate::pace::SECOND,
+        crate::pace::LATENCY_MS.0 / 1000,
+        crate::pace::LATENCY_MS.1 / 1000,
+        crate::pace::WRITES_PER_MIN
+    ));
+    let f = crate::pace::run(db, server, &p.tenant_token, CLIENTS).await?;
+    say(&format!(
+        "  makespan {:.1} s (bound {:.1} s); second tenant p50 {:.1} s, p99 {:.1} s; \
+         {} failed, {} unsettled, {} calls, {} rate refusals, peak {} in flight; \
+         worker {:.2} cores, {} connections at most",
+        f.makespan.as_secs_f64(),
+        f.bound.as_secs_f64(),
+        f.second_quantile(0.5).as_secs_f64(),
+        f.second_quantile(0.99).as_secs_f64(),
+        f.failed,
+        f.unsettled,
+        f.mutating_calls,
+        f.rate_refusals,
+        f.peak_in_flight,
+        f.worker_cores(),
+        f.peak_connections
+    ));
+    report.pace = Some(f);
+    Ok(())
+}
+
 /// Figure 6: webhook delivery of 1,000 events, one at a time (`hooks`).
 pub(crate) async fn figure_webhooks(
     Bench { db, server, .. }: Bench<'_>,

@@ -35,6 +35,7 @@ mod hooks;
 mod http;
 mod load;
 mod metering;
+mod pace;
 mod pgbench;
 mod procs;
 mod reads;
@@ -51,8 +52,8 @@ use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 
 use crate::figures::{
-    Bench, figure_burst, figure_grants, figure_instances, figure_instances_history, figure_reads,
-    figure_webhooks, fill_grants,
+    Bench, figure_burst, figure_grants, figure_instances, figure_instances_history, figure_pace,
+    figure_reads, figure_webhooks, fill_grants,
 };
 use crate::procs::{ApiServer, Database};
 use crate::report::{Machine, Report};
@@ -227,6 +228,9 @@ async fn run(server_url: &str) -> anyhow::Result<Report> {
         }
         if wanted("webhooks") {
             figure_webhooks(bench, &mut report).await?;
+        }
+        if wanted("pace") {
+            figure_pace(bench, &mut report).await?;
         }
         drop(p);
         anyhow::Ok(())

@@ -12,6 +12,7 @@ use crate::pgbench::Pgbench;
 use crate::reads::ListCost;
 
 mod derived;
+mod pace;
 mod tables;
 
 /// The line before the generated part of `docs/benchmarks.md`.
@@ -143,6 +144,8 @@ pub struct Report {
     pub instances_history: Option<(Outcome, Outcome)>,
     /// Figure 2b: the instance burst on one reservation.
     pub burst: Option<crate::burst::Burst>,
+    /// Figure 7: two tenants' bursts against a provider at the real pace.
+    pub pace: Option<crate::pace::Pace>,
     /// Figure 6: webhook delivery.
     pub webhooks: Option<crate::hooks::Deliveries>,
     /// Figure 3: get.
@@ -226,6 +229,7 @@ impl Report {
             instances: None,
             instances_history: None,
             burst: None,
+            pace: None,
             webhooks: None,
             get: None,
             list: None,
@@ -289,6 +293,7 @@ impl Report {
         s.push('\n');
         s.push_str(&self.tables());
         s.push('\n');
+        s.push_str(&self.pace_section());
         s.push_str(&self.rss_line());
         s.push_str(&self.metering_line());
         s
@@ -362,6 +367,7 @@ impl Report {
         s.push_str("## Results\n\n");
         s.push_str(&self.tables());
         s.push('\n');
+        s.push_str(&self.pace_section());
         s.push_str(&self.rss_line());
         let meter = self.metering_line();
         if !meter.is_empty() {

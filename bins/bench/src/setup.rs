@@ -42,10 +42,14 @@ pub struct Gce {
 impl Gce {
     /// Starts it on an ephemeral port.
     pub async fn start() -> anyhow::Result<Gce> {
+        Gce::start_fake(fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default())).await
+    }
+
+    /// Serves `fake` on an ephemeral port.
+    pub async fn start_fake(fake: fake_gce::FakeGce) -> anyhow::Result<Gce> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let (tx, rx) = oneshot::channel::<()>();
-        let fake = fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default());
         tokio::spawn(async move {
             let _ = fake_gce::serve(listener, fake, async move {
                 let _ = rx.await;

@@ -317,7 +317,12 @@ pub fn command(database_url: &str, opts: &Options) -> Command {
 /// The executable `name` beside the api-server binary under test; `build`
 /// is the command that builds it, for the message when it is not there.
 pub fn sibling_binary(name: &str, build: &str) -> std::path::PathBuf {
-    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_api-server")).with_file_name(name);
+    // `BC_TEST_BIN_DIR` runs the suite against binaries of another build
+    // (an older worker beside this api-server, to show a test fails on it).
+    let path = match std::env::var_os("BC_TEST_BIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join(name),
+        None => std::path::PathBuf::from(env!("CARGO_BIN_EXE_api-server")).with_file_name(name),
+    };
     assert!(
         path.is_file(),
         "{name} binary not found at {}; run `{build}` or `just test`",
