@@ -217,3 +217,43 @@ async fn the_workers_write_budget_keeps_the_provider_from_refusing_at_all() {
     assert_eq!(count(&st, "rateRefusals"), 0, "{st}");
     assert_eq!(count(&st, "mutatingCalls"), 13, "one call per create: {st}");
 }
+
+/// Round-robin claims: with the account's budget spent on five calls a
+/// minute, the second tenant's only create is among the first five sent,
+/// not behind the first tenant's twenty (a first-come queue would send it
+/// last, minutes later).
+#[tokio::test(flavor = "multi_thread")]
+async fn one_tenants_backlog_does_not_hold_back_another_tenants_first_step() {
+    let s = Server::start().await;
+    let fake =
+        fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default()).with_operation_latency(300, 800);
+    let p = managed_platform_on(&s, Gce::start_fake(fake).await, 40).await;
+    set_quota(&s, "acme", &p.pool, "instances", 40).await;
+    set_quota(&s, "acme", &p.pool, "vcpus", 160).await;
+    let globex = tenant_with_pool(&s, "globex", &p.pool).await;
+    create_many(&s, &p.tenant_token, "acme", &p.pool, 20).await;
+    let other = create_many(&s, &globex, "globex", &p.pool, 1).await;
+    let w = replica(&s, &[("BC_VM_WRITES_PER_MIN", "5")]);
+    let mut conn = db(&s).await;
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let acme_running = loop {
+        let now = states(&mut conn).await;
+        if now
+            .get(&other[0])
+            .is_some_and(|(_, state)| state == "running")
+        {
+            break now
+                .values()
+                .filter(|(tenant, state)| tenant == "acme" && state == "running")
+                .count();
+        }
+        assert!(Instant::now() < deadline, "globex's instance never ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    w.kill().await;
+    // At most two of the worker's minutes (five calls each) went by.
+    assert!(
+        acme_running <= 10,
+        "globex's instance ran after {acme_running} of acme's"
+    );
+}

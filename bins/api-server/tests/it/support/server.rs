@@ -319,7 +319,7 @@ pub fn command(database_url: &str, opts: &Options) -> Command {
 pub fn sibling_binary(name: &str, build: &str) -> std::path::PathBuf {
     // `BC_TEST_BIN_DIR` runs the suite against binaries of another build
     // (an older worker beside this api-server, to show a test fails on it).
-    let path = match std::env::var_os("BC_TEST_BIN_DIR") {
+    let path = match std::env::var_os("BC_TEST_BIN_DIR").filter(|d| !d.is_empty()) {
         Some(dir) => std::path::PathBuf::from(dir).join(name),
         None => std::path::PathBuf::from(env!("CARGO_BIN_EXE_api-server")).with_file_name(name),
     };

@@ -10,3 +10,4 @@ mod replicas;
 mod scan_claims;
 mod scans;
 mod vm_crash;
+mod vm_crash_paced;

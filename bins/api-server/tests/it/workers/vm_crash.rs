@@ -47,7 +47,7 @@ struct Count {
 }
 
 /// Open steps and instances between states.
-async fn unsettled(conn: &mut diesel_async::AsyncPgConnection) -> i64 {
+pub(super) async fn unsettled(conn: &mut diesel_async::AsyncPgConnection) -> i64 {
     let c: Count = diesel::sql_query(
         "SELECT (SELECT count(*) FROM vm_steps WHERE state = 'open') \
               + (SELECT count(*) FROM instances WHERE state IN \
@@ -151,6 +151,26 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
     }
     assert!(unsettled(&mut conn).await == 0);
 
+    let checked = check_books(&s, &p, &t, &instances, now).await;
+    assert!(checked >= 3, "too few instances ran: {checked}");
+    assert!(kills >= PHASES, "kills: {kills}");
+    eprintln!(
+        "vm crash: {} instances, {checked} ran, {kills} kills, {:.1} s",
+        instances.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Every instance is deleted or failed: no VM remains, none was made twice,
+/// and each instance's billed hours equal the running intervals the fake saw
+/// (one `instance.running` per run). Returns how many instances ran.
+pub(super) async fn check_books(
+    s: &Server,
+    p: &crate::support::fixtures::Platform,
+    t: &str,
+    instances: &[String],
+    now: i64,
+) -> usize {
     // Every instance is deleted or failed now: no VM remains, none was made twice.
     let vms = p.gce.vms().await;
     assert!(vms.is_empty(), "vms left without a live instance: {vms:?}");
@@ -161,11 +181,11 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
 
     // Billed hours equal the running intervals the fake saw, per instance.
     s.set_clock(now + 2 * HOUR).await;
-    worker::once(&s, &["vps.usage"]).await;
-    let running_events = s.events_of(&t, "acme", "instance.running").await;
+    worker::once(s, &["vps.usage"]).await;
+    let running_events = s.events_of(t, "acme", "instance.running").await;
     let mut checked = 0;
-    for inst in &instances {
-        let got = get_vm_name(&s, &t, inst).await;
+    for inst in instances {
+        let got = get_vm_name(s, t, inst).await;
         let Some(name) = got else { continue };
         let spans = runs[&name].as_array().cloned().unwrap_or_default();
         let ran_ms: i64 = spans
@@ -176,7 +196,7 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
                 to - from
             })
             .sum();
-        let records = usage_of_instance(&s, &t, "acme", inst).await;
+        let records = usage_of_instance(s, t, "acme", inst).await;
         let meters: BTreeMap<String, i64> = records.iter().fold(BTreeMap::new(), |mut m, r| {
             *m.entry(r["meter"].as_str().unwrap_or_default().to_owned())
                 .or_default() += micros(&r["quantity"]);
@@ -203,13 +223,7 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
         assert_eq!(runs_seen, runs, "{inst}: one instance.running per run");
         checked += 1;
     }
-    assert!(checked >= 3, "too few instances ran: {checked}");
-    assert!(kills >= PHASES, "kills: {kills}");
-    eprintln!(
-        "vm crash: {} instances, {checked} ran, {kills} kills, {:.1} s",
-        instances.len(),
-        started.elapsed().as_secs_f64()
-    );
+    checked
 }
 
 /// An instance's VM name (every instance of a managed pool has one).
