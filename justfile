@@ -10,6 +10,20 @@ default:
 run:
     scripts/run.sh
 
+# Start over: stop `just run` and the private PostgreSQL, remove .data/ (database, keys, fake-gce's world).
+reset:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    pid="$(cat .data/run.pid 2>/dev/null || true)"
+    if [ -n "$pid" ] && ps -o args= -p "$pid" 2>/dev/null | grep -q "scripts/run.sh"; then
+      echo "reset: stopping just run (pid $pid)" >&2
+      kill -TERM "$pid"
+      for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    fi
+    scripts/db.sh stop
+    rm -rf .data
+    echo "reset: .data/ removed; just run starts a new world" >&2
+
 # Run every test against a private PostgreSQL (or DATABASE_URL). First checks the
 # tools the tests use and installs the missing ones as root (scripts/test-deps.sh).
 test:

@@ -22,13 +22,17 @@
 //!   at the end (`managed-1`, `managed-2`): the worker creates their VMs on
 //!   fake-gce. The story's pool stays a ledger pool: its three days of
 //!   history are played with a moving clock, and a managed instance is
-//!   billed from when the worker saw its VM running.
+//!   billed from when the worker saw its VM running. demo-seed does not wait
+//!   for the VMs: with fake-gce's operation latency (2 to 5 s under `just
+//!   run`) the instances are `provisioning` until the worker sees them run.
 //!
 //! With a manual clock set at least three days back (`just run` sets a fresh
 //! database's clock back) the past is played: the clock is moved forward
 //! through the story and ends at the wall clock's now, so the worker then
 //! meters three days of history. Otherwise the story starts at the clock's
-//! now. A world that already has `acme` is left as it is.
+//! now. A world that already has `acme` is left as it is: on a second `just
+//! run` the database has it, and fake-gce brings back its reservations and
+//! VMs from its state file (`BC_FAKE_GCE_STATE`).
 //!
 //! Env: `BC_API` (default `http://127.0.0.1:8080`), `BC_TOKEN` (a root admin
 //! key, required), `BC_FAKE_GCE` (default `http://127.0.0.1:8085`),

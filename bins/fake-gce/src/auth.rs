@@ -100,6 +100,11 @@ impl Auth {
         self.public_keys.get(email).map(String::as_str)
     }
 
+    /// Every registered key, by email.
+    pub fn public_keys(&self) -> &BTreeMap<String, String> {
+        &self.public_keys
+    }
+
     /// Stores a fresh token of `scopes` valid for `ttl` from `now` and
     /// counts it.
     pub fn issue(

@@ -1,8 +1,9 @@
 //! A development and test double of the Compute Engine reservations API and
 //! of the Google authentication in front of it.
 //!
-//! It holds reservations, service-account keys and access tokens in memory
-//! and serves, on loopback, plain HTTP or (given a certificate) HTTPS on the
+//! It holds reservations, VMs, service-account keys and access tokens in
+//! memory (and keeps its world in a state file when given one, below) and
+//! serves, on loopback, plain HTTP or (given a certificate) HTTPS on the
 //! one listen address. Errors of the GCE paths have Google's API shape
 //! `{ "error": { "code", "message", "errors": [{ "domain", "reason",
 //! "message" }] } }`; errors of `POST /token` have Google's OAuth shape
@@ -235,6 +236,37 @@
 //! Hook bodies are JSON objects; unknown fields are refused (400). Unknown
 //! paths answer 404, a known path with another method 405.
 //!
+//! # The state file
+//!
+//! With `BC_FAKE_GCE_STATE` ([`FakeGce::with_state_file`]) the fake keeps
+//! its world across restarts in that file; without it everything lives in
+//! memory only, as tests want. Kept: the reservations (ids, counts,
+//! `inUseCount`, machine type, status, the zones listed), the VMs (id,
+//! status, labels, affinity, whether they hold a reservation slot, creation
+//! time), every zone operation (done or not, its error, the wall time its
+//! latency ends, its reads left), the `requestId`s seen (the same one again
+//! answers the same operation after a restart), the running intervals and
+//! VMs made per name of `/fake/vm-runs`, the ids still to hand out, the
+//! `/fake/clock` and the service accounts' public keys. Not kept (a restart
+//! starts them afresh): issued access tokens (a client's next call answers
+//! 401 and it fetches another), injected failures, the delay, unreachable
+//! and stocked-out zones, the quota windows and every count
+//! (`/fake/calls`, `/fake/tokens`, `/fake/token-scopes`, `/fake/stats`,
+//! `/fake/requests`). The file holds no secret (public keys, and names and
+//! labels the callers chose); it is written with mode 0600.
+//!
+//! The file is read once at start (a missing file: an empty world; one it
+//! cannot read: the start fails, naming the variable, and the file is left
+//! as it is), written at once, then after every request that changed the
+//! world, before that request is answered, and when serving stops. Each
+//! write goes whole to `PATH.tmp` and is renamed over `PATH`: a process
+//! killed at any moment leaves the last whole world, never a torn one. An
+//! operation in flight at a stop finishes after the start when its latency
+//! has passed on the wall clock (at once if it already has); a VM left
+//! `RUNNING` is still `RUNNING`, its running interval still open. The
+//! format is in the `state` module's source (`"format": "fake-gce-state",
+//! "version": 1`).
+//!
 //! # The binary
 //!
 //! `fake-gce` wraps [`serve`]; embed it the same way in a test harness if a
@@ -262,6 +294,8 @@
 //!   [`OperationLatency`]).
 //! - `BC_FAKE_GCE_WRITES_PER_MIN`, `BC_FAKE_GCE_CONCURRENT_OPERATIONS`: the
 //!   quotas above, 1 to 1000000 (default none).
+//! - `BC_FAKE_GCE_STATE`: a file to keep the world in across restarts (see
+//!   above; default none: in memory only). Its directory must exist.
 //! - `RUST_LOG` (default `info`; logs go to stderr).
 //!
 //! When ready it prints one line to stdout: `fake-gce listening on
@@ -275,6 +309,7 @@ mod hooks;
 mod instances;
 mod realism;
 mod server;
+mod state;
 mod store;
 mod tls;
 mod tokens;
@@ -295,6 +330,7 @@ pub use auth::{ACCESS_TOKEN_PREFIX, COMPUTE_READONLY_SCOPE, JWT_BEARER_GRANT};
 use hooks::{valid_email, valid_segment};
 pub use realism::{MAX_OPERATION_LATENCY_MS, OperationLatency};
 pub use server::{serve, shutdown_signal};
+pub use state::{STATE_FORMAT, STATE_VERSION, StateError};
 use store::Store;
 pub use store::{MAX_PAGE_SIZE, ReservationSpec};
 pub use tls::{TlsError, TlsIdentity};
@@ -359,6 +395,8 @@ pub struct FakeGce {
     require_auth: bool,
     token_ttl: Duration,
     tls: Option<TlsIdentity>,
+    /// The state file, when the world is kept across restarts.
+    persist: Option<Arc<state::Persist>>,
 }
 
 impl Default for FakeGce {
@@ -385,6 +423,7 @@ impl FakeGce {
             require_auth: config.require_auth,
             token_ttl: config.token_ttl,
             tls: config.tls,
+            persist: None,
         }
     }
 
@@ -439,6 +478,10 @@ impl FakeGce {
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
         let response = self.route(request).await;
+        // Before the answer leaves: what a caller was told is kept.
+        if let Err(e) = self.save_state() {
+            tracing::error!(error = %e, "the world changed but is not kept for a restart");
+        }
         tracing::info!(%method, %path, status = response.status().as_u16(), "request");
         response
     }

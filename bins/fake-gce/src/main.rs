@@ -14,11 +14,12 @@
 //! operation, each 0 to 3600000; default none), `BC_FAKE_GCE_WRITES_PER_MIN`
 //! (mutating instance calls per project and wall-clock minute, 1 to
 //! 1000000; default no limit), `BC_FAKE_GCE_CONCURRENT_OPERATIONS` (zone
-//! operations not yet `DONE` per project, 1 to 1000000; default no limit),
-//! `RUST_LOG` (default `info`; logs go to stderr). Beyond either limit a
-//! mutating call answers Google's `403 rateLimitExceeded`. When ready it
-//! prints one line to stdout: `fake-gce listening on http://ADDR`
-//! (`https://` with TLS).
+//! operations not yet `DONE` per project, 1 to 1000000; default no limit;
+//! beyond either limit a mutating call answers Google's `403
+//! rateLimitExceeded`), `BC_FAKE_GCE_STATE` (a file the world is kept in
+//! across restarts; unset: in memory only), `RUST_LOG` (default `info`; logs
+//! go to stderr). When ready it prints one line to stdout: `fake-gce
+//! listening on http://ADDR` (`https://` with TLS).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -144,6 +145,12 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("BC_FAKE_GCE_LISTEN={listen:?} is not an ip:port address"))?;
     let config = config_from_env()?;
     let fake = instances_from_env(FakeGce::new(config.clone()))?;
+    // Before the listener: a world that cannot be read or kept stops the
+    // start, with the variable named.
+    let fake = match var("BC_FAKE_GCE_STATE")? {
+        None => fake,
+        Some(path) => fake.with_state_file(path).context("BC_FAKE_GCE_STATE")?,
+    };
 
     let shutdown = fake_gce::shutdown_signal().context("installing signal handlers")?;
     let listener = tokio::net::TcpListener::bind(addr)

@@ -18,7 +18,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `fake` on `listener` until `shutdown` completes, then stops
-/// accepting and lets in-flight requests finish (for up to 10 s).
+/// accepting and lets in-flight requests finish (for up to 10 s), then
+/// writes its state file if it has one ([`FakeGce::with_state_file`]).
 ///
 /// With [`FakeGceConfig::tls`](crate::FakeGceConfig::tls) set it speaks
 /// HTTPS only; a connection whose handshake fails (or takes over 10 s) is
@@ -97,6 +98,10 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("in-flight requests did not finish in time; stopping anyway");
+    }
+    // With a state file: the world as it is at the stop.
+    if let Err(e) = fake.save_state() {
+        tracing::error!(error = %e, "the world at the stop is not kept for a restart");
     }
     Ok(())
 }

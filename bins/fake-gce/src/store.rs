@@ -8,6 +8,8 @@ use serde_json::{Map, Value, json};
 
 use crate::realism::mark_unreachable;
 
+mod persist;
+
 /// The page size when the caller sends no `maxResults` (also GCE's maximum).
 pub const MAX_PAGE_SIZE: usize = 500;
 

@@ -16,6 +16,7 @@ use crate::store::{API_ROOT, SlotError, Store};
 
 mod list;
 mod pace;
+mod persist;
 mod shapes;
 
 pub(crate) use list::ListQuery;
@@ -83,6 +84,8 @@ struct Operation {
     polls_left: u32,
     /// Not done before this instant (`None`: no latency).
     ready_at: Option<Instant>,
+    /// The same on the wall clock (epoch ms), as the state file keeps it.
+    ready_at_ms: Option<u64>,
     done: bool,
     error: Option<(String, String)>,
     effect: Effect,
@@ -281,13 +284,19 @@ impl Vms {
         let id = self.fresh_id();
         let name = format!("operation-{}-{id:x}", now_millis());
         let now = Instant::now();
+        let ready_at = self.ready_at(pace.latency, now);
+        let wall = |at: Instant| {
+            let after = u64::try_from(at.duration_since(now).as_millis()).unwrap_or(u64::MAX);
+            now_millis().saturating_add(after)
+        };
         let op = Operation {
             id,
             op_type,
             target: target.to_owned(),
             target_id,
             polls_left: pace.polls,
-            ready_at: self.ready_at(pace.latency, now),
+            ready_at,
+            ready_at_ms: ready_at.map(wall),
             done: false,
             error,
             effect,

@@ -38,6 +38,7 @@ impl FakeGceProcess {
             .env_remove("BC_FAKE_GCE_OPERATION_LATENCY_MS")
             .env_remove("BC_FAKE_GCE_WRITES_PER_MIN")
             .env_remove("BC_FAKE_GCE_CONCURRENT_OPERATIONS")
+            .env_remove("BC_FAKE_GCE_STATE")
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -18,4 +18,5 @@ mod gce_adapter;
 mod gce_instances;
 mod instances;
 mod realism;
+mod state;
 mod tls;

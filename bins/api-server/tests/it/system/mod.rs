@@ -7,6 +7,7 @@ mod bcctl_wait;
 mod console;
 mod db_tls;
 mod demo;
+mod demo_restart;
 pub(crate) mod metrics;
 mod pool;
 mod test_deps;
