@@ -225,6 +225,7 @@ fn reason_name(reason: Reason) -> &'static str {
         Reason::NoSecretsKey => "no-secrets-key",
         Reason::NoAccount => "no-account",
         Reason::EndpointNotAllowed => "endpoint-not-allowed",
+        Reason::OtherProject => "other-project",
     }
 }
 

@@ -24,6 +24,7 @@
 //! | `bc_vm_orphans_deleted_total` | counter | |
 //! | `bc_instances` | gauge | `state` (a managed instance's live states) |
 //! | `bc_vm_steps_overdue` | gauge | |
+//! | `bc_vm_orphans_found` | gauge | |
 //! | `bc_webhook_deliveries_total` | counter | `outcome` (`delivered`, `retrying`, `failed`) |
 //! | `bc_webhook_delivery_lag_seconds` | histogram (0.1 s to 3 days) | |
 //! | `bc_webhooks_disabled` | gauge | |
@@ -48,7 +49,10 @@
 //! `deleting` (the `deleted` and `failed` ones only accumulate);
 //! `bc_vm_steps_overdue` the open steps past their deadline
 //! (`BC_VM_STEP_TIMEOUT`) by the database's clock, which the worker should
-//! have ended.
+//! have ended; `bc_vm_orphans_found` the VMs of this installation whose
+//! instance is newer than every instance this database has made (it was
+//! restored from a backup), kept for the operator to adopt or delete, that
+//! their account's last listing saw.
 //!
 //! Webhooks (contract 3.13, the `events.webhooks` pass): an attempt's `outcome` is that of
 //! `webhooks.deliveries`; the lag is a delivered event's delay from its
@@ -80,6 +84,7 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::passes::PassReport;
 
 pub mod deficit;
+mod vms;
 mod webhooks;
 
 /// The most reservations the gauges describe one by one.
@@ -135,164 +140,14 @@ struct GrantState {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StepOutcome {
-    kind: String,
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabel {
-    kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabel {
-    state: String,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 fn latency() -> Histogram {
     Histogram::new(telemetry::LATENCY_BUCKETS)
-}
-
-/// A VM step's buckets: from a second to past the default deadline.
-const STEP_BUCKETS: [f64; 12] = [
-    1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0,
-];
-
-fn step_latency() -> Histogram {
-    Histogram::new(STEP_BUCKETS)
-}
-
-/// The step kinds, as labelled.
-const STEP_KINDS: [&str; 4] = ["create", "stop", "start", "delete"];
-
-/// A step's outcome label.
-fn step_outcome(end: control::vms::StepEnd) -> &'static str {
-    use control::vms::StepEnd;
-    match end {
-        StepEnd::Done => "done",
-        StepEnd::Failed => "failed",
-        StepEnd::Waiting => "put_off",
-        StepEnd::LeaseLost => "lease_lost",
-    }
-}
-
-/// The managed instances' metrics.
-struct VmMetrics {
-    steps: Family<StepOutcome, Counter>,
-    step_seconds: Family<KindLabel, Histogram, fn() -> Histogram>,
-    drift: Family<KindLabel, Counter>,
-    orphans_deleted: Counter,
-    instances: Family<StateLabel, Gauge>,
-    steps_overdue: Gauge,
-}
-
-impl VmMetrics {
-    /// Registers them in `r`, every step and drift series at 0.
-    fn register(r: &mut Registry) -> VmMetrics {
-        let m = VmMetrics {
-            steps: Family::default(),
-            step_seconds: Family::new_with_constructor(step_latency),
-            drift: Family::default(),
-            orphans_deleted: Counter::default(),
-            instances: Family::default(),
-            steps_overdue: Gauge::default(),
-        };
-        r.register(
-            "bc_vm_steps",
-            "Steps of managed instances that ended or were put off, by kind and outcome",
-            m.steps.clone(),
-        );
-        r.register_with_unit(
-            "bc_vm_step",
-            "From a step's recording to its end (done or failed), by kind",
-            Unit::Seconds,
-            m.step_seconds.clone(),
-        );
-        r.register(
-            "bc_vm_drift",
-            "Managed instances the provider's listings changed, by drift kind",
-            m.drift.clone(),
-        );
-        r.register(
-            "bc_vm_orphans_deleted",
-            "Labelled VMs without a live instance deleted by this worker",
-            m.orphans_deleted.clone(),
-        );
-        r.register(
-            "bc_instances",
-            "Live managed instances by state",
-            m.instances.clone(),
-        );
-        r.register(
-            "bc_vm_steps_overdue",
-            "Open steps of managed instances past their deadline",
-            m.steps_overdue.clone(),
-        );
-        for kind in STEP_KINDS {
-            for outcome in ["done", "failed", "put_off", "lease_lost"] {
-                m.steps
-                    .get_or_create(&StepOutcome {
-                        kind: kind.to_owned(),
-                        outcome: outcome.to_owned(),
-                    })
-                    .inc_by(0);
-            }
-        }
-        for kind in ["stopped", "restopped", "lost"] {
-            m.drift
-                .get_or_create(&KindLabel {
-                    kind: kind.to_owned(),
-                })
-                .inc_by(0);
-        }
-        m
-    }
-
-    /// Counts a pass's steps, drift and orphans.
-    fn observe(&self, report: &PassReport) {
-        for step in &report.steps {
-            let kind = step.kind.as_str().to_owned();
-            if let Some(latency) = step.latency {
-                self.step_seconds
-                    .get_or_create(&KindLabel { kind: kind.clone() })
-                    .observe(latency.as_secs_f64());
-            }
-            self.steps
-                .get_or_create(&StepOutcome {
-                    kind,
-                    outcome: step_outcome(step.end).to_owned(),
-                })
-                .inc();
-        }
-        for (kind, n) in &report.drift {
-            self.drift
-                .get_or_create(&KindLabel {
-                    kind: (*kind).to_owned(),
-                })
-                .inc_by(*n);
-        }
-        self.orphans_deleted.inc_by(report.orphans_deleted);
-    }
-
-    /// Sets the gauges.
-    fn set(&self, g: &storage::ops::gauges::VmGauges) {
-        for (state, n) in g.by_state() {
-            self.instances
-                .get_or_create(&StateLabel {
-                    state: state.to_owned(),
-                })
-                .set(n);
-        }
-        self.steps_overdue.set(g.steps_overdue);
-    }
 }
 
 /// The worker's metrics.
@@ -311,7 +166,7 @@ pub struct WorkerMetrics {
     grants: Family<GrantState, Gauge>,
     dropped: Gauge,
     capacity_short: Counter,
-    vm: VmMetrics,
+    vm: vms::VmMetrics,
     webhooks: webhooks::WebhookMetrics,
     /// The deficit credits' gauges.
     pub deficit: deficit::DeficitMetrics,
@@ -421,7 +276,7 @@ impl WorkerMetrics {
             "reservation-grant.capacity-short events published by this worker",
             capacity_short.clone(),
         );
-        let vm = VmMetrics::register(&mut r);
+        let vm = vms::VmMetrics::register(&mut r);
         let webhooks = webhooks::WebhookMetrics::register(&mut r);
         let deficit = deficit::DeficitMetrics::register(&mut r);
         let provider = Arc::new(ProviderMetrics {
@@ -679,6 +534,7 @@ mod tests {
             running: 4,
             provisioning: 1,
             steps_overdue: 2,
+            orphans_found: 1,
             ..Default::default()
         });
         let text = m.render(telemetry::Format::Text);
@@ -687,6 +543,7 @@ mod tests {
             r#"bc_instances{state="provisioning"} 1"#,
             r#"bc_instances{state="deleting"} 0"#,
             "bc_vm_steps_overdue 2",
+            "bc_vm_orphans_found 1",
         ] {
             has(&text, want);
         }

@@ -56,6 +56,7 @@ impl Pass for Instances {
                 ("accountsListed", listing.listed),
                 ("listingsFailed", listing.failed),
                 ("orphansDeleted", listing.orphans_deleted),
+                ("orphansFound", listing.orphans_found),
             ];
             for (kind, n) in &listing.drift {
                 counts.push((drift_count(kind), *n));
@@ -107,6 +108,7 @@ async fn list_while(vm: &VmContext<'_>, done: &Notify) -> storage::Result<Listin
         total.listed += more.listed;
         total.failed += more.failed;
         total.orphans_deleted += more.orphans_deleted;
+        total.orphans_found += more.orphans_found;
         for (kind, n) in more.drift {
             *total.drift.entry(kind).or_default() += n;
         }

@@ -18,6 +18,14 @@ use crate::{AccountSpec, ProviderError, ProviderFuture, gce};
 /// The label every VM of the platform carries (`bc-managed=true`).
 pub const MANAGED_LABEL: &str = "bc-managed";
 
+/// The label naming the installation that made a VM (contract 3.12 r4): the
+/// id its database keeps. Listings, orphan deletion and adoption consider
+/// only the VMs of their own installation.
+pub const INSTALLATION_LABEL: &str = "bc-installation";
+
+/// The label naming the instance a VM was made for (`inst_...`).
+pub const INSTANCE_LABEL: &str = "bc-instance";
+
 /// A VM's create request (contract 7, r3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VmSpec {
@@ -27,7 +35,8 @@ pub struct VmSpec {
     pub zone: String,
     /// The flavor: sent as `zones/{zone}/machineTypes/{flavor}`.
     pub machine_type: String,
-    /// The VM's labels (`bc-instance`, `bc-pool`, `bc-managed` and the pool's).
+    /// The VM's labels (`bc-instance`, `bc-pool`, `bc-managed`,
+    /// `bc-installation` and the pool's).
     pub labels: BTreeMap<String, String>,
     /// `Some(name)`: `SPECIFIC_RESERVATION` on that reservation; `None`:
     /// `NO_RESERVATION`.
@@ -162,9 +171,12 @@ pub trait InstanceProvider: Send + Sync {
     ) -> ProviderFuture<'a, VmOperation>;
     /// None on 404.
     fn get_vm<'a>(&'a self, zone: &'a str, name: &'a str) -> ProviderFuture<'a, Option<Vm>>;
-    /// Every VM labelled bc-managed=true in the project, all pages
-    /// (aggregated list, filter labels.bc-managed=true).
-    fn list_managed_vms(&self) -> ProviderFuture<'_, Vec<Vm>>;
+    /// Every VM of `installation` in the project, all pages: the aggregated
+    /// list with the filter `labels.bc-managed=true AND
+    /// labels.bc-installation={installation}` (contract 7 r4). An
+    /// installation id that is not a GCE label value is refused before
+    /// anything is sent (`Rejected { 400, "invalid" }`).
+    fn list_installation_vms<'a>(&'a self, installation: &'a str) -> ProviderFuture<'a, Vec<Vm>>;
 }
 
 /// Builds the instance adapter of an account, as [`crate::ProviderFactory`]

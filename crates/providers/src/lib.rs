@@ -15,8 +15,8 @@ pub mod policy;
 mod secret;
 
 pub use instances::{
-    InstanceFactory, InstanceProvider, MANAGED_LABEL, OperationStatus, Vm, VmOperation, VmSpec,
-    policy_instance_factory,
+    INSTALLATION_LABEL, INSTANCE_LABEL, InstanceFactory, InstanceProvider, MANAGED_LABEL,
+    OperationStatus, Vm, VmOperation, VmSpec, policy_instance_factory,
 };
 pub use policy::{AccountOwner, Origins, PolicyError, ProviderAccess, ProviderPolicy};
 

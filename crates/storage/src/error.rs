@@ -93,6 +93,9 @@ pub enum Reason {
     NoAccount,
     /// A URL names an endpoint the tenant may not reach.
     EndpointNotAllowed,
+    /// A managed pool and a reservation in another project than its
+    /// account's.
+    OtherProject,
 }
 
 /// What a quota-like limit counts.

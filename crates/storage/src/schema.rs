@@ -121,6 +121,13 @@ diesel::table! {
 }
 
 diesel::table! {
+    installation (id) {
+        id -> Text,
+        created_at -> Int8,
+    }
+}
+
+diesel::table! {
     instances (instance_id) {
         instance_id -> Text,
         tenant_id -> Text,
@@ -338,6 +345,7 @@ diesel::table! {
         last_seq -> Int8,
         request_id -> Text,
         deleted_at -> Nullable<Int8>,
+        found_at -> Nullable<Int8>,
     }
 }
 
@@ -457,6 +465,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     grant_underuse_checks,
     grants,
     idempotency_keys,
+    installation,
     instances,
     manual_clock,
     placement_segments,

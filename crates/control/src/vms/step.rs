@@ -398,9 +398,13 @@ fn spec(work: &StepWork, claim: &StepClaim) -> Option<VmSpec> {
     let vm = work.pool.vm.as_ref()?;
     let inst = &work.instance;
     let mut labels: BTreeMap<String, String> = vm.labels.clone();
-    labels.insert("bc-instance".into(), inst.instance_id.clone());
+    labels.insert(providers::INSTANCE_LABEL.into(), inst.instance_id.clone());
     labels.insert("bc-pool".into(), inst.pool_id.clone());
     labels.insert(MANAGED_LABEL.into(), "true".into());
+    labels.insert(
+        providers::INSTALLATION_LABEL.into(),
+        work.installation.clone(),
+    );
     Some(VmSpec {
         name: inst.vm_name.clone()?,
         zone: claim.zone.clone(),
@@ -519,7 +523,7 @@ async fn send(
 /// name is taken.
 async fn adopt(provider: &dyn InstanceProvider, work: &StepWork, zone: &str, name: &str) -> Round {
     match provider.get_vm(zone, name).await {
-        Ok(Some(vm)) if owned(&vm, &work.instance.instance_id) => {
+        Ok(Some(vm)) if owned(&vm, work) => {
             tracing::info!(vm = %name, "create answered alreadyExists: adopting our own vm");
             confirm_status(&vm, StepKind::Create)
         }
@@ -530,8 +534,13 @@ async fn adopt(provider: &dyn InstanceProvider, work: &StepWork, zone: &str, nam
     }
 }
 
-fn owned(vm: &Vm, instance_id: &str) -> bool {
-    vm.labels.get("bc-instance").map(String::as_str) == Some(instance_id)
+/// Whether the VM is this step's instance's own: its `bc-instance` label
+/// names the instance and its `bc-installation` label this installation
+/// (contract 3.12 r4: another installation's VM is never adopted).
+fn owned(vm: &Vm, work: &StepWork) -> bool {
+    let label = |key: &str| vm.labels.get(key).map(String::as_str);
+    label(providers::INSTANCE_LABEL) == Some(work.instance.instance_id.as_str())
+        && label(providers::INSTALLATION_LABEL) == Some(work.installation.as_str())
 }
 
 fn confirm_status(vm: &Vm, kind: StepKind) -> Round {
@@ -559,9 +568,7 @@ async fn read_back(
             code: "not-found".into(),
             vanished: true,
         }),
-        Ok(Some(vm)) if kind == StepKind::Create && !owned(&vm, &work.instance.instance_id) => {
-            failed("name-taken")
-        }
+        Ok(Some(vm)) if kind == StepKind::Create && !owned(&vm, work) => failed("name-taken"),
         Ok(Some(vm)) => confirm_status(&vm, kind),
         Err(e) if e.is_retryable() => Round::Retry(e),
         Err(e) => failed(code_of(&e)),

@@ -8,7 +8,9 @@
 //! - delete: `DELETE {project}/zones/{zone}/instances/{name}?requestId=`;
 //! - `GET {project}/zones/{zone}/operations/{operation}`;
 //! - `GET {project}/zones/{zone}/instances/{name}`;
-//! - `GET {project}/aggregated/instances?filter=labels.bc-managed%3Dtrue`, paged.
+//! - `GET {project}/aggregated/instances?filter=` `labels.bc-managed=true AND
+//!   labels.bc-installation={id}` (URL-encoded), paged: one installation's
+//!   VMs (without the installation term, every installation's).
 //!
 //! Paths are built segment by segment and queries by the URL encoder; zone,
 //! instance and operation names must be GCE names (else the call is refused
@@ -27,7 +29,8 @@ use super::{
 use crate::auth::COMPUTE_SCOPE;
 use crate::credentials::Material;
 use crate::{
-    InstanceProvider, MANAGED_LABEL, ProviderError, ProviderFuture, Vm, VmOperation, VmSpec,
+    INSTALLATION_LABEL, InstanceProvider, MANAGED_LABEL, ProviderError, ProviderFuture, Vm,
+    VmOperation, VmSpec,
 };
 
 /// The largest part of an error body read to classify a refusal.
@@ -59,6 +62,24 @@ fn check_name(field: &'static str, value: &str) -> Result<(), ProviderError> {
         return Ok(());
     }
     tracing::warn!(field, "refused before sending: not a valid GCE name");
+    Err(ProviderError::Rejected {
+        status: 400,
+        reason: "invalid".to_owned(),
+    })
+}
+
+/// Refuses an installation id that is not a GCE label value (lowercase
+/// letters, digits, `-`, `_`, 1 to 63 characters) before anything is sent:
+/// it goes into a listing's filter as a bare value.
+fn check_label_value(value: &str) -> Result<(), ProviderError> {
+    let valid = (1..=63).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if valid {
+        return Ok(());
+    }
+    tracing::warn!("refused before sending: the installation id is not a GCE label value");
     Err(ProviderError::Rejected {
         status: 400,
         reason: "invalid".to_owned(),
@@ -337,11 +358,26 @@ impl GceProvider {
         }
     }
 
-    /// Every page of the managed VMs; pages already read are not refetched.
-    async fn managed_vms(&self) -> Result<Vec<Vm>, ProviderError> {
+    /// Every VM labelled `bc-managed=true` in the project, whatever its
+    /// installation (all pages): what an operator's tools see. The worker
+    /// lists its own installation's VMs only
+    /// ([`InstanceProvider::list_installation_vms`]).
+    pub async fn list_managed_vms(&self) -> Result<Vec<Vm>, ProviderError> {
+        self.managed_vms(None).await
+    }
+
+    /// Every page of the managed VMs (of `installation`, when given); pages
+    /// already read are not refetched.
+    async fn managed_vms(&self, installation: Option<&str>) -> Result<Vec<Vm>, ProviderError> {
+        if let Some(id) = installation {
+            check_label_value(id)?;
+        }
         let url = self.api_url(&["aggregated", "instances"])?;
         let mut session = self.session().await?;
-        let filter = format!("labels.{MANAGED_LABEL}=true");
+        let mut filter = format!("labels.{MANAGED_LABEL}=true");
+        if let Some(id) = installation {
+            filter.push_str(&format!(" AND labels.{INSTALLATION_LABEL}={id}"));
+        }
         let page_size = self.options.page_size.map(|n| n.to_string());
         let mut vms = Vec::new();
         let mut page_token: Option<String> = None;
@@ -444,8 +480,8 @@ impl InstanceProvider for GceProvider {
         Box::pin(self.vm(zone, name))
     }
 
-    fn list_managed_vms(&self) -> ProviderFuture<'_, Vec<Vm>> {
-        Box::pin(self.managed_vms())
+    fn list_installation_vms<'a>(&'a self, installation: &'a str) -> ProviderFuture<'a, Vec<Vm>> {
+        Box::pin(self.managed_vms(Some(installation)))
     }
 }
 

@@ -28,6 +28,21 @@ pub fn encode_suffix(value: u128) -> String {
         .collect()
 }
 
+/// The 128-bit value of a 26-character TypeID suffix ([`encode_suffix`]'s
+/// inverse); `None` for anything else (another length, a letter outside the
+/// alphabet, a first letter above `7`). The ids of one kind made by
+/// [`new_id`] compare as their values do: by their instant, then in the
+/// order they were made.
+pub fn decode_suffix(suffix: &str) -> Option<u128> {
+    if suffix.len() != 26 || !matches!(suffix.as_bytes().first(), Some(b'0'..=b'7')) {
+        return None;
+    }
+    suffix.bytes().try_fold(0u128, |value, b| {
+        let digit = ALPHABET.iter().position(|&a| a == b)?;
+        Some((value << 5) | digit as u128)
+    })
+}
+
 /// A new TypeID with `prefix` (without the underscore) whose UUIDv7 carries
 /// the instant `now_ms` (the product's clock, not the OS clock).
 ///
@@ -103,6 +118,29 @@ mod tests {
         assert_eq!(encode_suffix(u128::MAX), "7zzzzzzzzzzzzzzzzzzzzzzzzz");
         let uuid = uuid::Uuid::parse_str("01890a5d-ac96-774b-bcce-b302099a8057").unwrap();
         assert_eq!(encode_suffix(uuid.as_u128()), "01h455vb4pex5vsknk084sn02q");
+    }
+
+    #[test]
+    fn suffixes_decode_to_their_value_and_nothing_else_does() {
+        for value in [0, 1, u128::MAX, 0x0189_0a5d_ac96_774b_bcce_b302_099a_8057] {
+            assert_eq!(decode_suffix(&encode_suffix(value)), Some(value));
+        }
+        for bad in [
+            "",
+            "0000000000000000000000000",
+            "000000000000000000000000000",
+            "80000000000000000000000000",
+            "0000000000000000000000000u",
+            "0000000000000000000000000A",
+        ] {
+            assert_eq!(decode_suffix(bad), None, "{bad}");
+        }
+        let (older, newer) = (
+            new_id("inst", 1_700_000_000_000),
+            new_id("inst", 1_700_000_000_001),
+        );
+        let value = |id: &str| id.strip_prefix("inst_").and_then(decode_suffix);
+        assert!(value(&older) < value(&newer));
     }
 
     #[test]

@@ -61,6 +61,12 @@ pub enum EventData {
     /// tenant).
     #[serde(rename = "instance.orphan-deleted")]
     OrphanDeleted(OrphanDeleted),
+    /// A VM labelled with this installation whose instance is newer than
+    /// every instance this database has made (a database restored from a
+    /// backup): kept for the operator to adopt or delete (in the root
+    /// tenant).
+    #[serde(rename = "instance.orphan-found")]
+    OrphanFound(OrphanFound),
     /// A test of a webhook (`webhooks.test`): sent only to that webhook.
     #[serde(rename = "webhook.test")]
     WebhookTest(WebhookTest),
@@ -89,6 +95,7 @@ impl EventData {
             EventData::InstanceFailed(_) => "instance.failed",
             EventData::InstanceLost(_) => "instance.lost",
             EventData::OrphanDeleted(_) => "instance.orphan-deleted",
+            EventData::OrphanFound(_) => "instance.orphan-found",
             EventData::WebhookTest(_) => "webhook.test",
             EventData::WebhookDisabled(_) => "webhook.disabled",
         }
@@ -111,6 +118,7 @@ impl EventData {
         "instance.failed",
         "instance.lost",
         "instance.orphan-deleted",
+        "instance.orphan-found",
         "webhook.test",
         "webhook.disabled",
     ];
@@ -303,6 +311,16 @@ mod tests {
                 resource: "instances".into(),
                 max: 3,
             }),
+            EventData::OrphanDeleted(OrphanDeleted {
+                vm_name: "bc-1".into(),
+                zone: "us-central1-a".into(),
+                instance_id: None,
+            }),
+            EventData::OrphanFound(OrphanFound {
+                vm_name: "bc-1".into(),
+                zone: "us-central1-a".into(),
+                instance_id: "inst_1".into(),
+            }),
             EventData::WebhookTest(WebhookTest {
                 webhook_id: "whk_1".into(),
             }),
@@ -382,6 +400,19 @@ pub struct OrphanDeleted {
     /// The instance its `bc-instance` label names, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_id: Option<String>,
+}
+
+/// A labelled VM kept because its instance is newer than every instance this
+/// database has made: never deleted, for the operator to adopt or delete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanFound {
+    /// The VM's name.
+    pub vm_name: String,
+    /// Its zone.
+    pub zone: String,
+    /// The instance its `bc-instance` label names.
+    pub instance_id: String,
 }
 
 /// `webhook.test`: a test of one webhook.

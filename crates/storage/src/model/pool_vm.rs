@@ -31,7 +31,7 @@ pub struct PoolVm {
 }
 
 /// The label keys the platform sets on every VM, which a pool may not set.
-pub const RESERVED_LABELS: [&str; 3] = ["bc-instance", "bc-pool", "bc-managed"];
+pub const RESERVED_LABELS: [&str; 4] = ["bc-instance", "bc-pool", "bc-managed", "bc-installation"];
 
 /// The default network of a managed pool.
 pub const DEFAULT_NETWORK: &str = "global/networks/default";

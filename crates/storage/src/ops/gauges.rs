@@ -65,8 +65,8 @@ pub async fn gauges(
         .await?)
 }
 
-/// The managed instances' gauges (contract 3.12): the live ones by state
-/// and the open steps past their deadline.
+/// The managed instances' gauges (contract 3.12): the live ones by state,
+/// the open steps past their deadline and the orphans found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, diesel::QueryableByName)]
 pub struct VmGauges {
     /// Managed instances `provisioning`.
@@ -90,6 +90,11 @@ pub struct VmGauges {
     /// Open steps whose deadline (the database's real time) has passed.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub steps_overdue: i64,
+    /// Orphan VMs found (contract 3.12 r4: their instance newer than every
+    /// instance this database has made, kept for the operator) that their
+    /// account's last applied listing saw: still there.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub orphans_found: i64,
 }
 
 impl VmGauges {

@@ -7,6 +7,7 @@ pub mod accounts;
 pub mod deliveries;
 pub mod gauges;
 pub mod grants;
+pub mod installation;
 pub mod instances;
 pub mod lifecycle;
 pub mod metering;

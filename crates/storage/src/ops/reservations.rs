@@ -108,7 +108,10 @@ async fn one_with_accounts(
 }
 
 /// `providerAccounts.bindReservation`: root only, so `root` is both the
-/// acting tenant and the owner the account must have.
+/// acting tenant and the owner the account must have. A managed pool binds
+/// only reservations in its own account's project (contract 3.12 r4:
+/// `INVALID_INPUT`, `reason: "other-project"`), as its VMs are made there;
+/// a ledger pool binds any root account's.
 pub async fn bind(
     conn: &mut AsyncPgConnection,
     root: &TenantId,
@@ -126,13 +129,14 @@ pub async fn bind(
         let res = locks::reservation(conn, account_id, reservation_id)
             .await?
             .ok_or_else(|| StorageError::not_found("reservation", reservation_id))?;
-        let pool: Option<(String, serde_json::Value)> = pools::table
+        type PoolRow = (String, serde_json::Value, String, Option<serde_json::Value>);
+        let pool: Option<PoolRow> = pools::table
             .find(pool_id)
-            .select((pools::region, pools::flavors))
+            .select((pools::region, pools::flavors, pools::account_id, pools::vm))
             .first(conn)
             .await
             .optional()?;
-        let Some((region, flavors)) = pool else {
+        let Some((region, flavors, pool_account, vm)) = pool else {
             return Err(StorageError::not_found("pool", pool_id));
         };
         if res.status == ReservationStatus::Gone {
@@ -147,6 +151,9 @@ pub async fn bind(
                 "the reservation is bound to pool {bound}; unbind it first"
             ))
             .with(Detail::PoolId(bound.clone())));
+        }
+        if vm.is_some() {
+            same_project(conn, root, account_id, &res, pool_id, &pool_account).await?;
         }
         if region != res.region {
             return Err(StorageError::invalid(
@@ -175,6 +182,58 @@ pub async fn bind(
         one_with_accounts(conn, row, now).await
     })
     .await
+}
+
+/// The project a provider account's stored config names (`config.project`).
+fn project_of(config: &serde_json::Value) -> Option<&str> {
+    config.get("project").and_then(serde_json::Value::as_str)
+}
+
+/// The project of a reservation id `projects/{p}/zones/{z}/reservations/{n}`.
+fn project_in(reservation_id: &str) -> Option<&str> {
+    let (project, _) = reservation_id.strip_prefix("projects/")?.split_once('/')?;
+    Some(project).filter(|p| !p.is_empty())
+}
+
+/// Refuses to bind `res` (listed by `account_id`) to the managed pool
+/// `pool_id` unless it is in the project of the pool's account
+/// (`pool_account`): `other-project`. The reservation's project is the one
+/// its id names, or else that of the account that listed it. A pool whose
+/// account is gone makes no VMs: `INVALID_STATE`, `no-account`.
+async fn same_project(
+    conn: &mut AsyncPgConnection,
+    root: &str,
+    account_id: &str,
+    res: &ReservationRow,
+    pool_id: &str,
+    pool_account: &str,
+) -> Result<()> {
+    let Some(owner) = accounts::find_optional(conn, root, pool_account).await? else {
+        return Err(StorageError::invalid_state(format!(
+            "the provider account of managed pool {pool_id} is gone"
+        ))
+        .with(Detail::Reason(Reason::NoAccount)));
+    };
+    let reservation_project = match project_in(&res.reservation_id) {
+        Some(p) => Some(p.to_owned()),
+        None => {
+            let listed_by = accounts::find(conn, root, account_id).await?;
+            project_of(&listed_by.config).map(str::to_owned)
+        }
+    };
+    let pool_project = project_of(&owner.config);
+    if reservation_project.is_some() && reservation_project.as_deref() == pool_project {
+        return Ok(());
+    }
+    Err(StorageError::invalid(
+        Field::PoolId,
+        Reason::OtherProject,
+        format!(
+            "managed pool {pool_id} makes its vms in project {}; the reservation is in {}",
+            pool_project.unwrap_or("(none)"),
+            reservation_project.as_deref().unwrap_or("(none)"),
+        ),
+    ))
 }
 
 /// Grants of the given reservations that are scheduled or active at `now`.
@@ -233,4 +292,26 @@ pub async fn unbind(
         one_with_accounts(conn, row, now).await
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_id_names_its_project() {
+        let id = "projects/platform-prod/zones/us-central1-a/reservations/res-a";
+        assert_eq!(project_in(id), Some("platform-prod"));
+        for other in [
+            "res-a",
+            "projects//zones/z/reservations/r",
+            "projects/p",
+            "",
+        ] {
+            assert_eq!(project_in(other), None, "{other}");
+        }
+        let config = serde_json::json!({ "project": "platform-prod", "credentials": "none" });
+        assert_eq!(project_of(&config), Some("platform-prod"));
+        assert_eq!(project_of(&serde_json::json!({})), None);
+    }
 }

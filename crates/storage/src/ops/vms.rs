@@ -83,6 +83,9 @@ pub struct StepWork {
     pub pool: Pool,
     /// The pool's provider account; `None` when it is gone.
     pub account: Option<Account>,
+    /// This installation's id: the `bc-installation` label of its VMs
+    /// (contract 3.12 r4).
+    pub installation: String,
 }
 
 /// Claims up to `limit` due steps, each the oldest open step of its
@@ -147,7 +150,8 @@ pub async fn next_due(conn: &mut AsyncPgConnection, paused: &[String]) -> Result
     .await
 }
 
-/// What a worker needs for a claim: the instance, its pool and account.
+/// What a worker needs for a claim: the instance, its pool and account, and
+/// this installation's id.
 pub async fn work_of(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<StepWork> {
     crate::db::read_only(conn, async |conn| work_of_now(conn, claim).await).await
 }
@@ -167,11 +171,13 @@ async fn work_of_now(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<S
         Some(t) => Some(accounts::find(conn, &t, &pool.account_id).await?),
         None => None,
     };
+    let installation = crate::ops::installation::id(conn).await?;
     Ok(StepWork {
         claim,
         instance,
         pool,
         account,
+        installation,
     })
 }
 
@@ -480,6 +486,6 @@ pub async fn observed(
 mod listings;
 
 pub use listings::{
-    Drift, ListingClaim, SeenVm, apply_listing, claim_listing, end_listing, listing_accounts,
-    orphan_deleted,
+    Drift, ListingClaim, Orphan, SeenVm, apply_listing, claim_listing, end_listing,
+    listing_accounts, orphan_delete_refused, orphan_deleted, orphan_released,
 };

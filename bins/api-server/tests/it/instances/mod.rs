@@ -3,6 +3,7 @@
 
 mod api;
 mod concurrency;
+mod installations;
 mod lifecycle;
 mod managed;
 mod managed_rules;

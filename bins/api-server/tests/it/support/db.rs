@@ -269,3 +269,32 @@ pub async fn contents(s: &Server) -> std::collections::BTreeMap<String, (i64, St
 pub fn root_id() -> storage::ids::TenantId {
     storage::ids::TenantId::parse("root").expect("a tenant id")
 }
+
+/// The server's installation id (contract 3.12 r4): the `bc-installation`
+/// label of the VMs it makes.
+pub async fn installation(s: &Server) -> String {
+    let mut conn = db(s).await;
+    storage::ops::installation::id(&mut conn)
+        .await
+        .expect("the installation id")
+}
+
+#[derive(QueryableByName)]
+struct InstallationId {
+    #[diesel(sql_type = Text)]
+    id: String,
+}
+
+/// Gives the server's database an installation id of its own, as the
+/// migration makes one for every new database (the test databases are
+/// copies of one template, so they share the template's); answers it.
+pub async fn new_installation(s: &Server) -> String {
+    let mut conn = db(s).await;
+    let row: InstallationId = diesel::sql_query(
+        "UPDATE installation SET id = replace(gen_random_uuid()::text, '-', '') RETURNING id",
+    )
+    .get_result(&mut conn)
+    .await
+    .expect("a new installation id");
+    row.id
+}

@@ -21,6 +21,10 @@ pub const ATTEMPTS: u32 = 4;
 pub struct Gce {
     /// `http://127.0.0.1:PORT`
     pub url: String,
+    /// The installation of the platform built on it
+    /// ([`super::vms::managed_platform_on`]): VMs made "outside" with
+    /// `bc-managed` are labelled with it, as the platform labels its own.
+    pub installation: Option<String>,
     client: reqwest::Client,
     _stop: oneshot::Sender<()>,
 }
@@ -63,6 +67,7 @@ impl Gce {
         });
         Gce {
             url,
+            installation: None,
             client: reqwest::Client::builder()
                 .danger_accept_invalid_certs(true)
                 .build()

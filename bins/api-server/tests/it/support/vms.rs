@@ -32,8 +32,10 @@ pub async fn managed_platform(s: &Server, total: i64) -> Platform {
     managed_platform_on(s, Gce::start().await, total).await
 }
 
-/// [`managed_platform`] on the fake `gce`.
-pub async fn managed_platform_on(s: &Server, gce: Gce, total: i64) -> Platform {
+/// [`managed_platform`] on the fake `gce`, which learns the server's
+/// installation ([`Gce::installation`]).
+pub async fn managed_platform_on(s: &Server, mut gce: Gce, total: i64) -> Platform {
+    gce.installation = Some(super::db::installation(s).await);
     gce.put("res-a", total, 0, "READY").await;
     let account = gce_account(s, &gce).await;
     let body = managed_pool_body(
@@ -142,7 +144,40 @@ impl Gce {
     }
 
     /// Creates a VM behind the platform's back in `zone`, no reservation.
+    /// A VM labelled `bc-managed` without `bc-installation` gets the
+    /// installation of the platform on this fake ([`Gce::installation`]):
+    /// it looks like one of the platform's own.
     pub async fn insert_outside_in(&self, zone: &str, name: &str, labels: Value) {
+        let op = self.insert_outside_started(zone, name, labels).await;
+        // Read the operation until done.
+        for _ in 0..20 {
+            if self.operation_done(zone, &op).await {
+                return;
+            }
+        }
+        panic!("operation {op} never ended");
+    }
+
+    /// Reads the zone operation `op` once: whether it is `DONE`.
+    pub async fn operation_done(&self, zone: &str, op: &str) -> bool {
+        let path = format!("zones/{zone}/operations/{op}");
+        self.api(reqwest::Method::GET, &path, None).await["status"] == "DONE"
+    }
+
+    /// As [`Gce::insert_outside_in`], answering the create's operation
+    /// without waiting for it.
+    pub async fn insert_outside_started(
+        &self,
+        zone: &str,
+        name: &str,
+        mut labels: Value,
+    ) -> String {
+        if let (Some(map), Some(id)) = (labels.as_object_mut(), &self.installation)
+            && map.contains_key("bc-managed")
+            && !map.contains_key("bc-installation")
+        {
+            map.insert("bc-installation".into(), json!(id));
+        }
         let body = json!({
             "name": name,
             "machineType": format!("zones/{zone}/machineTypes/{FLAVOR}"),
@@ -159,21 +194,7 @@ impl Gce {
                 Some(body),
             )
             .await;
-        let name = op["name"].as_str().expect("operation").to_owned();
-        // Read the operation until done.
-        for _ in 0..20 {
-            let o = self
-                .api(
-                    reqwest::Method::GET,
-                    &format!("zones/{zone}/operations/{name}"),
-                    None,
-                )
-                .await;
-            if o["status"] == "DONE" {
-                return;
-            }
-        }
-        panic!("operation {name} never ended");
+        op["name"].as_str().expect("operation").to_owned()
     }
 
     /// A change made outside the platform: `stop`, `start` or `delete`.

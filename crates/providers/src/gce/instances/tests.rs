@@ -208,7 +208,7 @@ async fn reads_and_their_refusals() {
         let missing = p.get_vm("us-central1-a", "bc-1").await;
         let gone = p.get_operation("us-central1-a", "operation-9").await;
         let taken = p.create_vm(&spec(), RID).await;
-        let page = p.list_managed_vms().await;
+        let page = p.list_installation_vms("0f3a_b-9").await;
         (missing, gone, taken, page)
     };
     let not_found = r#"{"error":{"code":404,"errors":[{"reason":"notFound"}]}}"#;
@@ -239,7 +239,8 @@ async fn reads_and_their_refusals() {
         [("bc-1", "us-central1-a"), ("bc-2", "us-central1-b")]
     );
     let list = "/compute/v1/projects/my-project/aggregated/instances\
-                ?filter=labels.bc-managed%3Dtrue&maxResults=2";
+                ?filter=labels.bc-managed%3Dtrue+AND+labels.bc-installation%3D0f3a_b-9\
+                &maxResults=2";
     assert_eq!(seen[3].request_line(), format!("GET {list} HTTP/1.1"));
     assert_eq!(
         seen[4].request_line(),
@@ -277,6 +278,22 @@ async fn bad_names_and_internal_tenant_endpoints_are_refused_before_connecting()
     );
     let nil = "00000000-0000-0000-0000-000000000000";
     assert_eq!(root.create_vm(&spec(), nil).await, Err(invalid.clone()));
+    // The installation id goes into the listing's filter: a label value only.
+    let too_long = "a".repeat(64);
+    for installation in [
+        "",
+        "a b",
+        "a OR labels.x=y",
+        "Prod",
+        "a\"",
+        too_long.as_str(),
+    ] {
+        assert_eq!(
+            root.list_installation_vms(installation).await,
+            Err(invalid.clone()),
+            "{installation}"
+        );
+    }
     let tenant = provider(&endpoint, AccountOwner::Tenant);
     let err = tenant
         .create_vm(&spec(), RID)
@@ -284,7 +301,7 @@ async fn bad_names_and_internal_tenant_endpoints_are_refused_before_connecting()
         .expect_err("an internal endpoint");
     assert!(matches!(err, ProviderError::NotAllowed(_)), "{err:?}");
     assert!(matches!(
-        tenant.list_managed_vms().await,
+        tenant.list_installation_vms("abc").await,
         Err(ProviderError::NotAllowed(_))
     ));
     let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;

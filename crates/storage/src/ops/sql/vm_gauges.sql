@@ -1,6 +1,7 @@
 -- The managed instances' gauges: live managed instances by state (through
--- instances_managed_live_idx) and the open steps past their deadline at the
--- database's real time.
+-- instances_managed_live_idx), the open steps past their deadline at the
+-- database's real time, and the orphans found (kept for the operator) that
+-- their account's last applied listing saw.
 SELECT
     count(*) FILTER (WHERE i.state = 'provisioning') AS provisioning,
     count(*) FILTER (WHERE i.state = 'running') AS running,
@@ -9,6 +10,9 @@ SELECT
     count(*) FILTER (WHERE i.state = 'starting') AS starting,
     count(*) FILTER (WHERE i.state = 'deleting') AS deleting,
     (SELECT count(*) FROM vm_steps s
-      WHERE s.state = 'open' AND s.deadline_wall < {DB_NOW_MS}) AS steps_overdue
+      WHERE s.state = 'open' AND s.deadline_wall < {DB_NOW_MS}) AS steps_overdue,
+    (SELECT count(*) FROM vm_orphans o
+      JOIN vm_listings l ON l.account_id = o.account_id
+      WHERE o.found_at IS NOT NULL AND o.last_seq = l.listing_seq) AS orphans_found
 FROM instances i
 WHERE i.managed AND i.state NOT IN ('deleted', 'failed')
