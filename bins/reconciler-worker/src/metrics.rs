@@ -25,6 +25,7 @@
 //! | `bc_instances` | gauge | `state` (a managed instance's live states) |
 //! | `bc_vm_steps_overdue` | gauge | |
 //! | `bc_vm_orphans_found` | gauge | |
+//! | `bc_vm_instances_without_step` | gauge | |
 //! | `bc_webhook_deliveries_total` | counter | `outcome` (`delivered`, `retrying`, `failed`) |
 //! | `bc_webhook_delivery_lag_seconds` | histogram (0.1 s to 3 days) | |
 //! | `bc_webhooks_disabled` | gauge | |
@@ -52,7 +53,9 @@
 //! have ended; `bc_vm_orphans_found` the VMs of this installation whose
 //! instance is newer than every instance this database has made (it was
 //! restored from a backup), kept for the operator to adopt or delete, that
-//! their account's last listing saw.
+//! their account's last listing saw; `bc_vm_instances_without_step` the
+//! managed instances waiting for a step (`provisioning`, `stopping`,
+//! `starting`, `deleting`) with none open, which nothing would move on.
 //!
 //! Webhooks (contract 3.13, the `events.webhooks` pass): an attempt's `outcome` is that of
 //! `webhooks.deliveries`; the lag is a delivered event's delay from its
@@ -535,6 +538,7 @@ mod tests {
             provisioning: 1,
             steps_overdue: 2,
             orphans_found: 1,
+            without_step: 3,
             ..Default::default()
         });
         let text = m.render(telemetry::Format::Text);
@@ -544,6 +548,7 @@ mod tests {
             r#"bc_instances{state="deleting"} 0"#,
             "bc_vm_steps_overdue 2",
             "bc_vm_orphans_found 1",
+            "bc_vm_instances_without_step 3",
         ] {
             has(&text, want);
         }

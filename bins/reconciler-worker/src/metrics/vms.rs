@@ -60,6 +60,7 @@ pub(super) struct VmMetrics {
     instances: Family<StateLabel, Gauge>,
     steps_overdue: Gauge,
     orphans_found: Gauge,
+    without_step: Gauge,
 }
 
 impl VmMetrics {
@@ -73,6 +74,7 @@ impl VmMetrics {
             instances: Family::default(),
             steps_overdue: Gauge::default(),
             orphans_found: Gauge::default(),
+            without_step: Gauge::default(),
         };
         r.register(
             "bc_vm_steps",
@@ -110,6 +112,12 @@ impl VmMetrics {
             "VMs of this installation kept because their instance is newer than every \
              instance this database has made, as their account's last listing saw them",
             m.orphans_found.clone(),
+        );
+        r.register(
+            "bc_vm_instances_without_step",
+            "Managed instances waiting for a step (provisioning, stopping, starting, deleting) \
+             with no open step",
+            m.without_step.clone(),
         );
         for kind in STEP_KINDS {
             for outcome in ["done", "failed", "put_off", "lease_lost"] {
@@ -168,5 +176,6 @@ impl VmMetrics {
         }
         self.steps_overdue.set(g.steps_overdue);
         self.orphans_found.set(g.orphans_found);
+        self.without_step.set(g.without_step);
     }
 }

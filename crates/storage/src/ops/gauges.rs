@@ -95,6 +95,12 @@ pub struct VmGauges {
     /// account's last applied listing saw: still there.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub orphans_found: i64,
+    /// Managed instances `provisioning`, `stopping`, `starting` or
+    /// `deleting` with no open step: nothing would ever move them on
+    /// (contract 3.12 r4, "no state without a step"); always 0 unless a bug
+    /// or a hand-made change left one.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub without_step: i64,
 }
 
 impl VmGauges {

@@ -157,6 +157,22 @@ async fn a_delete_refused_by_the_provider_is_sent_again_until_the_vm_is_gone() {
     assert!(p.gce.vm(&name).await.is_none(), "the vm is gone");
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(0));
     assert_eq!(stuck(&s).await, 0);
+    // The operator's gauge of the same rule reads the same: 0, and 1 for an
+    // instance left waiting by hand.
+    let mut conn = db(&s).await;
+    let gauges = storage::ops::gauges::vm_gauges(&mut conn)
+        .await
+        .expect("gauges");
+    assert_eq!(gauges.without_step, 0);
+    diesel::sql_query("UPDATE instances SET state = 'stopping' WHERE instance_id = $1")
+        .bind::<diesel::sql_types::Text, _>(id(&inst))
+        .execute(&mut conn)
+        .await
+        .expect("by hand");
+    let gauges = storage::ops::gauges::vm_gauges(&mut conn)
+        .await
+        .expect("gauges");
+    assert_eq!(gauges.without_step, 1);
     // Two deletes reached the provider: the refused one and the one after it.
     let deletes = p
         .gce
