@@ -68,6 +68,20 @@ pub struct Config {
 }
 
 /// A duration setting (`600`, seconds, or `10m`, `90s`, ...).
+/// A whole number from `min` to `max` in variable `name`, if it is set.
+fn whole_var(name: &str, min: u64, max: u64) -> anyhow::Result<Option<u64>> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| match v.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(anyhow::anyhow!(
+                "{name}={v:?} must be a whole number from {min} to {max}"
+            )),
+        })
+        .transpose()
+}
+
 fn duration_var(name: &str, value: Option<String>) -> anyhow::Result<Option<Duration>> {
     value
         .map(|v| match v.parse::<u64>() {
@@ -172,28 +186,10 @@ impl Config {
                     lease: duration_var("BC_VM_LEASE", var("BC_VM_LEASE"))?
                         .filter(|d| !d.is_zero())
                         .unwrap_or(d.lease),
-                    concurrency: var("BC_VM_CONCURRENCY")
-                        .map(|v| v.parse::<usize>())
-                        .transpose()
-                        .context("BC_VM_CONCURRENCY must be a whole number from 1 to 4096")?
-                        .map(|n| {
-                            (1..=4096).contains(&n).then_some(n).ok_or_else(|| {
-                                anyhow::anyhow!("BC_VM_CONCURRENCY={n} is not from 1 to 4096")
-                            })
-                        })
-                        .transpose()?
-                        .unwrap_or(d.concurrency),
-                    writes_per_min: var("BC_VM_WRITES_PER_MIN")
-                        .map(|v| v.parse::<u32>())
-                        .transpose()
-                        .context("BC_VM_WRITES_PER_MIN must be a whole number from 1 to 1000000")?
-                        .map(|n| {
-                            (1..=1_000_000).contains(&n).then_some(n).ok_or_else(|| {
-                                anyhow::anyhow!("BC_VM_WRITES_PER_MIN={n} is not from 1 to 1000000")
-                            })
-                        })
-                        .transpose()?
-                        .unwrap_or(d.writes_per_min),
+                    concurrency: whole_var("BC_VM_CONCURRENCY", 1, 4096)?
+                        .map_or(d.concurrency, |n| n as usize),
+                    writes_per_min: whole_var("BC_VM_WRITES_PER_MIN", 1, 1_000_000)?
+                        .map_or(d.writes_per_min, |n| n as u32),
                     ..d
                 }
             },

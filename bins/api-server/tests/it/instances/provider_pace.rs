@@ -15,7 +15,7 @@ use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
 use crate::support::db::db;
-use crate::support::fixtures::{create_instance, id, set_quota, tenant_with_pool};
+use crate::support::fixtures::{Platform, create_instance, id, set_quota, tenant_with_pool};
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::server::Server;
 use crate::support::vms::managed_platform_on;
@@ -114,6 +114,22 @@ async fn watch(s: &Server, first: &str, second: &str, patience: Duration) -> Run
     }
 }
 
+/// A fake Compute Engine whose operations take `min_ms` to `max_ms`.
+fn slow(min_ms: u64, max_ms: u64) -> fake_gce::FakeGce {
+    fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default())
+        .with_operation_latency(min_ms, max_ms)
+}
+
+/// A managed platform on `fake` whose reservation and acme's quotas take
+/// `n` instances.
+async fn paced_platform(s: &Server, fake: fake_gce::FakeGce, n: i64) -> Platform {
+    let p = managed_platform_on(s, Gce::start_fake(fake).await, n).await;
+    set_quota(s, "acme", &p.pool, "instances", n).await;
+    set_quota(s, "acme", &p.pool, "vcpus", 4 * n).await;
+    set_quota(s, "acme", &p.pool, "memoryGib", 16 * n).await;
+    p
+}
+
 /// The fake's counts for the test project.
 async fn stats(gce: &Gce) -> Value {
     gce.get("stats").await["projects"][PROJECT].clone()
@@ -127,12 +143,7 @@ fn count(v: &Value, what: &str) -> u64 {
 async fn a_burst_waits_on_the_providers_quota_not_another_tenants_steps_behind_it() {
     let s = Server::start().await;
     // Operations of 1 to 2 s, at most 8 in flight per project.
-    let fake = fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default())
-        .with_operation_latency(1000, 2000)
-        .with_concurrent_operations(8);
-    let p = managed_platform_on(&s, Gce::start_fake(fake).await, 80).await;
-    set_quota(&s, "acme", &p.pool, "instances", 80).await;
-    set_quota(&s, "acme", &p.pool, "vcpus", 320).await;
+    let p = paced_platform(&s, slow(1000, 2000).with_concurrent_operations(8), 80).await;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     // The backlog is there before the worker starts: acme's 60, then
     // globex's 3, all due at once.
@@ -169,12 +180,7 @@ async fn a_burst_waits_on_the_providers_quota_not_another_tenants_steps_behind_i
 async fn a_rate_quota_refusal_pauses_the_account_to_the_next_minute_and_fails_nothing() {
     let s = Server::start().await;
     // 12 writes a minute for the project: 20 creates need two windows.
-    let fake = fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default())
-        .with_operation_latency(200, 500)
-        .with_writes_per_min(12);
-    let p = managed_platform_on(&s, Gce::start_fake(fake).await, 40).await;
-    set_quota(&s, "acme", &p.pool, "instances", 40).await;
-    set_quota(&s, "acme", &p.pool, "vcpus", 160).await;
+    let p = paced_platform(&s, slow(200, 500).with_writes_per_min(12), 40).await;
     create_many(&s, &p.tenant_token, "acme", &p.pool, 20).await;
     let w = replica(&s, &[]);
     let run = watch(&s, "acme", "nobody", Duration::from_secs(240)).await;
@@ -199,12 +205,7 @@ async fn a_rate_quota_refusal_pauses_the_account_to_the_next_minute_and_fails_no
 #[tokio::test(flavor = "multi_thread")]
 async fn the_workers_write_budget_keeps_the_provider_from_refusing_at_all() {
     let s = Server::start().await;
-    let fake = fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default())
-        .with_operation_latency(200, 500)
-        .with_writes_per_min(12);
-    let p = managed_platform_on(&s, Gce::start_fake(fake).await, 40).await;
-    set_quota(&s, "acme", &p.pool, "instances", 40).await;
-    set_quota(&s, "acme", &p.pool, "vcpus", 160).await;
+    let p = paced_platform(&s, slow(200, 500).with_writes_per_min(12), 40).await;
     // 13 creates over a budget of 6 a minute: three of the worker's minutes.
     // Half the project's quota, so that a burst the two clocks cut at
     // different instants still fits one window of the provider.
@@ -225,11 +226,7 @@ async fn the_workers_write_budget_keeps_the_provider_from_refusing_at_all() {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_tenants_backlog_does_not_hold_back_another_tenants_first_step() {
     let s = Server::start().await;
-    let fake =
-        fake_gce::FakeGce::new(fake_gce::FakeGceConfig::default()).with_operation_latency(300, 800);
-    let p = managed_platform_on(&s, Gce::start_fake(fake).await, 40).await;
-    set_quota(&s, "acme", &p.pool, "instances", 40).await;
-    set_quota(&s, "acme", &p.pool, "vcpus", 160).await;
+    let p = paced_platform(&s, slow(300, 800), 40).await;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     create_many(&s, &p.tenant_token, "acme", &p.pool, 20).await;
     let other = create_many(&s, &globex, "globex", &p.pool, 1).await;

@@ -290,6 +290,25 @@ pub async fn apply_listing(
     Ok(drift)
 }
 
+/// Whether the instance's VM was created before the installation id existed
+/// (its create step recorded before the migration that made the id).
+async fn made_before_installation(conn: &mut AsyncPgConnection, instance_id: &str) -> Result<bool> {
+    #[derive(QueryableByName)]
+    struct Before {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        before: bool,
+    }
+    let row: Before = diesel::sql_query(
+        "SELECT EXISTS (SELECT 1 FROM vm_steps s, installation n \
+          WHERE s.instance_id = $1 AND s.kind = 'create' \
+            AND s.created_wall < n.created_at) AS before",
+    )
+    .bind::<diesel::sql_types::Text, _>(instance_id)
+    .get_result(conn)
+    .await?;
+    Ok(row.before)
+}
+
 /// The drift rules for one instance, in one transaction. A missing VM is
 /// marked with the listing's number and instant; the next listing that
 /// misses it too (number + 1) takes the instance for lost, at the mark's
@@ -321,6 +340,7 @@ async fn drift_one(
             events::publish(conn, now, events).await?;
             return Ok(None);
         }
+        let made_before = vm.is_none() && made_before_installation(conn, instance_id).await?;
         let (cause, seen) = match vm {
             Some(vm) => {
                 diesel::update(instances::table.find(instance_id))
@@ -348,6 +368,14 @@ async fn drift_one(
                         return Ok(None);
                     }
                 }
+            }
+            // A VM made before this installation had its id carries no
+            // `bc-installation` label, so listings never show it: missing
+            // from them proves nothing (docs/operations.md says how to
+            // label such VMs). It is never taken for lost.
+            None if made_before => {
+                events::publish(conn, now, events).await?;
+                return Ok(None);
             }
             None => {
                 if inst.vm_missing_seq != Some(listing.seq - 1) {
