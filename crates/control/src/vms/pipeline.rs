@@ -51,7 +51,7 @@ impl Slots {
         }
     }
 
-    fn try_take(&self) -> Option<Slot<'_>> {
+    pub(super) fn try_take(&self) -> Option<Slot<'_>> {
         Some(Slot {
             _permit: self.permits.try_acquire().ok()?,
             freed: &self.freed,
@@ -73,8 +73,8 @@ pub async fn drive_steps(ctx: &VmContext<'_>) -> Result<Vec<StepReport>> {
     let mut running = FuturesUnordered::new();
     loop {
         // Claim as many as there are free slots (and room to hold them);
-        // each claimed step starts with its slot taken here, so the count
-        // of free slots is right before any of them runs.
+        // each claimed step starts with a slot taken here when one is still
+        // free, so the count of free slots stays right.
         let room = slots
             .permits
             .available_permits()
@@ -95,11 +95,11 @@ pub async fn drive_steps(ctx: &VmContext<'_>) -> Result<Vec<StepReport>> {
                     Some(r) = running.next(), if !running.is_empty() => collect(&mut reports, r),
                 }
             };
+            // Running steps polled while the claim waited may have taken
+            // places meanwhile: a step without one waits for one before it
+            // calls the provider.
             for claim in claims {
-                let Some(slot) = slots.try_take() else {
-                    unreachable!("claimed no more steps than free slots")
-                };
-                running.push(step::drive(ctx, &slots, slot, claim));
+                running.push(step::drive(ctx, &slots, slots.try_take(), claim));
             }
         }
         if running.is_empty() {

@@ -39,15 +39,14 @@ enum Round {
 }
 
 /// Drives a claimed step until it ends or is put off. It calls the provider
-/// only holding a slot of `slots` (it starts with `slot`), and gives it back
-/// while it waits.
+/// only holding a slot of `slots` (it starts with `slot`, if one was free at
+/// its claim), and gives it back while it waits.
 pub(super) async fn drive<'s>(
     ctx: &VmContext<'_>,
     slots: &'s Slots,
-    slot: Slot<'s>,
+    mut slot: Option<Slot<'s>>,
     claim: StepClaim,
 ) -> Result<StepReport> {
-    let mut slot = Some(slot);
     let kind = claim.step()?;
     let work = {
         let mut conn = ctx.pool.get().await?;
