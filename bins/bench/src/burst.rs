@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::http::{BodyFn, HttpOp};
 use crate::load::{self, Op, Outcome, Stop};
 use crate::procs::{ApiServer, Database, spawn_worker};
-use crate::setup::{Api, FLAVOR, Gce, HOUR_MS, TENANT, str_at};
+use crate::setup::{Api, FLAVOR, Gce, HOUR_MS, TENANT};
 
 /// The grant's slots, and the instances created.
 pub const SLOTS: i64 = 1_000;
@@ -76,32 +76,8 @@ pub async fn run(
 ) -> anyhow::Result<Burst> {
     let api = Api::new(&server.url());
     let gce = Gce::start().await?;
-    let http = reqwest::Client::new();
-    gce.put(&http, "burst", SLOTS).await?;
-    let account_id = api.fake_account("burst", &gce.url).await?;
-    let pool = api
-        .root(
-            "pools/create",
-            json!({
-                "name": "burst",
-                "region": "us-central1",
-                "provider": "gce",
-                "accountId": account_id,
-                "flavors": [{ "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
-                "quotas": { "instances": 1_000_000 },
-                "vm": { "image": "projects/debian-cloud/global/images/family/debian-12",
-                        "zones": [crate::setup::ZONE] },
-                "idempotencyKey": "pool-burst",
-            }),
-        )
-        .await?;
-    let pool_id = str_at(&pool, "/pool/poolId")?;
+    let (account_id, pool_id) = crate::setup::managed_pool(&api, &gce, "burst", SLOTS).await?;
     let reservation_id = Gce::reservation_id("burst");
-    api.root(
-        "providerAccounts/bindReservation",
-        json!({ "accountId": account_id, "reservationId": reservation_id, "poolId": pool_id }),
-    )
-    .await?;
     api.root(
         "pools/offer",
         json!({

@@ -127,31 +127,7 @@ pub async fn run(
     let gce = slow_gce().await?;
     let http = reqwest::Client::new();
     let slots = i64::try_from(FIRST + SECOND)?;
-    gce.put(&http, "pace", slots).await?;
-    let account_id = api.fake_account("pace", &gce.url).await?;
-    let pool = api
-        .root(
-            "pools/create",
-            json!({
-                "name": "pace",
-                "region": "us-central1",
-                "provider": "gce",
-                "accountId": account_id,
-                "flavors": [{ "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
-                "quotas": { "instances": 1_000_000 },
-                "vm": { "image": "projects/debian-cloud/global/images/family/debian-12",
-                        "zones": [crate::setup::ZONE] },
-                "idempotencyKey": "pool-pace",
-            }),
-        )
-        .await?;
-    let pool_id = str_at(&pool, "/pool/poolId")?;
-    api.root(
-        "providerAccounts/bindReservation",
-        json!({ "accountId": account_id, "reservationId": Gce::reservation_id("pace"),
-                "poolId": pool_id }),
-    )
-    .await?;
+    let (_, pool_id) = crate::setup::managed_pool(&api, &gce, "pace", slots).await?;
     let other = api.root("tenants/create", json!({ "name": OTHER })).await?;
     let other_token = str_at(&other, "/adminKey/secret")?;
     for tenant in [TENANT, OTHER] {

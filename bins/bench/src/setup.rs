@@ -376,3 +376,40 @@ pub async fn platform_with(
         tenant_token,
     })
 }
+
+/// A managed pool named `name` on a new fake account of `gce`, with the
+/// reservation `name` of `slots` slots bound to it: the account's and the
+/// pool's ids.
+pub async fn managed_pool(
+    api: &Api,
+    gce: &Gce,
+    name: &str,
+    slots: i64,
+) -> anyhow::Result<(String, String)> {
+    gce.put(&reqwest::Client::new(), name, slots).await?;
+    let account_id = api.fake_account(name, &gce.url).await?;
+    let pool = api
+        .root(
+            "pools/create",
+            serde_json::json!({
+                "name": name,
+                "region": "us-central1",
+                "provider": "gce",
+                "accountId": account_id,
+                "flavors": [{ "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
+                "quotas": { "instances": 1_000_000 },
+                "vm": { "image": "projects/debian-cloud/global/images/family/debian-12",
+                        "zones": [ZONE] },
+                "idempotencyKey": format!("pool-{name}"),
+            }),
+        )
+        .await?;
+    let pool_id = str_at(&pool, "/pool/poolId")?;
+    api.root(
+        "providerAccounts/bindReservation",
+        serde_json::json!({ "accountId": account_id,
+                            "reservationId": Gce::reservation_id(name), "poolId": pool_id }),
+    )
+    .await?;
+    Ok((account_id, pool_id))
+}
