@@ -21,10 +21,16 @@ pub fn path() -> PathBuf {
 
 /// Runs `demo-seed` against `s` and `gce` and answers its JSON summary.
 pub async fn run_seeder(s: &Server, gce: &Gce) -> Value {
+    run_seeder_at(&s.url, &gce.url).await
+}
+
+/// Runs `demo-seed` against the api-server at `api` and fake-gce at `fake`
+/// and answers its JSON summary.
+pub async fn run_seeder_at(api: &str, fake: &str) -> Value {
     let out = tokio::process::Command::new(path())
-        .env("BC_API", &s.url)
+        .env("BC_API", api)
         .env("BC_TOKEN", ROOT_TOKEN)
-        .env("BC_FAKE_GCE", &gce.url)
+        .env("BC_FAKE_GCE", fake)
         .output()
         .await
         .expect("run demo-seed");

@@ -188,19 +188,7 @@ async fn just_run(db: &TestDatabase, listen: &str, state: &Path, log: PathBuf) -
         .await
         .expect("set a fresh database's clock back");
     }
-    let out = Command::new(demo::path())
-        .env("BC_API", &seeder.url)
-        .env("BC_TOKEN", ROOT_TOKEN)
-        .env("BC_FAKE_GCE", &fake.url)
-        .output()
-        .await
-        .expect("run demo-seed");
-    assert!(
-        out.status.success(),
-        "demo-seed failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seeded: Value = serde_json::from_slice(&out.stdout).expect("demo-seed prints JSON");
+    let seeded = demo::run_seeder_at(&seeder.url, &fake.url).await;
     if seeded["seeded"] == true {
         let once = worker::command_for(db.product_url())
             .arg("--once")
