@@ -3,9 +3,11 @@
 //! none after a rate-quota refusal until the next minute (or the provider's
 //! `Retry-After`), and, after a concurrent-operations refusal, no more
 //! operations in flight than the account had when it was refused, for a
-//! minute. The pipeline claims no more of an account's steps than its
-//! [`Pacer::allowances`] say, so a paused account's steps keep their turn in
-//! the database instead of being claimed and refused again.
+//! minute. The pipeline claims no more of an account's sending steps than
+//! its [`Pacer::allowances`] say (a whole minute's budget for an account not
+//! limited now), so the steps sent are taken in the claim's round-robin
+//! order and a paused account's steps keep their turn in the database
+//! instead of being claimed and refused again.
 //!
 //! The budget is this process's: replicas do not share it, so an operator
 //! running several sets `BC_VM_WRITES_PER_MIN` to the project's quota divided
@@ -152,6 +154,11 @@ impl Pacer {
             }
         }
         (wait(pace.paused_until - now_ms), first)
+    }
+
+    /// What an account not limited now may send: a whole minute's budget.
+    pub fn full_allowance(&self) -> i32 {
+        i32::try_from(self.writes_per_min).unwrap_or(i32::MAX)
     }
 
     /// The accounts limited at `now_ms`, with how many more calls each may

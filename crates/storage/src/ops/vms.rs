@@ -90,13 +90,16 @@ pub struct StepWork {
 
 /// Claims up to `limit` due steps, each the oldest open step of its
 /// instance, for `lease_ms`, round-robin across tenants (oldest first within
-/// a tenant); an account named in `allowances` gives at most its number of
-/// steps (0: none, it is paused), the others are left for later.
+/// a tenant). Of the steps that will send a call (no operation yet), an
+/// account named in `allowances` gives at most its number (0: none, it is
+/// paused) and any other account at most `allowance`; the others are left
+/// for later, keeping their turn.
 pub async fn claim_steps(
     conn: &mut AsyncPgConnection,
     limit: i64,
     lease_ms: i64,
     allowances: &[(String, i32)],
+    allowance: i32,
 ) -> Result<Vec<StepClaim>> {
     let (accounts, counts): (Vec<&str>, Vec<i32>) =
         allowances.iter().map(|(a, n)| (a.as_str(), *n)).unzip();
@@ -111,7 +114,8 @@ pub async fn claim_steps(
                 .bind::<BigInt, _>(lease_ms)
                 .bind::<Text, _>(&token)
                 .bind::<diesel::sql_types::Array<Text>, _>(&accounts)
-                .bind::<diesel::sql_types::Array<Integer>, _>(&counts),
+                .bind::<diesel::sql_types::Array<Integer>, _>(&counts)
+                .bind::<Integer, _>(allowance),
         )
         .load(conn)
         .await?;

@@ -6,6 +6,7 @@
 
 mod world;
 
+mod claims;
 mod compaction;
 mod errors;
 mod events;

@@ -2,11 +2,16 @@
 -- step of its instance, taken round-robin across tenants (each tenant's
 -- oldest due step first, then each one's second, ...), so one tenant's backlog
 -- never delays another tenant's step by more than one step of each tenant.
--- The provider accounts in $4 may take at most $5 (the same position) steps
--- each, in the same order: what their write budget and concurrent operations
--- allow now (0 while a quota pauses them). The others stay where they are.
+-- A step that will call the provider to send (no operation yet) counts
+-- against its account's allowance: the accounts in $4 may send at most $5
+-- (the same position) each, what their write budget and concurrent
+-- operations allow now (0 while a quota pauses them); any other account at
+-- most $6, a full minute's budget. They are taken in the same round-robin
+-- order, so the few steps an account may send are each tenant's turn, not
+-- whichever step reaches the budget first. The others stay where they are.
+-- A step that only looks at its operation is never held back.
 WITH due AS (
-  SELECT s.step_id, s.due_wall, pl.account_id,
+  SELECT s.step_id, s.due_wall, pl.account_id, s.operation IS NULL AS sends,
          row_number() OVER (PARTITION BY i.tenant_id ORDER BY s.due_wall, s.step_id) AS turn
   FROM vm_steps s
   JOIN instances i ON i.instance_id = s.instance_id
@@ -20,7 +25,7 @@ WITH due AS (
 ),
 ranked AS (
   SELECT d.*,
-         row_number() OVER (PARTITION BY d.account_id
+         row_number() OVER (PARTITION BY d.account_id, d.sends
                             ORDER BY d.turn, d.due_wall, d.step_id) AS account_turn
   FROM due d
   WHERE d.turn <= $1
@@ -29,7 +34,7 @@ allowed AS (
   SELECT r.step_id, r.turn, r.due_wall
   FROM ranked r
   LEFT JOIN unnest($4::text[], $5::int[]) AS a(account_id, n) ON a.account_id = r.account_id
-  WHERE a.n IS NULL OR r.account_turn <= a.n
+  WHERE NOT r.sends OR r.account_turn <= COALESCE(a.n, $6)
 ),
 picked AS (
   SELECT s.step_id
