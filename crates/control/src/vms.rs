@@ -29,6 +29,7 @@ use storage::ops::accounts::Account;
 use storage::ops::secrets;
 
 mod listings;
+mod look;
 mod pace;
 mod pipeline;
 mod step;

@@ -24,6 +24,10 @@
 //! assert!(!stop.billed && stop.slot_running);
 //! ```
 
+pub mod status;
+
+pub use status::{StepFailure, VmStatus};
+
 /// The states of a managed instance (contract 3.7, r3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum VmState {

@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use grants_core::vm::{StepFailure, VmStatus};
+
 use crate::policy::{AccountOwner, ProviderAccess, ProviderPolicy};
 use crate::{AccountSpec, ProviderError, ProviderFuture, gce};
 
@@ -107,6 +109,13 @@ impl VmOperation {
     pub fn succeeded(&self) -> bool {
         self.status == OperationStatus::Done && self.error_codes.is_empty()
     }
+
+    /// Why a `DONE` operation failed: its first error code, typed; `None`
+    /// while it runs or when it succeeded.
+    pub fn failure(&self) -> Option<StepFailure> {
+        let first = self.error_codes.first()?;
+        (self.status == OperationStatus::Done).then(|| StepFailure::provider(first))
+    }
 }
 
 /// A VM as the provider reports it.
@@ -116,8 +125,8 @@ pub struct Vm {
     pub name: String,
     /// The short zone name, from the URL.
     pub zone: String,
-    /// PROVISIONING, STAGING, RUNNING, STOPPING, TERMINATED, STOPPED, SUSPENDED, ...
-    pub status: String,
+    /// Its status, parsed from the provider's spelling.
+    pub status: VmStatus,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
 }
@@ -237,8 +246,15 @@ mod tests {
         assert!(!op.succeeded());
         op.status = OperationStatus::Done;
         assert!(op.succeeded());
+        assert_eq!(op.failure(), None);
         op.error_codes.push("CONDITION_NOT_MET".into());
         assert!(!op.succeeded());
+        assert_eq!(
+            op.failure(),
+            Some(StepFailure::Provider("CONDITION_NOT_MET".into()))
+        );
+        op.status = OperationStatus::Running;
+        assert_eq!(op.failure(), None, "a running operation has not failed");
     }
 
     #[test]

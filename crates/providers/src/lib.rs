@@ -16,7 +16,7 @@ mod secret;
 
 pub use instances::{
     INSTALLATION_LABEL, INSTANCE_LABEL, InstanceFactory, InstanceProvider, MANAGED_LABEL,
-    OperationStatus, Vm, VmOperation, VmSpec, policy_instance_factory,
+    OperationStatus, StepFailure, Vm, VmOperation, VmSpec, VmStatus, policy_instance_factory,
 };
 pub use policy::{AccountOwner, Origins, PolicyError, ProviderAccess, ProviderPolicy};
 

@@ -11,7 +11,7 @@ use providers::auth::{ResolvedSecret, SecretKind, fingerprint};
 use providers::gce::{GceConfig, GceProvider, GceProviderOptions};
 use providers::{
     AccountOwner, InstanceProvider, OperationStatus, ProviderAccess, ProviderError, ProviderPolicy,
-    ReservationProvider, VmOperation, VmSpec,
+    ReservationProvider, VmOperation, VmSpec, VmStatus,
 };
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -141,7 +141,10 @@ async fn wait(p: &GceProvider, op: &VmOperation) -> VmOperation {
 }
 
 async fn vm_status(p: &GceProvider, name: &str) -> Option<String> {
-    p.get_vm(ZONE, name).await.expect("get").map(|vm| vm.status)
+    p.get_vm(ZONE, name)
+        .await
+        .expect("get")
+        .map(|vm| vm.status.as_str().to_owned())
 }
 
 #[tokio::test]
@@ -168,7 +171,7 @@ async fn a_create_on_a_reservation_is_followed_to_done_and_runs() {
         .expect("the VM");
     assert_eq!(vm.name, "bc-one");
     assert_eq!(vm.zone, ZONE);
-    assert_eq!(vm.status, "RUNNING");
+    assert_eq!(vm.status, VmStatus::Running);
     assert_eq!(vm.labels["bc-instance"], "inst_bc-one");
     assert_eq!(in_use(&fake, "res-a").await, "1");
     assert_eq!(p.get_vm(ZONE, "bc-none").await, Ok(None));
@@ -301,7 +304,7 @@ async fn the_managed_vms_are_listed_across_pages() {
         .into_iter()
         .map(|vm| {
             assert_eq!(vm.zone, ZONE);
-            assert_eq!(vm.status, "RUNNING");
+            assert_eq!(vm.status, VmStatus::Running);
             vm.name
         })
         .collect();

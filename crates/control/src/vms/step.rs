@@ -9,34 +9,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::look::{Facts, Round, Target, look};
 use super::pipeline::{Slot, Slots};
 use super::{StepEnd, StepReport, VmContext, build, ms, wall_ms};
-use grants_core::vm::StepKind;
-use providers::{
-    InstanceProvider, MANAGED_LABEL, OperationStatus, ProviderError, Throttle, Vm, VmOperation,
-    VmSpec,
-};
+use grants_core::vm::{StepFailure, StepKind};
+use providers::{MANAGED_LABEL, ProviderError, Throttle, VmSpec};
 use storage::Result;
 use storage::ops::instances::managed::db_now_ms;
 use storage::ops::vms::{self, Outcome, Progress, StepClaim, StepWork};
-
-/// What one look at a step found.
-enum Round {
-    /// The step ended.
-    End(Outcome),
-    /// Look again after this long (an operation not done yet).
-    Poll(Duration),
-    /// A retryable failure: wait with backoff.
-    Retry(ProviderError),
-    /// A mutating call refused for a quota of the account's project.
-    Throttled(Throttle, Option<Duration>),
-    /// The operation is known now (keep it).
-    Operation(String),
-    /// An on-demand create goes on in the next zone, at once.
-    NextZone(String, i32),
-    /// The operation was lost at the provider: send the step again.
-    Resend,
-}
 
 /// Drives a claimed step until it ends or is put off. It calls the provider
 /// only holding a slot of `slots` (it starts with `slot`, if one was free at
@@ -72,6 +52,14 @@ pub(super) async fn drive<'s>(
     };
     let account = account.account_id;
     let mut claim = work.claim.clone();
+    let zones = work
+        .pool
+        .vm
+        .as_ref()
+        .map(|v| v.zones.clone())
+        .unwrap_or_default();
+    let spec = spec(&work, &claim);
+    let name = work.instance.vm_name.clone().unwrap_or_default();
     let (lease_ms, timeout_ms) = (ms(ctx.rules.lease), ms(ctx.rules.step_timeout));
     // A step whose operation never ends is given back after a while, so one
     // stuck operation never holds a `--once` run.
@@ -84,8 +72,7 @@ pub(super) async fn drive<'s>(
         if overdue && kind != StepKind::Delete {
             tracing::warn!(instance = %instance, step = kind.as_str(), "vm step deadline passed");
             let outcome = Outcome::Failed {
-                code: "timeout".into(),
-                vanished: false,
+                failure: StepFailure::Timeout,
             };
             return record(ctx, &work, &claim, kind, outcome).await;
         }
@@ -107,7 +94,22 @@ pub(super) async fn drive<'s>(
                 Some(s) => s,
                 None => slots.take().await,
             };
-            look(provider.as_ref(), &work, &claim, kind, ctx.rules.max_poll).await
+            let facts = Facts {
+                kind,
+                instance_id: &work.instance.instance_id,
+                installation: &work.installation,
+                on_demand: work.instance.vm_reservation_id.is_none(),
+                zones: &zones,
+                zone_index: claim.zone_index,
+            };
+            let target = Target {
+                name: &name,
+                zone: &claim.zone,
+                request_id: &claim.request_id,
+                operation: claim.operation.as_deref(),
+                spec: spec.as_ref(),
+            };
+            look(provider.as_ref(), &facts, &target).await
         };
         // The first send dates the deadline (a quota refusal sent nothing).
         let sent = (sending && !matches!(round, Round::Throttled(..))).then_some(timeout_ms);
@@ -125,11 +127,11 @@ pub(super) async fn drive<'s>(
             // A delete is never given up (contract 3.12 r4): a refusal is
             // sent again after backoff, with a fresh request id; an overdue
             // delete raises the step-overdue alert.
-            Round::End(Outcome::Failed { code, .. }) if kind == StepKind::Delete => {
+            Round::End(Outcome::Failed { failure }) if kind == StepKind::Delete => {
                 let backoff = backoff(claim.attempts, ctx.rules.max_backoff);
                 tracing::warn!(
                     instance = %instance,
-                    code = %code,
+                    code = %failure,
                     attempts = claim.attempts + 1,
                     backoff_ms = backoff.as_millis() as u64,
                     "the provider refused a delete: sent again after backoff"
@@ -185,7 +187,7 @@ pub(super) async fn drive<'s>(
                 };
                 return put_off(ctx, &claim, p, kind).await;
             }
-            Round::Poll(_) if held.elapsed() > ctx.rules.lease * 5 => {
+            Round::PollOperation | Round::PollVm if held.elapsed() > ctx.rules.lease * 5 => {
                 let p = Progress {
                     due_in_ms: 1000,
                     sent,
@@ -193,7 +195,12 @@ pub(super) async fn drive<'s>(
                 };
                 return put_off(ctx, &claim, p, kind).await;
             }
-            Round::Poll(wait) => {
+            Round::PollOperation | Round::PollVm => {
+                let wait = if matches!(round, Round::PollOperation) {
+                    poll_wait(&claim, ctx.rules.max_poll)
+                } else {
+                    Duration::from_secs(1)
+                };
                 tokio::time::sleep(wait).await;
                 if renewed.elapsed() > ctx.rules.lease / 4 || sent.is_some() {
                     let p = Progress {
@@ -336,15 +343,15 @@ async fn record(
             step = kind.as_str(),
             vm = work.instance.vm_name.as_deref().unwrap_or_default(),
             zone = %claim.zone,
-            status = vm_status.as_deref().unwrap_or("gone"),
+            status = vm_status.as_ref().map_or("gone", |s| s.as_str()),
             recorded,
             "vm step succeeded"
         ),
-        Outcome::Failed { code, vanished } => tracing::warn!(
+        Outcome::Failed { failure } => tracing::warn!(
             instance = %work.instance.instance_id,
             step = kind.as_str(),
-            code = %code,
-            vanished,
+            code = %failure,
+            vanished = failure.vanished(),
             recorded,
             "vm step failed for good"
         ),
@@ -365,16 +372,15 @@ async fn give_up_or_wait(
     kind: StepKind,
     error: Option<ProviderError>,
 ) -> Result<StepReport> {
-    let code = match &error {
-        None => Some("no-account"),
-        Some(e) if kind == StepKind::Create && !e.is_retryable() => Some("provider-error"),
+    let failure = match &error {
+        None => Some(StepFailure::NoAccount),
+        Some(e) if kind == StepKind::Create && !e.is_retryable() => {
+            Some(StepFailure::ProviderError)
+        }
         Some(_) => None,
     };
-    if let Some(code) = code {
-        let outcome = Outcome::Failed {
-            code: code.into(),
-            vanished: false,
-        };
+    if let Some(failure) = failure {
+        let outcome = Outcome::Failed { failure };
         return record(ctx, work, &work.claim, kind, outcome).await;
     }
     let wait = backoff(work.claim.attempts, ctx.rules.max_backoff);
@@ -421,187 +427,4 @@ fn spec(work: &StepWork, claim: &StepClaim) -> Option<VmSpec> {
         subnetwork: vm.subnetwork.clone(),
         service_account: vm.service_account.clone(),
     })
-}
-
-/// What the VM's status must be for the step to have succeeded.
-fn aimed(kind: StepKind, status: Option<&str>) -> bool {
-    match (kind, status) {
-        (StepKind::Create | StepKind::Start, Some(s)) => s == "RUNNING",
-        (StepKind::Stop, Some(s)) => matches!(s, "TERMINATED" | "STOPPED"),
-        (StepKind::Delete, None) => true,
-        _ => false,
-    }
-}
-
-fn failed(code: impl Into<String>) -> Round {
-    Round::End(Outcome::Failed {
-        code: code.into(),
-        vanished: false,
-    })
-}
-
-/// A non-retryable provider error as a failure code.
-fn code_of(e: &ProviderError) -> String {
-    match e {
-        ProviderError::Rejected { reason, .. } if !reason.is_empty() => reason.clone(),
-        _ => "provider-error".into(),
-    }
-}
-
-/// Looks at a step once: sends it if its operation is unknown, else reads
-/// the operation, and when it is done reads the VM.
-async fn look(
-    provider: &dyn InstanceProvider,
-    work: &StepWork,
-    claim: &StepClaim,
-    kind: StepKind,
-    max_poll: Duration,
-) -> Round {
-    let name = work.instance.vm_name.clone().unwrap_or_default();
-    let zone = claim.zone.as_str();
-    let Some(op) = &claim.operation else {
-        return send(provider, work, claim, kind).await;
-    };
-    match provider.get_operation(zone, op).await {
-        Ok(op) if op.status != OperationStatus::Done => Round::Poll(poll_wait(claim, max_poll)),
-        Ok(op) if !op.error_codes.is_empty() => operation_failed(work, claim, kind, &op),
-        Ok(_) => read_back(provider, work, zone, &name, kind).await,
-        Err(ProviderError::NotFound) => Round::Resend,
-        Err(e) if e.is_retryable() => Round::Retry(e),
-        Err(e) => failed(code_of(&e)),
-    }
-}
-
-async fn send(
-    provider: &dyn InstanceProvider,
-    work: &StepWork,
-    claim: &StepClaim,
-    kind: StepKind,
-) -> Round {
-    let name = work.instance.vm_name.clone().unwrap_or_default();
-    let zone = claim.zone.as_str();
-    let request = claim.request_id.as_str();
-    let sent = match kind {
-        StepKind::Create => match spec(work, claim) {
-            Some(spec) => provider.create_vm(&spec, request).await,
-            None => return failed("provider-error"),
-        },
-        StepKind::Stop => provider.stop_vm(zone, &name, request).await,
-        StepKind::Start => provider.start_vm(zone, &name, request).await,
-        StepKind::Delete => provider.delete_vm(zone, &name, request).await,
-    };
-    match sent {
-        Ok(op) if op.status == OperationStatus::Done && !op.error_codes.is_empty() => {
-            operation_failed(work, claim, kind, &op)
-        }
-        Ok(op) => Round::Operation(op.name),
-        Err(ProviderError::AlreadyExists) if kind == StepKind::Create => {
-            adopt(provider, work, zone, &name).await
-        }
-        Err(ProviderError::NotFound) => match kind {
-            StepKind::Delete => read_back(provider, work, zone, &name, kind).await,
-            // What the create names (its image, network, zone) does not
-            // exist: refused for good, with the provider's reason.
-            StepKind::Create => failed("notFound"),
-            // The VM is gone: the instance is lost.
-            StepKind::Stop | StepKind::Start => Round::End(Outcome::Failed {
-                code: "not-found".into(),
-                vanished: true,
-            }),
-        },
-        Err(ProviderError::Throttled { quota, retry_after }) => {
-            Round::Throttled(quota, retry_after)
-        }
-        Err(e) if e.is_retryable() => Round::Retry(e),
-        Err(e) => failed(code_of(&e)),
-    }
-}
-
-/// A create answered `alreadyExists`: the VM is this instance's when its
-/// `bc-instance` label says so (a create whose answer was lost), else the
-/// name is taken.
-async fn adopt(provider: &dyn InstanceProvider, work: &StepWork, zone: &str, name: &str) -> Round {
-    match provider.get_vm(zone, name).await {
-        Ok(Some(vm)) if owned(&vm, work) => {
-            tracing::info!(vm = %name, "create answered alreadyExists: adopting our own vm");
-            confirm_status(&vm, StepKind::Create)
-        }
-        Ok(Some(_)) => failed("name-taken"),
-        Ok(None) => Round::Poll(Duration::from_secs(1)),
-        Err(e) if e.is_retryable() => Round::Retry(e),
-        Err(e) => failed(code_of(&e)),
-    }
-}
-
-/// Whether the VM is this step's instance's own: its `bc-instance` label
-/// names the instance and its `bc-installation` label this installation
-/// (contract 3.12 r4: another installation's VM is never adopted).
-fn owned(vm: &Vm, work: &StepWork) -> bool {
-    let label = |key: &str| vm.labels.get(key).map(String::as_str);
-    label(providers::INSTANCE_LABEL) == Some(work.instance.instance_id.as_str())
-        && label(providers::INSTALLATION_LABEL) == Some(work.installation.as_str())
-}
-
-fn confirm_status(vm: &Vm, kind: StepKind) -> Round {
-    if aimed(kind, Some(&vm.status)) {
-        Round::End(Outcome::Confirmed {
-            vm_status: Some(vm.status.clone()),
-        })
-    } else {
-        Round::Poll(Duration::from_secs(1))
-    }
-}
-
-/// The operation is done without error: read the VM to confirm.
-async fn read_back(
-    provider: &dyn InstanceProvider,
-    work: &StepWork,
-    zone: &str,
-    name: &str,
-    kind: StepKind,
-) -> Round {
-    match provider.get_vm(zone, name).await {
-        Ok(None) if kind == StepKind::Delete => Round::End(Outcome::Confirmed { vm_status: None }),
-        Ok(None) if kind == StepKind::Create => Round::Poll(Duration::from_secs(1)),
-        Ok(None) => Round::End(Outcome::Failed {
-            code: "not-found".into(),
-            vanished: true,
-        }),
-        Ok(Some(vm)) if kind == StepKind::Create && !owned(&vm, work) => failed("name-taken"),
-        Ok(Some(vm)) => confirm_status(&vm, kind),
-        Err(e) if e.is_retryable() => Round::Retry(e),
-        Err(e) => failed(code_of(&e)),
-    }
-}
-
-/// A done operation with errors: an on-demand create goes on in the pool's
-/// next zone when the zone is exhausted; anything else fails the step with
-/// the provider's first code (its message goes to the log only).
-fn operation_failed(work: &StepWork, claim: &StepClaim, kind: StepKind, op: &VmOperation) -> Round {
-    let code = op
-        .error_codes
-        .first()
-        .cloned()
-        .unwrap_or_else(|| "provider-error".into());
-    tracing::warn!(
-        instance = %work.instance.instance_id,
-        step = kind.as_str(),
-        code = %code,
-        messages = ?op.error_messages,
-        "the provider's operation ended with an error"
-    );
-    let on_demand = work.instance.vm_reservation_id.is_none();
-    if kind == StepKind::Create && on_demand && code == "ZONE_RESOURCE_POOL_EXHAUSTED" {
-        let zones = work
-            .pool
-            .vm
-            .as_ref()
-            .map(|v| v.zones.clone())
-            .unwrap_or_default();
-        let next = usize::try_from(claim.zone_index + 1).unwrap_or(usize::MAX);
-        if let Some(zone) = zones.get(next) {
-            return Round::NextZone(zone.clone(), claim.zone_index + 1);
-        }
-    }
-    failed(code)
 }

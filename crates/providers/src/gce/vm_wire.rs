@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{ScopeWarning, require_complete, zone_from_url};
-use crate::{OperationStatus, ProviderError, Throttle, Vm, VmOperation, VmSpec};
+use crate::{OperationStatus, ProviderError, Throttle, Vm, VmOperation, VmSpec, VmStatus};
 
 /// The scope a VM's service account is given.
 pub(crate) const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -158,7 +158,7 @@ fn map_instance(wire: WireInstance, scope: Option<&str>) -> Result<Vm, ProviderE
     Ok(Vm {
         name,
         zone,
-        status,
+        status: VmStatus::parse(&status),
         labels: wire.labels,
     })
 }

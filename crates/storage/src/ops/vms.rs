@@ -13,7 +13,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::vm::{Cause, StepKind};
+use grants_core::vm::{Cause, StepFailure, StepKind, VmStatus};
 
 use crate::error::{Result, StorageError};
 use crate::model::events;
@@ -290,16 +290,14 @@ pub async fn release(conn: &mut AsyncPgConnection, claim: &StepClaim) -> Result<
 pub enum Outcome {
     /// The operation is done and the VM read back in the status aimed at.
     Confirmed {
-        /// The status read back (`RUNNING`, `TERMINATED`; `None` when gone).
-        vm_status: Option<String>,
+        /// The status read back (running, stopped; `None` when gone).
+        vm_status: Option<VmStatus>,
     },
-    /// It failed for good.
+    /// It failed for good ([`StepFailure::Vanished`]: the VM was found
+    /// gone, the instance is lost).
     Failed {
-        /// The provider's first error code, `timeout`, `name-taken`,
-        /// `provider-error`; for a VM found gone, `not-found`.
-        code: String,
-        /// Whether the VM was found gone (the instance is lost).
-        vanished: bool,
+        /// Why.
+        failure: StepFailure,
     },
 }
 
@@ -328,7 +326,7 @@ impl From<diesel::result::Error> for Finish {
 fn cause_of(kind: StepKind, outcome: &Outcome) -> Cause {
     match outcome {
         Outcome::Confirmed { .. } => Cause::Confirmed(kind),
-        Outcome::Failed { vanished: true, .. } => Cause::Lost,
+        Outcome::Failed { failure } if failure.vanished() => Cause::Lost,
         Outcome::Failed { .. } => Cause::Failed(kind),
     }
 }
@@ -405,14 +403,14 @@ async fn finish_once(
                 changed_wall: Some(changed_wall),
                 ..Observation::default()
             },
-            Outcome::Failed { vanished: true, .. } => Observation {
-                failure_code: Some("not-found".to_owned()),
+            Outcome::Failed { failure } if failure.vanished() => Observation {
+                failure_code: Some(StepFailure::Vanished),
                 deleted_reason: Some(DeletedReason::Lost),
                 changed_wall: Some(changed_wall),
                 ..Observation::default()
             },
-            Outcome::Failed { code, .. } => Observation {
-                failure_code: (kind == StepKind::Create).then(|| code.clone()),
+            Outcome::Failed { failure } => Observation {
+                failure_code: (kind == StepKind::Create).then(|| failure.clone()),
                 changed_wall: Some(changed_wall),
                 ..Observation::default()
             },
@@ -433,7 +431,12 @@ async fn finish_once(
             managed::Applied::Changed(t) if t.state == grants_core::vm::VmState::Failed
         );
         // A name taken by another's VM: not made for it, not ours to delete.
-        let taken = matches!(outcome, Outcome::Failed { code, .. } if code == "name-taken");
+        let taken = matches!(
+            outcome,
+            Outcome::Failed {
+                failure: StepFailure::NameTaken
+            }
+        );
         if failed_create && !taken {
             let zone = claim.zone.clone();
             managed::record_step(conn, &inst.instance_id, StepKind::Delete, &zone, now).await?;
@@ -443,7 +446,7 @@ async fn finish_once(
             Outcome::Failed { .. } => "failed",
         };
         let code = match outcome {
-            Outcome::Failed { code, .. } => Some(code.as_str()),
+            Outcome::Failed { failure } => Some(failure.code()),
             Outcome::Confirmed { .. } => None,
         };
         let n = crate::db::cached(
@@ -466,25 +469,6 @@ async fn finish_once(
         Ok(())
     })
     .await
-}
-
-/// Records the VM status a step read while waiting (`STAGING`, ...).
-pub async fn observed(
-    conn: &mut AsyncPgConnection,
-    instance_id: &str,
-    vm_status: &str,
-    now: i64,
-) -> Result<()> {
-    crate::db::single_write(conn, async |conn| {
-        crate::db::cached(diesel::update(instances::table.find(instance_id)).set((
-            instances::vm_status.eq(vm_status),
-            instances::vm_observed_at.eq(now),
-        )))
-        .execute(conn)
-        .await
-    })
-    .await?;
-    Ok(())
 }
 
 mod listings;

@@ -7,7 +7,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use grants_core::vm::{Cause, Refused, Release, StepKind, Transition};
+use grants_core::vm::{Cause, Refused, Release, StepFailure, StepKind, Transition, VmStatus};
 
 use crate::error::{Detail, Result, StorageError};
 use crate::model::event_data::{EventData, EventPlacement, EventVm, InstanceChange};
@@ -178,9 +178,9 @@ pub enum Applied {
 #[derive(Debug, Clone, Default)]
 pub struct Observation {
     /// The VM status the provider reported.
-    pub vm_status: Option<String>,
-    /// The failure code (a failed create, a lost VM).
-    pub failure_code: Option<String>,
+    pub vm_status: Option<VmStatus>,
+    /// Why a create failed, or the VM found gone.
+    pub failure_code: Option<StepFailure>,
     /// Why it is deleted, when the change deletes it.
     pub deleted_reason: Option<DeletedReason>,
     /// Why it stopped, for the event (`requested`, `provider`).
@@ -230,7 +230,11 @@ pub async fn apply(
     let deleted_reason = seen.deleted_reason.or(inst.deleted_reason);
     crate::db::cached(
         diesel::update(instances::table.find(&inst.instance_id)).set((
-            instances::vm_status.eq(seen.vm_status.as_deref().or(inst.vm_status.as_deref())),
+            instances::vm_status.eq(seen
+                .vm_status
+                .as_ref()
+                .map(VmStatus::as_str)
+                .or(inst.vm_status.as_deref())),
             instances::vm_observed_at.eq(if seen.vm_status.is_some() {
                 Some(at)
             } else {
@@ -238,7 +242,8 @@ pub async fn apply(
             }),
             instances::failure_code.eq(seen
                 .failure_code
-                .as_deref()
+                .as_ref()
+                .map(StepFailure::code)
                 .or(inst.failure_code.as_deref())),
             instances::deleted_reason.eq(deleted_reason),
             instances::vm_changed_wall.eq(seen.changed_wall.or(inst.vm_changed_wall)),
@@ -287,7 +292,7 @@ fn event_of(
             ..change(inst, after)
         }),
         (S::Failed, _) => EventData::InstanceFailed(InstanceChange {
-            code: seen.failure_code.clone(),
+            code: seen.failure_code.as_ref().map(|f| f.code().to_owned()),
             ..change(inst, before)
         }),
         (S::Deleted, Cause::Lost) => EventData::InstanceLost(change(inst, before)),

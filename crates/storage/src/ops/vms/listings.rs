@@ -12,7 +12,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use grants_core::vm::Cause;
+use grants_core::vm::{Cause, StepFailure, VmStatus};
 
 use crate::error::{Result, StorageError};
 use crate::model::event_data::{EventData, OrphanDeleted, OrphanFound};
@@ -175,8 +175,8 @@ pub struct SeenVm {
     pub name: String,
     /// Zone.
     pub zone: String,
-    /// Status (`RUNNING`, `TERMINATED`, ...).
-    pub status: String,
+    /// Status.
+    pub status: VmStatus,
     /// Its `bc-instance` label.
     pub instance_id: Option<String>,
 }
@@ -231,8 +231,6 @@ struct Numbered<'a> {
     /// The listing's number; the one before it is `seq - 1`.
     seq: i64,
 }
-
-const STOPPED: [&str; 3] = ["TERMINATED", "STOPPED", "SUSPENDED"];
 
 /// Applies a complete listing of `claim`'s account at `now` (the product's
 /// clock): it takes the account's next listing number (nothing is applied
@@ -347,20 +345,21 @@ async fn drift_one(
                     .set((
                         instances::vm_missing_seq.eq(None::<i64>),
                         instances::vm_missing_at.eq(None::<i64>),
-                        instances::vm_status.eq(&vm.status),
+                        instances::vm_status.eq(vm.status.as_str()),
                         instances::vm_observed_at.eq(now),
                     ))
                     .execute(conn)
                     .await?;
-                let stopped = STOPPED.contains(&vm.status.as_str());
                 let observation = Observation {
                     vm_status: Some(vm.status.clone()),
                     stop_reason: Some("provider"),
                     ..Observation::default()
                 };
                 match inst.state {
-                    InstanceState::Running if stopped => (Cause::ObservedStopped, observation),
-                    InstanceState::Stopped if vm.status == "RUNNING" => {
+                    InstanceState::Running if vm.status.is_off() => {
+                        (Cause::ObservedStopped, observation)
+                    }
+                    InstanceState::Stopped if vm.status.is_running() => {
                         (Cause::ObservedRunning, observation)
                     }
                     _ => {
@@ -392,7 +391,7 @@ async fn drift_one(
                 (
                     Cause::Lost,
                     Observation {
-                        failure_code: Some("not-found".to_owned()),
+                        failure_code: Some(StepFailure::Vanished),
                         deleted_reason: Some(DeletedReason::Lost),
                         ..Observation::default()
                     },
