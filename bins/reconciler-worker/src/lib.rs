@@ -386,7 +386,19 @@ pub async fn run(
 /// whether it succeeded.
 async fn run_pass(pass: &dyn Pass, ctx: &PassContext, metrics: &WorkerMetrics) -> bool {
     let start = Instant::now();
-    let result = pass.run(ctx).await;
+    let result = match caught(pass.run(ctx)).await {
+        Ok(result) => result,
+        Err(panic) => {
+            metrics.observe(pass.name(), false, start.elapsed(), &Default::default());
+            error!(
+                pass = pass.name(),
+                panic = %panic,
+                "pass panicked: it runs again after its interval; the vm steps it held \
+                 are taken again when their leases lapse (BC_VM_LEASE)"
+            );
+            return false;
+        }
+    };
     let elapsed = start.elapsed();
     match result {
         Ok(report) => {
@@ -410,6 +422,24 @@ async fn run_pass(pass: &dyn Pass, ctx: &PassContext, metrics: &WorkerMetrics) -
             false
         }
     }
+}
+
+/// Runs `run` to its end, or to its panic: a bug in one pass (one of its
+/// steps, one of its listings) must not stop that pass for the rest of the
+/// process's life while the others go on. The panic's message is returned
+/// (a panic's own hook has already printed where it happened).
+async fn caught<T>(run: impl Future<Output = T>) -> Result<T, String> {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(run)
+        .catch_unwind()
+        .await
+        .map_err(|panic| {
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned())
+        })
 }
 
 /// Resolves once the worker is told to stop.
@@ -523,5 +553,33 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::caught;
+
+    #[tokio::test]
+    async fn a_panicking_run_is_caught_with_its_message_and_the_next_run_goes_on() {
+        let mut runs = 0;
+        let mut results = Vec::new();
+        for k in 0..3 {
+            runs += 1;
+            results.push(
+                caught(async move {
+                    tokio::task::yield_now().await;
+                    assert!(k != 1, "step {k} broke");
+                    k
+                })
+                .await,
+            );
+        }
+        assert_eq!(runs, 3);
+        assert_eq!(results[0], Ok(0));
+        assert_eq!(results[1], Err("step 1 broke".to_owned()));
+        assert_eq!(results[2], Ok(2));
+        let no_message = caught(async { std::panic::panic_any(7_u8) }).await;
+        assert_eq!(no_message, Err("a panic without a message".to_owned()));
     }
 }
