@@ -45,6 +45,8 @@ pub struct App {
     /// The HTTP limits in force (contract 1.7), the connection cap fitted
     /// to the file descriptor limit.
     pub http: crate::server::Limits,
+    /// The request rates' buckets (contract 1.7 r4).
+    pub rates: crate::rate::Limiter,
 }
 
 impl App {

@@ -30,6 +30,8 @@ pub enum Code {
     PayloadTooLarge,
     /// 429: an admission does not fit a quota.
     QuotaExceeded,
+    /// 429: the caller sent more requests than its rate allows.
+    RateLimited,
     /// 500: a bug.
     Internal,
     /// 503: a dependency (database, provider) is unreachable; safe to retry.
@@ -38,7 +40,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in HTTP status order.
-    pub const ALL: [Code; 12] = [
+    pub const ALL: [Code; 13] = [
         Code::InvalidInput,
         Code::Unauthenticated,
         Code::AccessDenied,
@@ -49,6 +51,7 @@ impl Code {
         Code::CapacityUnavailable,
         Code::PayloadTooLarge,
         Code::QuotaExceeded,
+        Code::RateLimited,
         Code::Internal,
         Code::Unavailable,
     ];
@@ -64,6 +67,7 @@ impl Code {
             Code::InvalidState => "INVALID_STATE",
             Code::CapacityUnavailable => "CAPACITY_UNAVAILABLE",
             Code::QuotaExceeded => "QUOTA_EXCEEDED",
+            Code::RateLimited => "RATE_LIMITED",
             Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Code::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Code::Internal => "INTERNAL",
@@ -79,7 +83,7 @@ impl Code {
             Code::AccessDenied => 403,
             Code::NotFound => 404,
             Code::Conflict | Code::InvalidState | Code::CapacityUnavailable => 409,
-            Code::QuotaExceeded => 429,
+            Code::QuotaExceeded | Code::RateLimited => 429,
             Code::PayloadTooLarge => 413,
             Code::MethodNotAllowed => 405,
             Code::Internal => 500,

@@ -7,6 +7,7 @@ pub mod error;
 pub mod gate;
 pub mod handlers;
 pub mod metrics;
+pub mod rate;
 pub mod registry;
 pub mod schema;
 pub mod server;
@@ -48,9 +49,13 @@ pub struct Config {
     /// (contract 3.9).
     pub keyring: storage::crypto::Keyring,
     /// The HTTP limits (contract 1.7): `BC_HTTP_HEADER_TIMEOUT_MS`,
-    /// `BC_HTTP_BODY_TIMEOUT_MS`, `BC_HTTP_MAX_CONNECTIONS`,
-    /// `BC_HTTP_SHUTDOWN_GRACE_MS`.
+    /// `BC_HTTP_BODY_TIMEOUT_MS`, `BC_HTTP_WRITE_TIMEOUT_MS`,
+    /// `BC_HTTP_MAX_CONNECTIONS`, `BC_HTTP_SHUTDOWN_GRACE_MS`.
     pub http: server::Limits,
+    /// The request rates (contract 1.7 r4): `BC_TENANT_RATE`,
+    /// `BC_TENANT_BURST`, `BC_ROOT_RATE`, `BC_ROOT_BURST`, `BC_ANON_RATE`,
+    /// `BC_ANON_BURST`.
+    pub rates: rate::Rates,
     /// `BC_METRICS_LISTEN`: when set, `/metrics` is served on this address
     /// and not on the API's (contract 8.1).
     pub metrics_listen: Option<String>,
@@ -93,6 +98,7 @@ impl server::Limits {
         Ok(server::Limits {
             header_timeout: millis("BC_HTTP_HEADER_TIMEOUT_MS", d.header_timeout)?,
             body_timeout: millis("BC_HTTP_BODY_TIMEOUT_MS", d.body_timeout)?,
+            write_timeout: millis("BC_HTTP_WRITE_TIMEOUT_MS", d.write_timeout)?,
             max_connections,
             shutdown_grace: millis("BC_HTTP_SHUTDOWN_GRACE_MS", d.shutdown_grace)?,
         })
@@ -125,6 +131,7 @@ impl Config {
                 .map_err(anyhow::Error::msg)?,
             keyring: storage::crypto::Keyring::from_env()?,
             http: server::Limits::from_env()?,
+            rates: rate::Rates::from_env()?,
             scan_timeout: millis("BC_SCAN_TIMEOUT_MS", Duration::from_secs(60))?,
             metrics_listen: var("BC_METRICS_LISTEN"),
             max_accounts_per_tenant: match var("BC_MAX_ACCOUNTS_PER_TENANT") {
@@ -204,6 +211,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         scan_timeout: config.scan_timeout,
         scans: gate::TenantGate::default(),
         http: limits,
+        rates: rate::Limiter::new(config.rates),
     });
     config.keyring.log_at_start();
     let listener = TcpListener::bind(&config.listen)
@@ -221,6 +229,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_connections = limits.max_connections,
         header_timeout_ms = limits.header_timeout.as_millis() as u64,
         body_timeout_ms = limits.body_timeout.as_millis() as u64,
+        write_timeout_ms = limits.write_timeout.as_millis() as u64,
+        rates = ?config.rates,
         "api-server listening"
     );
     // Tests and scripts read this line to find an ephemeral port.

@@ -11,7 +11,8 @@
 //! | `bc_api_connections` | gauge | (client connections open) |
 //! | `bc_api_max_connections` | gauge | (the cap, contract 1.7) |
 //! | `bc_api_accept_errors_total` | counter | (accepts that failed and backed off) |
-//! | `bc_api_client_timeouts_total` | counter | `phase` (`head`, `body`) |
+//! | `bc_api_client_timeouts_total` | counter | `phase` (`head`, `body`, `write`) |
+//! | `bc_api_rate_limited_total` | counter | `client`: the tenant refused (the first [`RATE_LABELS`] seen, then `other`), `root` or `anonymous` |
 //! | `bc_db_pool_connections` | gauge | (connections open) |
 //! | `bc_db_pool_max_connections` | gauge | (`BC_DB_POOL_SIZE`) |
 //! | `bc_db_pool_available` | gauge | (idle connections) |
@@ -55,6 +56,27 @@ struct ReasonLabel {
     reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientLabel {
+    client: String,
+}
+
+/// Tenants named in `bc_api_rate_limited_total`'s `client` label; the
+/// refusals of any other are summed under `other` (contract 1.7: bounded
+/// label sets).
+pub const RATE_LABELS: usize = 50;
+
+/// Who a rate refusal was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused<'a> {
+    /// A tenant other than root.
+    Tenant(&'a str),
+    /// Root.
+    Root,
+    /// An unauthenticated client.
+    Anonymous,
+}
+
 fn latency() -> Histogram {
     Histogram::new(telemetry::LATENCY_BUCKETS)
 }
@@ -71,6 +93,9 @@ pub struct Metrics {
     max_connections: Gauge,
     accept_errors: Counter,
     timeouts: Family<PhaseLabel, Counter>,
+    rate_limited: Family<ClientLabel, Counter>,
+    /// The tenants `rate_limited` names, at most [`RATE_LABELS`].
+    rate_labelled: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Counts a request in flight until dropped.
@@ -145,7 +170,16 @@ impl Metrics {
             "Clients disconnected for not sending their request head or body in time",
             timeouts.clone(),
         );
+        let rate_limited = Family::<ClientLabel, Counter>::default();
+        registry.register(
+            "bc_api_rate_limited",
+            "Requests refused RATE_LIMITED, by tenant (the first 50 refused, then other), \
+             root or anonymous (per client address)",
+            rate_limited.clone(),
+        );
         Metrics {
+            rate_limited,
+            rate_labelled: std::sync::Mutex::default(),
             connections,
             max_connections,
             accept_errors,
@@ -210,6 +244,33 @@ impl Metrics {
     /// in time.
     pub fn client_timeout(&self, phase: &'static str) {
         self.timeouts.get_or_create(&PhaseLabel { phase }).inc();
+    }
+
+    /// Counts a request refused `RATE_LIMITED`.
+    pub fn rate_limited(&self, who: Refused<'_>) {
+        let client = match who {
+            Refused::Root => "root".to_owned(),
+            Refused::Anonymous => "anonymous".to_owned(),
+            Refused::Tenant(tenant) => {
+                let mut named = self
+                    .rate_labelled
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if named.contains(tenant) {
+                    tenant.to_owned()
+                } else if named.len() < RATE_LABELS
+                    && !matches!(tenant, "root" | "anonymous" | "other")
+                {
+                    named.insert(tenant.to_owned());
+                    tenant.to_owned()
+                } else {
+                    "other".to_owned()
+                }
+            }
+        };
+        self.rate_limited
+            .get_or_create(&ClientLabel { client })
+            .inc();
     }
 
     /// Records the time spent waiting for a pooled connection.

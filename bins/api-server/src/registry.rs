@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use bytes::Bytes;
 use iam_check::{Permission, ScopeKind, TenantRule};
 use schemars::generate::{Contract, SchemaSettings};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -139,19 +140,21 @@ pub struct Method {
     pub endpoint: Endpoint,
     /// The codes the method can answer beyond those every method can
     /// (`INVALID_INPUT`, `UNAUTHENTICATED`, `ACCESS_DENIED`,
-    /// `PAYLOAD_TOO_LARGE`, `INTERNAL`, `UNAVAILABLE`).
+    /// `PAYLOAD_TOO_LARGE`, `RATE_LIMITED`, `INTERNAL`, `UNAVAILABLE`).
     pub errors: &'static [Code],
     /// An example request body.
     pub example: Value,
 }
 
 /// The codes every method can answer: bad input, authentication, the
-/// decision, the body limit, a bug, an unreachable database.
-pub const COMMON_ERRORS: [Code; 6] = [
+/// decision, the body limit, the caller's request rate, a bug, an
+/// unreachable database.
+pub const COMMON_ERRORS: [Code; 7] = [
     Code::InvalidInput,
     Code::Unauthenticated,
     Code::AccessDenied,
     Code::PayloadTooLarge,
+    Code::RateLimited,
     Code::Internal,
     Code::Unavailable,
 ];
@@ -270,6 +273,11 @@ impl Method {
 pub struct Registry {
     methods: Vec<Method>,
     by_path: HashMap<String, usize>,
+    /// `GET /api/openapi.json`'s body, built at its first request (contract
+    /// 1.7 r4: once per process, never per request).
+    openapi_body: OnceLock<Bytes>,
+    /// `GET /api/compute/methods`' body, likewise.
+    list_body: OnceLock<Bytes>,
 }
 
 impl Registry {
@@ -292,7 +300,12 @@ impl Registry {
             .enumerate()
             .map(|(i, m)| (m.path(), i))
             .collect();
-        Registry { methods, by_path }
+        Registry {
+            methods,
+            by_path,
+            openapi_body: OnceLock::new(),
+            list_body: OnceLock::new(),
+        }
     }
 
     /// The method served at `path`.
@@ -303,6 +316,22 @@ impl Registry {
     /// Every method, in registration order.
     pub fn methods(&self) -> &[Method] {
         &self.methods
+    }
+
+    /// `GET /api/openapi.json`'s body: [`Registry::openapi`] serialized
+    /// once per process.
+    pub fn openapi_json(&self) -> Bytes {
+        self.openapi_body
+            .get_or_init(|| Bytes::from(self.openapi().to_string()))
+            .clone()
+    }
+
+    /// `GET /api/compute/methods`' body: [`Registry::list`] serialized once
+    /// per process.
+    pub fn list_json(&self) -> Bytes {
+        self.list_body
+            .get_or_init(|| Bytes::from(self.list().to_string()))
+            .clone()
     }
 
     /// `GET /api/compute/methods`.
@@ -410,13 +439,23 @@ fn by_status(codes: &[Code]) -> Vec<(u16, Vec<Code>)> {
 
 fn error_response(codes: &[Code]) -> Value {
     let names: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
-    json!({
-        "description": names.join(" or "),
-        "content": { "application/json": { "schema": {
-            "allOf": [{ "$ref": "#/components/schemas/Error" }],
-            "properties": { "error": { "properties": { "code": { "enum": names } } } },
-        } } },
-    })
+    let content = json!({ "application/json": { "schema": {
+        "allOf": [{ "$ref": "#/components/schemas/Error" }],
+        "properties": { "error": { "properties": { "code": { "enum": names } } } },
+    } } });
+    if codes.contains(&Code::RateLimited) {
+        json!({
+            "description": names.join(" or "),
+            "headers": { "Retry-After": {
+                "description": "With RATE_LIMITED: whole seconds to wait before sending \
+                                again (details.retryAfterMs, rounded up).",
+                "schema": { "type": "integer", "minimum": 1 },
+            } },
+            "content": content,
+        })
+    } else {
+        json!({ "description": names.join(" or "), "content": content })
+    }
 }
 
 fn error_schema() -> Value {
@@ -544,6 +583,23 @@ impl Default for Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The documents anyone may GET are built once: every request after
+    /// the first shares the same bytes, equal to a fresh build.
+    #[test]
+    fn the_open_documents_are_built_once_per_process() {
+        let r = Registry::new();
+        let (first, second) = (r.openapi_json(), r.openapi_json());
+        assert_eq!(
+            first.as_ptr(),
+            second.as_ptr(),
+            "the document was built again"
+        );
+        assert_eq!(first, Bytes::from(r.openapi().to_string()));
+        let (first, second) = (r.list_json(), r.list_json());
+        assert_eq!(first.as_ptr(), second.as_ptr(), "the list was built again");
+        assert_eq!(first, Bytes::from(r.list().to_string()));
+    }
 
     #[test]
     fn every_method_is_unique_and_takes_the_acting_tenant() {

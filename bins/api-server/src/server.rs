@@ -26,6 +26,8 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::app::App;
+use crate::metrics::Refused;
+use crate::rate::RetryAfter;
 use crate::registry::{Call, Method, Reply};
 
 /// Request bodies above this are refused with 413.
@@ -43,6 +45,10 @@ pub struct Limits {
     /// Time to send the body once the head is in
     /// (`BC_HTTP_BODY_TIMEOUT_MS`, 30 s).
     pub body_timeout: Duration,
+    /// Time an answer may make no progress (a client that does not read
+    /// it) before the connection is closed (`BC_HTTP_WRITE_TIMEOUT_MS`,
+    /// 30 s; contract 1.7 r4).
+    pub write_timeout: Duration,
     /// Connections open at once; the next ones wait in the listen backlog
     /// (`BC_HTTP_MAX_CONNECTIONS`, 4096, lowered to fit the process's file
     /// descriptor limit).
@@ -57,6 +63,7 @@ impl Default for Limits {
         Limits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
             max_connections: 4096,
             shutdown_grace: Duration::from_secs(10),
         }
@@ -121,7 +128,7 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
         };
-        let _ = stream.set_nodelay(true);
+        let stream = telemetry::listener::prepare(stream, limits.write_timeout);
         let served = app.clone();
         let service = service_fn(move |req| {
             let app = served.clone();
@@ -135,6 +142,10 @@ pub async fn serve(
                 Err(e) if e.is_timeout() => {
                     app.metrics.client_timeout("head");
                     info!(%peer, "client closed: no request head within the header timeout");
+                }
+                Err(e) if telemetry::listener::is_write_timeout(&e) => {
+                    app.metrics.client_timeout("write");
+                    info!(%peer, "client closed: it did not read its answer within the write timeout");
                 }
                 Err(e) => tracing::debug!(error = %e, %peer, "connection ended with an error"),
                 Ok(()) => {}
@@ -178,7 +189,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
     let span = info_span!("request", request_id = %rid, path = %path);
     async move {
         let in_flight = app.metrics.in_flight();
-        let (label, mut resp, log) = route(&app, req, &rid).await;
+        let (label, mut resp, log) = route(&app, req, &rid, peer).await;
         drop(in_flight);
         let code = resp
             .extensions()
@@ -227,7 +238,11 @@ fn json_response(status: StatusCode, body: &Value) -> Resp {
 }
 
 fn raw_json_response(status: StatusCode, body: String) -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    bytes_json_response(status, Bytes::from(body))
+}
+
+fn bytes_json_response(status: StatusCode, body: Bytes) -> Resp {
+    let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -236,19 +251,62 @@ fn raw_json_response(status: StatusCode, body: String) -> Resp {
     resp
 }
 
-/// The JSON envelope of an error, with the code kept for metrics.
+/// The JSON envelope of an error, with the code kept for metrics; a
+/// `RATE_LIMITED` answer carries `Retry-After` (whole seconds, rounded up).
 pub fn error_response(e: &ApiError) -> Resp {
     let status =
         StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = json_response(status, &e.to_json());
     resp.extensions_mut().insert(ErrorCode(e.code));
+    if e.code == Code::RateLimited
+        && let Some(ms) = e.details.get("retryAfterMs").and_then(Value::as_u64)
+    {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(ms.div_ceil(1000).max(1)),
+        );
+    }
     resp
 }
 
-async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Resp, LogFields) {
+/// `RATE_LIMITED` (contract 1.2 r4): how long to wait, in whole ms.
+fn rate_limited(retry: RetryAfter) -> ApiError {
+    ApiError::new(
+        Code::RateLimited,
+        format!(
+            "too many requests: the rate allows the next one in {} ms",
+            retry.millis()
+        ),
+    )
+    .with("retryAfterMs", retry.millis())
+}
+
+/// The paths anyone may GET (contract 1.1), limited per client address,
+/// and their labels in the request metrics.
+const OPEN_PATHS: [(&str, &str); 5] = [
+    ("/healthz", "healthz"),
+    ("/readyz", "readyz"),
+    ("/metrics", "metrics"),
+    ("/api/openapi.json", "openapi"),
+    ("/api/compute/methods", "methods"),
+];
+
+async fn route(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    rid: &str,
+    peer: SocketAddr,
+) -> (String, Resp, LogFields) {
     let path = req.uri().path().to_owned();
     let is_get = req.method() == HttpMethod::GET;
     let fixed = |label: &str, resp: Resp| (label.to_owned(), resp, LogFields::default());
+    if is_get
+        && let Some((_, label)) = OPEN_PATHS.iter().find(|(p, _)| *p == path)
+        && let Err(retry) = app.rates.anonymous(peer.ip())
+    {
+        app.metrics.rate_limited(Refused::Anonymous);
+        return fixed(label, error_response(&rate_limited(retry)));
+    }
     let not_allowed = |label: &str, allowed: &'static str| {
         let mut r = error_response(&ApiError::new(
             Code::MethodNotAllowed,
@@ -298,11 +356,11 @@ async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Re
         }
         "/api/openapi.json" if is_get => fixed(
             "openapi",
-            json_response(StatusCode::OK, &app.registry.openapi()),
+            bytes_json_response(StatusCode::OK, app.registry.openapi_json()),
         ),
         "/api/compute/methods" if is_get => fixed(
             "methods",
-            json_response(StatusCode::OK, &app.registry.list()),
+            bytes_json_response(StatusCode::OK, app.registry.list_json()),
         ),
         "/healthz" | "/readyz" | "/metrics" | "/api/openapi.json" | "/api/compute/methods" => {
             not_allowed(&path, "GET")
@@ -312,7 +370,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>, rid: &str) -> (String, Re
             Some(m) if req.method() == HttpMethod::POST => {
                 let mut log = LogFields::default();
                 let mut trail = crate::audit::Trail::of(m);
-                let result = call(app, m, req, &mut log, &mut trail).await;
+                let result = call(app, m, req, peer, &mut log, &mut trail).await;
                 trail.record(app, rid, &result).await;
                 let resp = match result {
                     Ok(reply) => raw_json_response(StatusCode::OK, reply.0),
@@ -412,29 +470,132 @@ fn bearer(req: &Request<Incoming>) -> Option<String> {
     (!secret.is_empty()).then(|| secret.to_owned())
 }
 
-/// The checks of contract 1.2 in order: size, authentication, shape,
-/// permission; then the handler (existence and the method's own rules).
+/// Reads and discards what comes of a body not to be read, for at most
+/// [`DRAIN_TIME`] and [`DRAIN_LIMIT`] bytes: closing a connection with
+/// unread request bytes resets it, and the client would lose the answer.
+/// Nothing is kept; returns whether more than [`MAX_BODY`] came (the
+/// answer is then 413, the size being checked first, contract 1.2).
+async fn drain(mut body: Incoming) -> bool {
+    let until = tokio::time::Instant::now() + DRAIN_TIME;
+    let mut seen: u64 = 0;
+    while seen <= DRAIN_LIMIT {
+        match tokio::time::timeout_at(until, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                seen += frame.data_ref().map_or(0, |d| d.len() as u64);
+            }
+            _ => break,
+        }
+    }
+    seen > MAX_BODY as u64
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(Code::PayloadTooLarge, "the request body is over 1 MiB").with("limit", MAX_BODY)
+}
+
+/// A request refused before its body is read (no key, or an unknown one):
+/// counted against its client address's rate (`RATE_LIMITED` once over
+/// it, contract 1.7 r4), its body discarded, never buffered.
+async fn refuse_unauthenticated(
+    app: &App,
+    peer: SocketAddr,
+    body: Incoming,
+    refusal: ApiError,
+) -> ApiError {
+    let refusal = match app.rates.anonymous(peer.ip()) {
+        Ok(()) => refusal,
+        Err(retry) => {
+            app.metrics.rate_limited(Refused::Anonymous);
+            rate_limited(retry)
+        }
+    };
+    if drain(body).await {
+        return too_large();
+    }
+    refusal
+}
+
+/// The checks of contract 1.2 in order: size, authentication, the rate,
+/// shape, permission; then the handler (existence and the method's own
+/// rules). The body is read only once the key is known valid and its
+/// tenant within its rate (contract 1.7 r4), and without holding a
+/// database connection while it comes.
 async fn call(
     app: &Arc<App>,
     m: &Method,
     req: Request<Incoming>,
+    peer: SocketAddr,
     log: &mut LogFields,
     trail: &mut crate::audit::Trail,
 ) -> Result<Reply, ApiError> {
-    let too_large = || {
-        ApiError::new(Code::PayloadTooLarge, "the request body is over 1 MiB")
-            .with("limit", MAX_BODY)
-    };
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let secret = bearer(&req);
-    // The body's deadline runs before authentication: a client that sends
-    // a head and stalls holds nothing past it.
-    let body = tokio::time::timeout(app.http.body_timeout, read_body(req.into_body(), declared))
-        .await
+    let body = req.into_body();
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        if declared.is_some_and(|n| n <= DRAIN_LIMIT) {
+            drain(body).await;
+        }
+        return Err(too_large());
+    }
+    let Some(secret) = secret else {
+        let missing = ApiError::new(
+            Code::Unauthenticated,
+            "missing credentials: send Authorization: Bearer <api key>",
+        );
+        return Err(refuse_unauthenticated(app, peer, body, missing).await);
+    };
+    // The key's lookup and the clock's read (a row under the manual clock)
+    // go in one round trip: pipelined on one connection (between BEGIN and
+    // COMMIT behind a transaction pooler, `storage::db::read_only`).
+    let mut conn = app.conn().await?;
+    let (caller, now) = storage::db::read_only(&mut conn, async |conn| {
+        let conn = &*conn;
+        futures::try_join!(
+            storage::ops::tenancy::authenticate(conn, &secret),
+            app.clock.now_shared(conn)
+        )
+    })
+    .await?;
+    let Some(caller) = caller else {
+        drop(conn);
+        let unknown = ApiError::new(Code::Unauthenticated, "unknown or revoked API key");
+        return Err(refuse_unauthenticated(app, peer, body, unknown).await);
+    };
+    log.key_id = Some(caller.key_id.clone());
+    trail.caller(&caller);
+    let caller_tenant = caller.principal.tenant_id.as_str();
+    let is_root = caller_tenant == app.root_tenant.as_str();
+    if let Err(retry) = app.rates.tenant(caller_tenant, is_root) {
+        drop(conn);
+        app.metrics.rate_limited(if is_root {
+            Refused::Root
+        } else {
+            Refused::Tenant(caller_tenant)
+        });
+        log.tenant = Some(caller_tenant.to_owned());
+        if drain(body).await {
+            return Err(too_large());
+        }
+        return Err(rate_limited(retry));
+    }
+    // The body's deadline; the connection goes back to the pool while a
+    // body still on its way comes (a slow upload never holds the
+    // database), and the handler takes another.
+    let reading = tokio::time::timeout(app.http.body_timeout, read_body(body, declared));
+    tokio::pin!(reading);
+    let mut held = Some(conn);
+    let read = match futures::poll!(&mut reading) {
+        std::task::Poll::Ready(read) => read,
+        std::task::Poll::Pending => {
+            held = None;
+            reading.await
+        }
+    };
+    let body = read
         .map_err(|_| {
             app.metrics.client_timeout("body");
             ApiError::invalid(
@@ -447,30 +608,6 @@ async fn call(
             )
         })??
         .ok_or_else(too_large)?;
-
-    let secret = secret.ok_or_else(|| {
-        ApiError::new(
-            Code::Unauthenticated,
-            "missing credentials: send Authorization: Bearer <api key>",
-        )
-    })?;
-    // The key's lookup and the clock's read (a row under the manual clock)
-    // go in one round trip: pipelined on one connection (between BEGIN and
-    // COMMIT behind a transaction pooler, `storage::db::read_only`).
-    // The connection then goes to the handler (`Call::conn`).
-    let mut conn = app.conn().await?;
-    let (caller, now) = storage::db::read_only(&mut conn, async |conn| {
-        let conn = &*conn;
-        futures::try_join!(
-            storage::ops::tenancy::authenticate(conn, &secret),
-            app.clock.now_shared(conn)
-        )
-    })
-    .await?;
-    let caller =
-        caller.ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown or revoked API key"))?;
-    log.key_id = Some(caller.key_id.clone());
-    trail.caller(&caller);
 
     let input: Value = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
@@ -518,7 +655,7 @@ async fn call(
         input,
         name: m.name(),
         audit: trail.marks(),
-        held: std::sync::Mutex::new(Some(conn)),
+        held: std::sync::Mutex::new(held),
     })
     .await
 }

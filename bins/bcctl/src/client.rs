@@ -5,11 +5,23 @@
 //! secret's value for `secrets put`) sent again to wherever the `Location`
 //! points, so a 3xx answer is reported as an error naming its status and
 //! `Location` instead.
+//!
+//! A request refused `RATE_LIMITED` was not performed (contract 1.7 r4): it
+//! is sent again after the wait the server named (`details.retryAfterMs`),
+//! at most [`RATE_RETRIES`] times, each retry said on standard error.
+
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
 use crate::config::Target;
 use crate::exit::Failure;
+
+/// How often a request refused `RATE_LIMITED` is sent again.
+pub const RATE_RETRIES: u32 = 5;
+
+/// The longest wait for one retry, whatever the server asks.
+const LONGEST_WAIT: Duration = Duration::from_secs(60);
 
 /// A client of one api-server as one tenant.
 pub struct Client {
@@ -56,28 +68,59 @@ impl Client {
             );
         }
         let url = format!("{}/api/compute/{module}/{name}", self.target.endpoint);
-        let answer = self
-            .http
-            .post(&url)
-            .bearer_auth(&self.target.token)
-            .json(&Value::Object(body))
-            .send()
-            .await
-            .map_err(|e| Failure::Unreachable(format!("{url}: {e}")))?;
-        read(answer).await
+        let body = Value::Object(body);
+        self.send(method, &url, || {
+            self.http
+                .post(&url)
+                .bearer_auth(&self.target.token)
+                .json(&body)
+        })
+        .await
+    }
+
+    /// Sends the request `build` makes, again after a `RATE_LIMITED`
+    /// refusal's wait (at most [`RATE_RETRIES`] times); its answer.
+    async fn send(
+        &self,
+        what: &str,
+        url: &str,
+        build: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<Value, Failure> {
+        let mut retries = 0;
+        loop {
+            let answer = build()
+                .send()
+                .await
+                .map_err(|e| Failure::Unreachable(format!("{url}: {e}")))?;
+            match read(answer).await {
+                Err(Failure::Api { code, details, .. })
+                    if code == "RATE_LIMITED" && retries < RATE_RETRIES =>
+                {
+                    retries += 1;
+                    let wait = details
+                        .get("retryAfterMs")
+                        .and_then(Value::as_u64)
+                        .map_or(Duration::from_secs(1), Duration::from_millis)
+                        .min(LONGEST_WAIT);
+                    eprintln!(
+                        "bcctl: {what}: the server's request rate is spent; \
+                         sending again in {} ms (retry {retries} of {RATE_RETRIES})",
+                        wait.as_millis()
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// `GET {endpoint}{path}` (the method list, the OpenAPI document).
     pub async fn get(&self, path: &str) -> Result<Value, Failure> {
         let url = format!("{}{path}", self.target.endpoint);
-        let answer = self
-            .http
-            .get(&url)
-            .bearer_auth(&self.target.token)
-            .send()
-            .await
-            .map_err(|e| Failure::Unreachable(format!("{url}: {e}")))?;
-        read(answer).await
+        self.send(path, &url, || {
+            self.http.get(&url).bearer_auth(&self.target.token)
+        })
+        .await
     }
 
     /// Every item of a paged list (`items`, `nextCursor`, `hasMore`).

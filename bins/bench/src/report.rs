@@ -358,7 +358,7 @@ impl Report {
              call and the SQL run exactly as many operations; the history runs (1h, 2h) and \
              `pgbench` (`-n -j 2 -M prepared`) run as long as the API; reads: {} s each after a \
              1 s warm-up. api-server: release build, `BC_CLOCK=manual`, `BC_DB_POOL_SIZE=16`, \
-             `RUST_LOG={}` (logs to `target/bench/api-server.log`).\n",
+             request rates off, `RUST_LOG={}` (logs to `target/bench/api-server.log`).\n",
             self.clients,
             self.write_dur.as_secs(),
             self.read_dur.as_secs(),

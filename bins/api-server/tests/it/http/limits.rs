@@ -118,9 +118,9 @@ async fn stalled_heads_are_cut_off_and_the_others_served() {
     assert!(counted >= 500.0, "{line:?}");
 }
 
-/// A head without its body is answered 400 (`details { field: "body",
-/// reason: "timeout" }`) once the body deadline passes, before any
-/// authentication, and the connection is closed.
+/// A head with a valid key and without its body is answered 400
+/// (`details { field: "body", reason: "timeout" }`) once the body deadline
+/// passes, and the connection is closed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_body_is_answered_and_closed() {
     let s = server_with(&[("BC_HTTP_BODY_TIMEOUT_MS", "1500")]).await;

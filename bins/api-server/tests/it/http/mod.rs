@@ -8,3 +8,5 @@ mod cursors;
 mod hostile_tenant;
 mod idempotency;
 mod limits;
+mod rates;
+mod slow_readers;

@@ -304,6 +304,11 @@ pub fn command(database_url: &str, opts: &Options) -> Command {
         .env("BC_CREDENTIAL_ENV", "GCE_TOKEN")
         // Provider retries wait 10 ms, not 500 ms, between tries.
         .env("BC_PROVIDER_RETRY_DELAY_MS", "10")
+        // Tests send bursts no tenant would be allowed (thousands of calls a
+        // second from one address, as one tenant): the request rates are off
+        // unless a test sets them (`http::rates` tests the defaults).
+        .env("BC_TENANT_RATE", "0")
+        .env("BC_ANON_RATE", "0")
         .env(
             "RUST_LOG",
             std::env::var("TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
