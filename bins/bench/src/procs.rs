@@ -125,6 +125,11 @@ impl ApiServer {
             .env("BC_TENANT_RATE", "0")
             .env("BC_ANON_RATE", "0")
             .env("BC_SECRETS_KEY", secrets_key())
+            // Figure 6's hostile tenant points its webhooks there.
+            .env(
+                "BC_WEBHOOK_ENDPOINTS",
+                format!("http://{}", crate::hooks::BLACKHOLE),
+            )
             .env("RUST_LOG", log_filter)
             .env_remove("RUST_LOG_FORMAT")
             .stdin(Stdio::null())

@@ -148,6 +148,8 @@ pub struct Report {
     pub pace: Option<crate::pace::Pace>,
     /// Figure 6: webhook delivery.
     pub webhooks: Option<crate::hooks::Deliveries>,
+    /// Figure 6 again, beside a tenant whose webhooks never answer.
+    pub webhooks_hostile: Option<crate::hooks::Deliveries>,
     /// Figure 3: get.
     pub get: Option<ReadFigure>,
     /// Figure 3: list.
@@ -231,6 +233,7 @@ impl Report {
             burst: None,
             pace: None,
             webhooks: None,
+            webhooks_hostile: None,
             get: None,
             list: None,
             list_cost: None,

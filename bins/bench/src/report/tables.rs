@@ -2,6 +2,7 @@
 //! target, and the per-run figures the notes refer to.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use super::{MIB, ReadFigure, Report, met, mib, ms, thousands};
 use crate::load::Outcome;
@@ -257,6 +258,39 @@ impl Report {
                 run: "from the request committing the event to its arrival at a local receiver \
                       (worker woken by NOTIFY)"
                     .into(),
+                ops: d.lags.len().to_string(),
+                secs: format!("{:.2}", d.elapsed.as_secs_f64()),
+                rate: format!(
+                    "{:.0}",
+                    d.lags.len() as f64 / d.elapsed.as_secs_f64().max(1e-9)
+                ),
+                p50: ms(0.5),
+                p99: ms(0.99),
+            });
+        }
+        if let Some(d) = &self.webhooks_hostile {
+            let ms = |q: f64| format!("{:.2}", d.quantile(q).as_secs_f64() * 1e3);
+            let met = if d.quantile(0.99) < Duration::from_secs(1) {
+                "met"
+            } else {
+                "NOT met"
+            };
+            out.push(Line {
+                fig: "6",
+                what: format!(
+                    "webhook delivery, {} events one at a time, while another tenant's {} \
+                     webhooks never answer ({} deliveries due)",
+                    hooks::HOSTILE_EVENTS,
+                    hooks::HOSTILE_WEBHOOKS,
+                    thousands(
+                        i64::try_from(hooks::HOSTILE_WEBHOOKS * hooks::HOSTILE_DUE_EACH)
+                            .unwrap_or(0)
+                    )
+                ),
+                run: format!(
+                    "as above; the worker busy with the other tenant's attempts \
+                     (BC_WEBHOOK_TENANT_CONCURRENCY default); target p99 < 1 s: {met}"
+                ),
                 ops: d.lags.len().to_string(),
                 secs: format!("{:.2}", d.elapsed.as_secs_f64()),
                 rate: format!(
