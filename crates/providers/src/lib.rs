@@ -181,6 +181,18 @@ impl fmt::Display for Throttle {
 }
 
 impl ProviderError {
+    /// A final refusal as the step failure it makes: the provider's own
+    /// reason where it gave one (`notFound` for a 404: what a create names
+    /// does not exist; a refusal's `reason`), else
+    /// [`StepFailure::ProviderError`].
+    pub fn failure(&self) -> StepFailure {
+        match self {
+            ProviderError::NotFound => StepFailure::provider("notFound"),
+            ProviderError::Rejected { reason, .. } => StepFailure::provider(reason),
+            _ => StepFailure::ProviderError,
+        }
+    }
+
     /// Whether trying again later may succeed without changing anything:
     /// timeouts, transport errors, partial listings, HTTP 408, 429 and 5xx,
     /// quota refusals, and refusals whose reason says so

@@ -131,7 +131,7 @@ pub(super) fn decide(facts: &Facts<'_>, answer: Answer) -> Next {
             StepKind::Delete => return Next::Call(Call::ReadBack),
             // What the create names (its image, network, zone) does not
             // exist: refused for good, with the provider's reason.
-            StepKind::Create => failed(StepFailure::provider("notFound")),
+            StepKind::Create => failed(ProviderError::NotFound.failure()),
             // The VM is gone: the instance is lost.
             StepKind::Stop | StepKind::Start => failed(StepFailure::Vanished),
         },
@@ -164,7 +164,7 @@ pub(super) fn decide(facts: &Facts<'_>, answer: Answer) -> Next {
             if e.is_retryable() {
                 Round::Retry(e)
             } else {
-                failed(failure_of(&e))
+                failed(e.failure())
             }
         }
     };
@@ -236,14 +236,6 @@ async fn ask(
 
 fn failed(failure: StepFailure) -> Round {
     Round::End(Outcome::Failed { failure })
-}
-
-/// A final refusal as a failure: the provider's reason when it gave one.
-fn failure_of(e: &ProviderError) -> StepFailure {
-    match e {
-        ProviderError::Rejected { reason, .. } => StepFailure::provider(reason),
-        _ => StepFailure::ProviderError,
-    }
 }
 
 /// Whether the VM is this step's instance's own: its `bc-instance` label
