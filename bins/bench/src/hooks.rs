@@ -101,13 +101,15 @@ async fn blackhole() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The worker's environment for the figures: woken by `NOTIFY` only, and
-/// allowed to reach [`BLACKHOLE`].
-fn worker_env() -> [(&'static str, String); 2] {
-    [
-        ("BC_INTERVAL_MS", "600000".to_owned()),
-        ("BC_WEBHOOK_ENDPOINTS", format!("http://{BLACKHOLE}")),
-    ]
+/// The webhooks worker of the figures: woken by `NOTIFY` only, and allowed
+/// to reach [`BLACKHOLE`].
+fn webhooks_worker(db: &Database) -> anyhow::Result<tokio::process::Child> {
+    let endpoints = format!("http://{BLACKHOLE}");
+    let env = [
+        ("BC_INTERVAL_MS", "600000"),
+        ("BC_WEBHOOK_ENDPOINTS", endpoints.as_str()),
+    ];
+    spawn_worker(db, "events.webhooks", &env)
 }
 
 /// Runs the figure.
@@ -121,9 +123,7 @@ pub async fn run(db: &Database, server: &ApiServer) -> anyhow::Result<Deliveries
         )
         .await?;
     let webhook_id = str_at(&hook, "/webhook/webhookId")?;
-    let env = worker_env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut worker = spawn_worker(db, "events.webhooks", &env)?;
+    let mut worker = webhooks_worker(db)?;
     // Its first round has sent what was there; then only NOTIFY wakes it.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let d = measure(&api, &webhook_id, &count, &notify, EVENTS).await;
@@ -176,9 +176,7 @@ pub async fn run_hostile(db: &Database, server: &ApiServer) -> anyhow::Result<De
         )
         .await?;
     let webhook_id = str_at(&hook, "/webhook/webhookId")?;
-    let env = worker_env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut worker = spawn_worker(db, "events.webhooks", &env)?;
+    let mut worker = webhooks_worker(db)?;
     // The worker's first round records the due deliveries and starts on the
     // blackholes' (each attempt waits its 10 s deadline there).
     tokio::time::sleep(Duration::from_secs(3)).await;

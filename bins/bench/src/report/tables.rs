@@ -248,58 +248,38 @@ impl Report {
             ));
         }
         if let Some(d) = &self.webhooks {
-            let ms = |q: f64| format!("{:.2}", d.quantile(q).as_secs_f64() * 1e3);
-            out.push(Line {
-                fig: "6",
-                what: format!(
+            out.push(webhook_line(
+                d,
+                format!(
                     "webhook delivery, {} events one at a time",
                     thousands(i64::try_from(hooks::EVENTS).unwrap_or(0))
                 ),
-                run: "from the request committing the event to its arrival at a local receiver \
-                      (worker woken by NOTIFY)"
+                "from the request committing the event to its arrival at a local receiver \
+                 (worker woken by NOTIFY)"
                     .into(),
-                ops: d.lags.len().to_string(),
-                secs: format!("{:.2}", d.elapsed.as_secs_f64()),
-                rate: format!(
-                    "{:.0}",
-                    d.lags.len() as f64 / d.elapsed.as_secs_f64().max(1e-9)
-                ),
-                p50: ms(0.5),
-                p99: ms(0.99),
-            });
+            ));
         }
         if let Some(d) = &self.webhooks_hostile {
-            let ms = |q: f64| format!("{:.2}", d.quantile(q).as_secs_f64() * 1e3);
             let met = if d.quantile(0.99) < Duration::from_secs(1) {
                 "met"
             } else {
                 "NOT met"
             };
-            out.push(Line {
-                fig: "6",
-                what: format!(
+            let due = hooks::HOSTILE_WEBHOOKS * hooks::HOSTILE_DUE_EACH;
+            out.push(webhook_line(
+                d,
+                format!(
                     "webhook delivery, {} events one at a time, while another tenant's {} \
                      webhooks never answer ({} deliveries due)",
                     hooks::HOSTILE_EVENTS,
                     hooks::HOSTILE_WEBHOOKS,
-                    thousands(
-                        i64::try_from(hooks::HOSTILE_WEBHOOKS * hooks::HOSTILE_DUE_EACH)
-                            .unwrap_or(0)
-                    )
+                    thousands(i64::try_from(due).unwrap_or(0))
                 ),
-                run: format!(
+                format!(
                     "as above; the worker busy with the other tenant's attempts \
                      (BC_WEBHOOK_TENANT_CONCURRENCY default); target p99 < 1 s: {met}"
                 ),
-                ops: d.lags.len().to_string(),
-                secs: format!("{:.2}", d.elapsed.as_secs_f64()),
-                rate: format!(
-                    "{:.0}",
-                    d.lags.len() as f64 / d.elapsed.as_secs_f64().max(1e-9)
-                ),
-                p50: ms(0.5),
-                p99: ms(0.99),
-            });
+            ));
         }
         if let Some(m) = &self.metering {
             let what = format!(
@@ -598,5 +578,23 @@ impl Report {
             }
         }
         s
+    }
+}
+
+/// A line of figure 6: its delays' rate and quantiles.
+fn webhook_line(d: &hooks::Deliveries, what: String, run: String) -> Line {
+    let ms = |q: f64| format!("{:.2}", d.quantile(q).as_secs_f64() * 1e3);
+    Line {
+        fig: "6",
+        what,
+        run,
+        ops: d.lags.len().to_string(),
+        secs: format!("{:.2}", d.elapsed.as_secs_f64()),
+        rate: format!(
+            "{:.0}",
+            d.lags.len() as f64 / d.elapsed.as_secs_f64().max(1e-9)
+        ),
+        p50: ms(0.5),
+        p99: ms(0.99),
     }
 }

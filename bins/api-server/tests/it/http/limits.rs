@@ -10,16 +10,9 @@ use tokio::net::TcpStream;
 
 use crate::support::server::{Options, ROOT_TOKEN, Server};
 
-/// A server with these limits (milliseconds; `None` keeps the default).
+/// A server with these limits (milliseconds).
 async fn server_with(vars: &[(&str, &str)]) -> Server {
-    Server::start_with(Options {
-        env: vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        ..Options::default()
-    })
-    .await
+    Server::start_with_vars(vars).await
 }
 
 /// Asserts that the server's `/metrics` report `n` as its connection cap.

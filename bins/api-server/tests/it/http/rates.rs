@@ -10,19 +10,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::server::{Options, ROOT_TOKEN, Server, sibling_binary};
+use crate::support::server::{ROOT_TOKEN, Server, metric, sibling_binary};
 
 /// A server with these rate variables (an empty value keeps the default;
 /// the test support turns the rates off otherwise).
 async fn server_with(vars: &[(&str, &str)]) -> Server {
-    Server::start_with(Options {
-        env: vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        ..Options::default()
-    })
-    .await
+    Server::start_with_vars(vars).await
 }
 
 /// One raw call; the status, `Retry-After` and the body.
@@ -51,15 +44,6 @@ async fn answer(resp: reqwest::Response) -> (u16, Option<u64>, Value) {
         .and_then(|v| v.parse().ok());
     let body = resp.json().await.unwrap_or(Value::Null);
     (status, retry, body)
-}
-
-fn metric(metrics: &str, line_start: &str) -> f64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// A tenant's burst is shared by all its keys; over it, its next request is

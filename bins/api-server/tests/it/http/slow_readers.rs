@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::support::server::{Options, ROOT_TOKEN, Server};
+use crate::support::server::{Options, ROOT_TOKEN, Server, metric};
 
 fn addr(s: &Server) -> std::net::SocketAddr {
     s.url
@@ -61,15 +61,6 @@ async fn closed_within(c: &mut TcpStream, within: Duration) -> bool {
     .is_ok()
 }
 
-fn counter(metrics: &str, line_start: &str) -> f64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// 1,000 connections that each ask for the OpenAPI document and never
 /// read it, under a descriptor limit that caps the server at 128
 /// connections: a normal client queued behind all of them is served, each
@@ -115,7 +106,7 @@ async fn clients_that_never_read_are_cut_off_and_the_others_served() {
         );
     }
     let (_, metrics) = s.get_text("/metrics").await;
-    let cut = counter(&metrics, "bc_api_client_timeouts_total{phase=\"write\"}");
+    let cut = metric(&metrics, "bc_api_client_timeouts_total{phase=\"write\"}");
     assert!(cut >= 1000.0, "write timeouts counted: {cut}");
     assert!(
         metrics.contains("\nbc_api_accept_errors_total 0\n"),

@@ -117,6 +117,19 @@ impl Server {
         .await
     }
 
+    /// Starts a server with the manual clock on a fresh database, with
+    /// these environment variables (an empty value: the server's default).
+    pub async fn start_with_vars(vars: &[(&str, &str)]) -> Server {
+        Server::start_with(Options {
+            env: vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Options::default()
+        })
+        .await
+    }
+
     /// Starts a server on an existing database.
     pub async fn start_on(db: TestDatabase, opts: Options) -> Server {
         let mut cmd = command(db.product_url(), &opts);
@@ -344,4 +357,15 @@ pub fn rand_suffix() -> String {
 /// The events of one type.
 pub fn of_type(evs: &[Value], ty: &str) -> Vec<Value> {
     evs.iter().filter(|e| e["type"] == ty).cloned().collect()
+}
+
+/// The value of the first series of a Prometheus exposition whose line
+/// starts with `series` (`name{labels}`), 0 when there is none.
+pub fn metric(exposition: &str, series: &str) -> f64 {
+    exposition
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }
