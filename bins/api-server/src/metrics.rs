@@ -12,13 +12,16 @@
 //! | `bc_api_max_connections` | gauge | (the cap, contract 1.7) |
 //! | `bc_api_accept_errors_total` | counter | (accepts that failed and backed off) |
 //! | `bc_api_client_timeouts_total` | counter | `phase` (`head`, `body`, `write`) |
-//! | `bc_api_rate_limited_total` | counter | `client`: the tenant refused (the first [`RATE_LABELS`] seen, then `other`), `root` or `anonymous` |
+//! | `bc_api_rate_limited_total` | counter | `client` (a tenant, `other`, `root`, `anonymous`) |
 //! | `bc_db_pool_connections` | gauge | (connections open) |
 //! | `bc_db_pool_max_connections` | gauge | (`BC_DB_POOL_SIZE`) |
 //! | `bc_db_pool_available` | gauge | (idle connections) |
 //! | `bc_db_pool_waiting` | gauge | (requests waiting for a connection) |
 //! | `bc_db_pool_wait_seconds` | histogram | (time to get a connection) |
 //! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
+//!
+//! `client` names the first [`RATE_LABELS`] tenants refused, then sums the
+//! others under `other`.
 //!
 //! `method` is a registered method's name or one of the fixed paths'
 //! (`healthz`, `metrics`, `console`, `unknown`, ...), so its values are

@@ -145,7 +145,10 @@ pub async fn serve(
                 }
                 Err(e) if telemetry::listener::is_write_timeout(&e) => {
                     app.metrics.client_timeout("write");
-                    info!(%peer, "client closed: it did not read its answer within the write timeout");
+                    info!(
+                        %peer,
+                        "client closed: it did not read its answer within the write timeout"
+                    );
                 }
                 Err(e) => tracing::debug!(error = %e, %peer, "connection ended with an error"),
                 Ok(()) => {}
