@@ -92,6 +92,38 @@ fn duration_var(name: &str, value: Option<String>) -> anyhow::Result<Option<Dura
         .with_context(|| format!("{name} must be a duration such as 600 (seconds) or 10m"))
 }
 
+/// The pacing of webhook deliveries (contract 8.2): `BC_WEBHOOK_LEASE`
+/// (5m), `BC_WEBHOOK_TENANT_CONCURRENCY` (4), `BC_WEBHOOK_RETENTION` (30d,
+/// more than 0) and the origins of `BC_WEBHOOK_ENDPOINTS`. A pass claims
+/// for about an `interval` (at least a second, at most 5 minutes) and hands
+/// the batches still in flight to the next; a `--once` pass runs until
+/// nothing is due.
+fn webhook_rules(
+    once: bool,
+    interval: Duration,
+) -> anyhow::Result<control::webhooks::WebhookRules> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let d = control::webhooks::WebhookRules::default();
+    let retention = match duration_var("BC_WEBHOOK_RETENTION", var("BC_WEBHOOK_RETENTION"))? {
+        Some(r) if r.is_zero() => bail!("BC_WEBHOOK_RETENTION must be longer than 0"),
+        Some(r) => r,
+        None => d.retention,
+    };
+    Ok(control::webhooks::WebhookRules {
+        lease: duration_var("BC_WEBHOOK_LEASE", var("BC_WEBHOOK_LEASE"))?
+            .filter(|d| !d.is_zero())
+            .unwrap_or(d.lease),
+        tenant_concurrency: whole_var("BC_WEBHOOK_TENANT_CONCURRENCY", 1, 1024)?
+            .map_or(d.tenant_concurrency, |n| n as usize),
+        retention,
+        endpoints: providers::Origins::from_env(providers::outbound::WEBHOOK_ENDPOINTS_VAR)
+            .context(providers::outbound::WEBHOOK_ENDPOINTS_VAR)?,
+        pass_budget: (!once)
+            .then(|| interval.clamp(Duration::from_secs(1), Duration::from_secs(300))),
+        ..d
+    })
+}
+
 impl Config {
     /// Reads the environment and the command line.
     pub fn from_env_and_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Config> {
@@ -116,6 +148,13 @@ impl Config {
         }
         // Unknown pass names are a usage error, found before connecting.
         select(passes::all(), &only)?;
+        let interval = Duration::from_millis(
+            var("BC_INTERVAL_MS")
+                .map(|v| v.parse())
+                .transpose()
+                .context("BC_INTERVAL_MS")?
+                .unwrap_or(10_000),
+        );
         Ok(Config {
             database_url: var("DATABASE_URL").context("DATABASE_URL is required")?,
             root_tenant: storage::ids::TenantId::parse(
@@ -125,13 +164,7 @@ impl Config {
             clock: Clock::parse(&clock)
                 .with_context(|| format!("BC_CLOCK must be system or manual, not {clock:?}"))?,
             prepared_statements: storage::db::PreparedStatements::from_env()?,
-            interval: Duration::from_millis(
-                var("BC_INTERVAL_MS")
-                    .map(|v| v.parse())
-                    .transpose()
-                    .context("BC_INTERVAL_MS")?
-                    .unwrap_or(10_000),
-            ),
+            interval,
             metrics_listen: var("BC_METRICS_LISTEN").or_else(|| var("BC_WORKER_METRICS_LISTEN")),
             scan_concurrency: var("BC_SCAN_CONCURRENCY")
                 .map(|v| v.parse::<usize>())
@@ -168,12 +201,7 @@ impl Config {
                 )
                 .context(providers::outbound::WEBHOOK_ENDPOINTS_VAR)?,
             ),
-            webhook_rules: control::webhooks::WebhookRules {
-                lease: duration_var("BC_WEBHOOK_LEASE", var("BC_WEBHOOK_LEASE"))?
-                    .filter(|d| !d.is_zero())
-                    .unwrap_or(control::webhooks::WebhookRules::default().lease),
-                ..control::webhooks::WebhookRules::default()
-            },
+            webhook_rules: webhook_rules(once, interval)?,
             vm_rules: {
                 let d = control::vms::VmRules::default();
                 control::vms::VmRules {

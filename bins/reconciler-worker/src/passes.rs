@@ -108,7 +108,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(Grants),
         Box::new(crate::vms::Instances),
         Box::new(Usage),
-        Box::new(crate::webhooks::Webhooks),
+        Box::new(crate::webhooks::Webhooks::default()),
     ]
 }
 

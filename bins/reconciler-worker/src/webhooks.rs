@@ -1,11 +1,15 @@
 //! `events.webhooks` (contract 3.13, 6): delivers the tenants' events to
-//! their webhooks. Between rounds it sleeps until the interval ends or an
-//! event is committed (`NOTIFY`), whichever comes first; a retry that falls
-//! due is sent at the next round.
+//! their webhooks through `control`'s pipeline, which outlives a pass: a
+//! pass claims as places free up and ends when nothing is due or after its
+//! budget, and the batches still in flight go on into the next. Between
+//! passes it sleeps until the interval ends, an event is committed
+//! (`NOTIFY`) or a batch ends, whichever comes first; a retry that falls due
+//! is sent within the interval.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use control::webhooks::{WebhookContext, deliver};
+use control::webhooks::{Deliverer, WebhookContext};
 
 use crate::passes::{Pass, PassContext, PassFuture, PassReport};
 use crate::vms::PassPause;
@@ -13,8 +17,29 @@ use crate::vms::PassPause;
 /// The pass's name.
 pub const PASS: &str = "events.webhooks";
 
-/// `events.webhooks`.
-pub struct Webhooks;
+/// `events.webhooks`: the worker's one delivery pipeline, made at its first
+/// run.
+#[derive(Default)]
+pub struct Webhooks {
+    pipeline: OnceLock<Deliverer>,
+}
+
+impl Webhooks {
+    fn pipeline(&self, ctx: &PassContext) -> &Deliverer {
+        self.pipeline.get_or_init(|| {
+            Deliverer::new(WebhookContext {
+                pool: ctx.pool.clone(),
+                clock: ctx.clock,
+                root: ctx.root_tenant.clone(),
+                keyring: ctx.keyring.clone(),
+                policy: ctx.webhook_policy.clone(),
+                options: ctx.provider_options.clone(),
+                rules: ctx.webhook_rules.clone(),
+                wake: Some(ctx.events_wake.clone()),
+            })
+        })
+    }
+}
 
 impl Pass for Webhooks {
     fn name(&self) -> &'static str {
@@ -23,21 +48,16 @@ impl Pass for Webhooks {
 
     fn run<'a>(&'a self, ctx: &'a PassContext) -> PassFuture<'a> {
         Box::pin(async move {
-            let wh = WebhookContext {
-                pool: &ctx.pool,
-                clock: ctx.clock,
-                root: &ctx.root_tenant,
-                keyring: &ctx.keyring,
-                policy: ctx.webhook_policy.clone(),
-                options: &ctx.provider_options,
-                rules: &ctx.webhook_rules,
-            };
-            let r = deliver(&wh).await?;
+            let r = self.pipeline(ctx).deliver().await?;
             let mut counts = vec![
                 ("deliveriesRecorded", r.recorded),
                 ("delivered", r.delivered),
                 ("retrying", r.retrying),
                 ("failed", r.failed),
+                ("refused", r.refused),
+                ("putBack", r.put_back),
+                ("batchesStopped", r.stopped),
+                ("deliveriesRemoved", r.removed),
             ];
             counts.retain(|(_, n)| *n > 0);
             Ok(PassReport {

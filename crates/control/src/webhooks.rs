@@ -1,37 +1,71 @@
-//! Webhook delivery (contract 3.13), the `events.webhooks` pass's work:
-//! record the new events each webhook must send, claim due deliveries one
-//! replica per webhook, send each signed (`bc-signature: t=..,v1=..`, one
-//! `v1=` per signing secret) with a 10 s deadline through a client that
-//! refuses redirects, proxies and, for other tenants' endpoints, internal
-//! addresses, and record every attempt. A failing delivery is retried on
-//! its schedule and never holds back the ones after it.
+//! Webhook delivery (contract 3.13), the `events.webhooks` pass's work: a
+//! pipeline, not rounds (3.13 r4). It records the new events each webhook
+//! must send, claims webhooks' due deliveries as places free up (one claim
+//! per webhook, round-robin across tenants, at most
+//! `BC_WEBHOOK_TENANT_CONCURRENCY` webhooks of a tenant at once, every
+//! replica's claims counted) and sends each claimed batch in a task of its
+//! own (`send`): one attempt at a time in log order, the webhook read
+//! again at each, signed (`bc-signature: t=..,v1=..`, one `v1=` per signing
+//! secret) with a 10 s deadline through a client that refuses redirects,
+//! proxies and, for other tenants' endpoints, internal addresses; a batch
+//! stops at its first failed attempt and puts the rest back. No pass waits
+//! for a slow attempt: a pass ends when nothing is in flight and nothing is
+//! due, or after its budget, handing the batches still in flight to the
+//! next pass. It also removes the deliveries past their retention.
 
-use std::sync::Arc;
+mod endpoint;
+mod send;
+
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use hmac::{Hmac, Mac};
-use providers::ProviderPolicy;
 use providers::gce::GceProviderOptions;
+use providers::{Origins, ProviderPolicy};
 use sha2::Sha256;
 use storage::Clock;
+use storage::Result;
 use storage::crypto::Keyring;
 use storage::db::DbPool;
 use storage::ids::TenantId;
-use storage::ops::deliveries::{self, Attempt, Batch, Claimed};
-use storage::{Result, StorageError};
+use storage::ops::deliveries::{self, ClaimRules};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+pub use endpoint::{Refused, checked};
+
+/// How often a pass with work in flight looks for deliveries that fell due
+/// (a retry's time) besides the commits it is woken for.
+const TICK: Duration = Duration::from_millis(500);
+
+/// The least time between two runs of the retention's removal.
+const UPKEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// How deliveries are paced.
 #[derive(Debug, Clone)]
 pub struct WebhookRules {
     /// The deadline of one request (10 s).
     pub timeout: Duration,
-    /// A claim's lease: longer than a batch takes.
+    /// A claim's lease (`BC_WEBHOOK_LEASE`, 5 min): how long a batch stays
+    /// claimed without progress; each attempt renews it.
     pub lease: Duration,
-    /// Webhooks sent to at once (each one request at a time, in log order).
+    /// Webhooks one worker sends to at once (each one request at a time).
     pub concurrency: usize,
+    /// Webhooks of one tenant sent to at once, by every replica
+    /// (`BC_WEBHOOK_TENANT_CONCURRENCY`, 4).
+    pub tenant_concurrency: usize,
     /// Deliveries claimed per webhook at once.
     pub batch: i64,
+    /// How long deliveries and their attempts are kept after their last
+    /// attempt (`BC_WEBHOOK_RETENTION`, 30 days).
+    pub retention: Duration,
+    /// The origins other tenants' webhooks may name over `http` or on
+    /// internal addresses (`BC_WEBHOOK_ENDPOINTS`), checked at every attempt.
+    pub endpoints: Origins,
+    /// The longest a pass claims before it ends and hands its batches in
+    /// flight to the next (`None`: until nothing is due, as `--once` runs;
+    /// the worker's interval otherwise).
+    pub pass_budget: Option<Duration>,
 }
 
 impl Default for WebhookRules {
@@ -39,31 +73,38 @@ impl Default for WebhookRules {
         WebhookRules {
             timeout: Duration::from_secs(10),
             lease: Duration::from_secs(300),
-            concurrency: 16,
+            concurrency: 256,
+            tenant_concurrency: 4,
             batch: 20,
+            retention: Duration::from_secs(30 * 24 * 3600),
+            endpoints: Origins::default(),
+            pass_budget: Some(Duration::from_secs(10)),
         }
     }
 }
 
-/// What delivering needs.
-pub struct WebhookContext<'a> {
+/// What delivering needs, shared by a pass and the batches it sends.
+pub struct WebhookContext {
     /// Connections.
-    pub pool: &'a DbPool,
+    pub pool: DbPool,
     /// The product's clock (attempts' instants, the retry schedule).
     pub clock: Clock,
     /// The root tenant (its webhooks may name any endpoint).
-    pub root: &'a TenantId,
+    pub root: TenantId,
     /// Opens the signing secrets.
-    pub keyring: &'a Keyring,
-    /// `BC_WEBHOOK_ENDPOINTS`.
+    pub keyring: Keyring,
+    /// `BC_WEBHOOK_ENDPOINTS`, as the connect-time guard applies it.
     pub policy: Arc<ProviderPolicy>,
     /// The extra TLS roots and DNS overrides of the provider clients.
-    pub options: &'a GceProviderOptions,
+    pub options: GceProviderOptions,
     /// Pacing.
-    pub rules: &'a WebhookRules,
+    pub rules: WebhookRules,
+    /// Rung when events are committed (`NOTIFY`); a batch that ends rings
+    /// it too, so the next claim comes at once.
+    pub wake: Option<Arc<Notify>>,
 }
 
-/// What a round did.
+/// What a pass did.
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryReport {
     /// Deliveries recorded from new events.
@@ -74,9 +115,39 @@ pub struct DeliveryReport {
     pub retrying: u64,
     /// Deliveries given up after 3 days.
     pub failed: u64,
+    /// Attempts whose url the rules refused (counted in `retrying` or
+    /// `failed` too).
+    pub refused: u64,
+    /// Claimed deliveries put back unattempted (after a failed attempt of
+    /// their batch, or when it stopped).
+    pub put_back: u64,
+    /// Batches stopped because their webhook was deleted or disabled after
+    /// the claim, or their lease was lost.
+    pub stopped: u64,
+    /// Deliveries removed after their retention.
+    pub removed: u64,
     /// From each delivered event's commit instant to its delivery (product
     /// clock, ms).
     pub lags_ms: Vec<i64>,
+}
+
+impl DeliveryReport {
+    fn add(&mut self, other: DeliveryReport) {
+        self.recorded += other.recorded;
+        self.delivered += other.delivered;
+        self.retrying += other.retrying;
+        self.failed += other.failed;
+        self.refused += other.refused;
+        self.put_back += other.put_back;
+        self.stopped += other.stopped;
+        self.removed += other.removed;
+        self.lags_ms.extend(other.lags_ms);
+    }
+}
+
+/// Whole milliseconds of `d`.
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">` for each secret.
@@ -96,176 +167,124 @@ pub fn signature(secrets: &[String], t: i64, body: &[u8]) -> String {
     header
 }
 
-/// One round: new events recorded, then every due delivery attempted once.
-pub async fn deliver(ctx: &WebhookContext<'_>) -> Result<DeliveryReport> {
-    let mut report = DeliveryReport::default();
-    let (now, batches) = {
-        let mut conn = ctx.pool.get().await?;
-        let now = ctx.clock.now(&mut conn).await?;
-        report.recorded = deliveries::record_new(&mut conn, now).await?;
-        let lease = i64::try_from(ctx.rules.lease.as_millis()).unwrap_or(i64::MAX);
-        let webhooks = i64::try_from(ctx.rules.concurrency).unwrap_or(16) * 4;
-        let batches = deliveries::claim(&mut conn, now, webhooks, ctx.rules.batch, lease).await?;
-        (now, batches)
-    };
-    let mut runs = futures::stream::iter(batches)
-        .map(|b| async move { send_batch(ctx, &b, now).await })
-        .buffer_unordered(ctx.rules.concurrency.max(1));
-    while let Some(r) = runs.next().await {
-        match r {
-            Ok(r) => {
-                report.delivered += r.delivered;
-                report.retrying += r.retrying;
-                report.failed += r.failed;
-                report.lags_ms.extend(r.lags_ms);
-            }
-            Err(e) => tracing::error!(error = %e, "a webhook's deliveries could not be recorded"),
-        }
-    }
-    Ok(report)
+/// The delivery pipeline of one worker: the batches in flight outlive the
+/// pass that claimed them.
+pub struct Deliverer {
+    ctx: Arc<WebhookContext>,
+    running: tokio::sync::Mutex<JoinSet<Result<DeliveryReport>>>,
+    upkept_at: Mutex<Option<Instant>>,
 }
 
-/// Sends a webhook's claimed deliveries one after the other, in log order.
-async fn send_batch(ctx: &WebhookContext<'_>, batch: &Batch, now: i64) -> Result<DeliveryReport> {
-    let mut report = DeliveryReport::default();
-    let secrets = {
-        let mut conn = ctx.pool.get().await?;
-        storage::ops::webhooks::signing_secrets(&mut conn, ctx.keyring, &batch.webhook_id, now)
-            .await
-    };
-    let guard = (batch.tenant_id != ctx.root.as_str()).then(|| ctx.policy.clone());
-    let client = providers::outbound::guarded_client(guard, ctx.rules.timeout, ctx.options)
-        .map_err(|e| StorageError::internal(format!("webhook client: {e}")));
-    let (secrets, client) = match (secrets, client) {
-        (Ok(s), Ok(c)) => (s, c),
-        (Err(e), _) | (_, Err(e)) => {
-            let mut conn = ctx.pool.get().await?;
-            for d in &batch.deliveries {
-                deliveries::release(&mut conn, d).await?;
-            }
-            return Err(e);
+impl Deliverer {
+    /// A pipeline with nothing in flight.
+    pub fn new(ctx: WebhookContext) -> Deliverer {
+        Deliverer {
+            ctx: Arc::new(ctx),
+            running: tokio::sync::Mutex::new(JoinSet::new()),
+            upkept_at: Mutex::new(None),
         }
-    };
-    for d in &batch.deliveries {
-        let body = {
-            let mut conn = ctx.pool.get().await?;
-            deliveries::event_body(&mut conn, &batch.tenant_id, d.seq).await?
-        };
-        let number = {
-            let mut conn = ctx.pool.get().await?;
-            deliveries::start_attempt(&mut conn, d).await?
-        };
-        let Some(number) = number else {
-            tracing::warn!(webhook = %batch.webhook_id, event = %d.event_id, "lease lost");
-            break;
-        };
-        let attempt = match &body {
-            Some(body) => post(&client, batch, d, body, &secrets, ctx.rules.timeout).await,
-            // The event is gone (its month archived): nothing to send.
-            None => Attempt {
-                status: None,
-                delivered: false,
-                duration_ms: 0,
-            },
-        };
-        let mut conn = ctx.pool.get().await?;
-        let at = ctx.clock.now(&mut conn).await?;
-        match deliveries::record_attempt(&mut conn, batch, d, number, &attempt, at).await? {
-            None => {
-                tracing::warn!(webhook = %batch.webhook_id, event = %d.event_id, "lease lost");
+    }
+
+    /// One pass: removes what is past its retention (at most once a
+    /// minute), then records new events and claims due deliveries whenever
+    /// a place is free, until nothing is in flight and nothing is due, or
+    /// until the pass budget is spent (the batches in flight then go on,
+    /// and the next pass collects them). Answers what ended in this pass.
+    pub async fn deliver(&self) -> Result<DeliveryReport> {
+        let ctx = &self.ctx;
+        let mut running = self.running.lock().await;
+        let started = Instant::now();
+        let mut report = DeliveryReport::default();
+        // Deliveries go on whatever the removal met; it is tried again
+        // a minute later.
+        if let Err(e) = self.upkeep(&mut report).await {
+            tracing::warn!(error = %e, "removing webhook deliveries past their retention failed");
+        }
+        let rules = &ctx.rules;
+        let concurrency = rules.concurrency.max(1);
+        loop {
+            while let Some(ended) = running.try_join_next() {
+                collect(&mut report, ended);
             }
-            Some("delivered") => {
-                report.delivered += 1;
-                if let Some(occurred) = body.as_ref().and_then(|b| b["occurredAt"].as_i64()) {
-                    report.lags_ms.push(at - occurred);
+            let spent = rules.pass_budget.is_some_and(|b| started.elapsed() >= b);
+            let room = concurrency.saturating_sub(running.len());
+            let mut full = false;
+            if room > 0 && !spent {
+                let (recorded, batches) = claim(ctx, room).await?;
+                report.recorded += recorded;
+                full = batches.len() >= room;
+                for batch in batches {
+                    running.spawn(send::batch(ctx.clone(), batch));
                 }
             }
-            Some("failed") => report.failed += 1,
-            Some(_) => report.retrying += 1,
+            if running.is_empty() || spent {
+                break;
+            }
+            if full {
+                // Places may have freed meanwhile: claim again first.
+                continue;
+            }
+            // Never wait for the slowest: the first batch to end, a commit,
+            // or a moment (a retry may fall due).
+            let wake = async {
+                match &ctx.wake {
+                    Some(w) => w.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(ended) = running.join_next() => collect(&mut report, ended),
+                () = wake => {}
+                () = tokio::time::sleep(TICK) => {}
+            }
         }
+        Ok(report)
     }
-    Ok(report)
-}
 
-/// One attempt: the signed POST, its answer read up to 64 KiB and dropped.
-async fn post(
-    client: &reqwest::Client,
-    batch: &Batch,
-    d: &Claimed,
-    body: &serde_json::Value,
-    secrets: &[String],
-    timeout: Duration,
-) -> Attempt {
-    let started = Instant::now();
-    let bytes = body.to_string().into_bytes();
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
-    let sent = client
-        .post(&batch.url)
-        .header("content-type", "application/json")
-        .header("bc-webhook-id", &batch.webhook_id)
-        .header("bc-event-id", &d.event_id)
-        .header("bc-signature", signature(secrets, t, &bytes))
-        .body(bytes)
-        .send();
-    let answered = tokio::time::timeout(timeout, async {
-        let mut resp = sent.await?;
-        let status = resp.status();
-        // The answer's body is read up to 64 KiB and kept nowhere.
-        let mut read = 0usize;
-        while read < 64 * 1024 {
-            match resp.chunk().await? {
-                Some(chunk) => read += chunk.len(),
-                None => break,
+    /// Removes the deliveries past their retention, when the last try is a
+    /// minute old or more (always in a worker's first pass).
+    async fn upkeep(&self, report: &mut DeliveryReport) -> Result<()> {
+        {
+            let mut last = self
+                .upkept_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.is_some_and(|at| at.elapsed() < UPKEEP_EVERY) {
+                return Ok(());
             }
+            *last = Some(Instant::now());
         }
-        Ok::<_, reqwest::Error>(status)
-    })
-    .await;
-    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    match answered {
-        Ok(Ok(status)) => Attempt {
-            status: Some(status.as_u16()),
-            delivered: status.is_success(),
-            duration_ms,
-        },
-        Ok(Err(e)) => {
-            tracing::info!(
-                webhook = %batch.webhook_id,
-                event = %d.event_id,
-                error = %without_url(&e),
-                "webhook attempt failed"
-            );
-            Attempt {
-                status: None,
-                delivered: false,
-                duration_ms,
-            }
-        }
-        Err(_) => Attempt {
-            status: None,
-            delivered: false,
-            duration_ms,
-        },
+        let mut conn = self.ctx.pool.get().await?;
+        let now = self.ctx.clock.now(&mut conn).await?;
+        let removed =
+            deliveries::remove_expired(&mut conn, now, ms(self.ctx.rules.retention)).await?;
+        report.removed += removed.deliveries;
+        Ok(())
     }
 }
 
-/// A request error without its URL (a tenant's endpoint may carry a token
-/// in its query).
-fn without_url(e: &reqwest::Error) -> String {
-    let mut shown = String::new();
-    let mut source: Option<&dyn std::error::Error> = Some(e);
-    while let Some(s) = source {
-        if !shown.is_empty() {
-            shown.push_str(": ");
-        }
-        shown.push_str(&s.to_string());
-        source = s.source();
-    }
-    match e.url() {
-        Some(url) => shown.replace(url.as_str(), "<endpoint>"),
-        None => shown,
+/// New events recorded, then up to `room` webhooks' due deliveries claimed.
+async fn claim(ctx: &WebhookContext, room: usize) -> Result<(u64, Vec<deliveries::Batch>)> {
+    let mut conn = ctx.pool.get().await?;
+    let now = ctx.clock.now(&mut conn).await?;
+    let recorded = deliveries::record_new(&mut conn, now).await?;
+    let rules = ClaimRules {
+        webhooks: i64::try_from(room).unwrap_or(i64::MAX),
+        per_webhook: ctx.rules.batch,
+        per_tenant: i64::try_from(ctx.rules.tenant_concurrency.max(1)).unwrap_or(4),
+        lease_ms: ms(ctx.rules.lease),
+    };
+    Ok((recorded, deliveries::claim(&mut conn, now, rules).await?))
+}
+
+fn collect(
+    report: &mut DeliveryReport,
+    ended: std::result::Result<Result<DeliveryReport>, tokio::task::JoinError>,
+) {
+    match ended {
+        Ok(Ok(r)) => report.add(r),
+        Ok(Err(e)) => tracing::error!(error = %e, "a webhook's deliveries could not be recorded"),
+        Err(e) => tracing::error!(error = %e, "a webhook's batch panicked or was cancelled"),
     }
 }
 

@@ -15,7 +15,11 @@
 //! 5. **a reservation's open grant rows**, by start then grant id;
 //! 6. **instance rows**, by instance id;
 //! 7. **a managed instance's step rows** (`vm_steps`), last: claimed alone
-//!    by the worker (`SKIP LOCKED`), and closed after the instance row.
+//!    by the worker (`SKIP LOCKED`), and closed after the instance row;
+//! 8. **a webhook row, then its delivery rows** (`ops::webhooks`,
+//!    `ops::deliveries`): after the tenant row by the methods and by
+//!    `tenants.delete`, alone by the worker's attempts; the worker's claims
+//!    take delivery rows alone and never wait for a webhook's row.
 //!
 //! A function here takes one lock (or one ordered batch of one kind) and
 //! returns what it read under it. Reconciler passes use the `SKIP LOCKED`

@@ -400,6 +400,7 @@ diesel::table! {
         first_at -> Int8,
         lease_until -> Nullable<Int8>,
         lease_token -> Nullable<Text>,
+        last_at -> Int8,
     }
 }
 
@@ -411,9 +412,9 @@ diesel::table! {
         types -> Nullable<Array<Nullable<Text>>>,
         description -> Nullable<Text>,
         state -> Text,
-        key_id -> Text,
-        nonce -> Bytea,
-        ciphertext -> Bytea,
+        key_id -> Nullable<Text>,
+        nonce -> Nullable<Bytea>,
+        ciphertext -> Nullable<Bytea>,
         old_key_id -> Nullable<Text>,
         old_nonce -> Nullable<Bytea>,
         old_ciphertext -> Nullable<Bytea>,

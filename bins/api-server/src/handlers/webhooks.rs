@@ -3,16 +3,14 @@
 //! `rotateSecret`; answers, logs, events, errors and the audit trail carry
 //! the webhook's id, never its secret. Delivery is the worker's.
 
+use control::webhooks::{Refused, checked};
 use iam_check::Permission;
-use providers::Origins;
-use providers::policy::is_internal;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Deserialize;
 use serde_json::json;
 use storage::cursor::Reader;
 use storage::model::events::EventData;
 use storage::ops::webhooks::{self, NewWebhook, WebhookChange, WebhookState};
-use url::{Host, Url};
 
 use super::EVENTS;
 use super::examples::KEY;
@@ -20,7 +18,8 @@ use crate::error::{ApiError, Code};
 use crate::registry::{Call, Kind, Method, endpoint};
 use crate::schema::{IDEMPOTENCY_KEY, TenantOnly};
 use crate::wire::{
-    self, Items, Page, WebhookDeleted, WebhookReply, WebhookTested, WebhookWithSecret,
+    self, Items, Page, WebhookCreated, WebhookDeleted, WebhookReply, WebhookTested,
+    WebhookWithSecret,
 };
 
 /// Webhook ids (at most 56 characters).
@@ -64,8 +63,9 @@ pub fn methods() -> Vec<Method> {
             "create",
             Kind::Mutation,
             "Subscribes an endpoint to the tenant's events (all types, or those of types); \
-             answers its signing secret, shown this once. Other tenants than root name https \
-             URLs off internal addresses unless BC_WEBHOOK_ENDPOINTS lists the origin.",
+             answers its signing secret, shown this once (a replay answers the webhook without \
+             it). Other tenants than root name https URLs off internal addresses unless \
+             BC_WEBHOOK_ENDPOINTS lists the origin.",
             endpoint(create),
         )
         .errors(&[Code::Conflict, Code::InvalidState, Code::QuotaExceeded])
@@ -86,15 +86,16 @@ pub fn methods() -> Vec<Method> {
         method(
             "list",
             Kind::Read,
-            "Lists the tenant's webhooks, oldest first (at most 10; never their secrets).",
+            "Lists the tenant's webhooks, newest first (at most 10; never their secrets).",
             endpoint(list),
         )
         .example(json!({ "tenantId": "acme" })),
         method(
             "update",
             Kind::Mutation,
-            "Changes a webhook's url, types, description or state; enabling a disabled webhook \
-             sends the events from now on, not those missed.",
+            "Changes a webhook's url, types, description or state; disabling ends its open \
+             deliveries as failed, enabling a disabled webhook sends the events from now on, not \
+             those missed; a new url takes every attempt from now on.",
             endpoint(update),
         )
         .errors(&[Code::NotFound])
@@ -102,7 +103,7 @@ pub fn methods() -> Vec<Method> {
         method(
             "delete",
             Kind::Mutation,
-            "Deletes a webhook: it sends nothing more.",
+            "Deletes a webhook: it sends nothing more and its signing secrets are erased.",
             endpoint(delete),
         )
         .errors(&[Code::NotFound]),
@@ -169,68 +170,27 @@ struct Create {
     idempotency_key: String,
 }
 
-/// The refusal of a URL the acting tenant may not name.
-fn not_allowed(message: &str) -> ApiError {
-    ApiError::invalid("url", "endpoint-not-allowed", message)
-}
-
-/// Whether a tenant other than root may name `host` without its origin
-/// listed: not `localhost` and not an internal address literal. Names
-/// resolving inside are the delivery's connect-time guard's to refuse.
-fn host_allowed(host: Host<&str>) -> bool {
-    match host {
-        Host::Domain(name) => {
-            let name = name.trim_end_matches('.').to_ascii_lowercase();
-            name != "localhost" && !name.ends_with(".localhost")
-        }
-        Host::Ipv4(ip) => !is_internal(ip.into()),
-        Host::Ipv6(ip) => !is_internal(ip.into()),
-    }
-}
-
 /// `url` checked against the rules of contract 3.13 for a webhook of the
-/// acting tenant (`INVALID_INPUT` on `url`, reason `endpoint-not-allowed`):
-/// an `http` or `https` URL without user or password; for tenants other
-/// than root, `https` and a host that is neither `localhost` nor an
-/// internal address, unless `listed` names its origin.
-fn checked_url(raw: &str, root: bool, listed: &Origins) -> Result<String, ApiError> {
-    let url =
-        Url::parse(raw).map_err(|_| ApiError::invalid("url", "pattern", "url is not a URL"))?;
-    let Some(host) = url
-        .host()
-        .filter(|_| matches!(url.scheme(), "http" | "https"))
-    else {
-        return Err(not_allowed("a webhook's url must be an http or https URL"));
-    };
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(not_allowed("a webhook's url carries no user or password"));
-    }
-    if root || listed.lists(&url) {
-        return Ok(url.into());
-    }
-    if url.scheme() != "https" {
-        return Err(not_allowed(
-            "a webhook's url must be https unless BC_WEBHOOK_ENDPOINTS lists its origin",
-        ));
-    }
-    if !host_allowed(host) {
-        return Err(not_allowed(
-            "a webhook's url must not name a loopback, private or otherwise internal host \
-             unless BC_WEBHOOK_ENDPOINTS lists its origin",
-        ));
-    }
-    Ok(url.into())
-}
-
+/// acting tenant (`control::webhooks::checked`; `INVALID_INPUT` on `url`,
+/// reason `endpoint-not-allowed`, or `pattern` for what is not a URL).
 fn url_of(call: &Call, raw: &str) -> Result<String, ApiError> {
-    checked_url(
-        raw,
-        call.tenant() == call.root(),
-        &call.app.webhook_endpoints,
-    )
+    let root = call.tenant() == call.root();
+    match checked(raw, root, &call.app.webhook_endpoints) {
+        Ok(url) => Ok(url.into()),
+        Err(Refused::NotUrl) => Err(ApiError::invalid(
+            "url",
+            "pattern",
+            Refused::NotUrl.message(),
+        )),
+        Err(refused) => Err(ApiError::invalid(
+            "url",
+            "endpoint-not-allowed",
+            refused.message(),
+        )),
+    }
 }
 
-async fn create(call: Call, input: Create) -> Result<WebhookWithSecret, ApiError> {
+async fn create(call: Call, input: Create) -> Result<WebhookCreated, ApiError> {
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
     // The URL rules are the method's own: a replay is matched before them
@@ -241,7 +201,7 @@ async fn create(call: Call, input: Create) -> Result<WebhookWithSecret, ApiError
         Ok(url) => url,
         Err(refused) => {
             let (mut conn, _) = call.conn_now().await?;
-            return match webhooks::replay(&mut conn, &call.app.keyring, key).await? {
+            return match webhooks::replay(&mut conn, key).await? {
                 Some(created) => Ok(call.created(created).into()),
                 None => Err(refused),
             };
@@ -393,51 +353,4 @@ async fn deliveries(
         next_cursor: call.app.cursors.seal(reader, page.next_seq),
         has_more: page.has_more,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn origins(list: &str) -> Origins {
-        Origins::parse("BC_WEBHOOK_ENDPOINTS", list).expect("origins")
-    }
-
-    fn reason(raw: &str, root: bool, listed: &Origins) -> Option<String> {
-        checked_url(raw, root, listed)
-            .err()
-            .map(|e| e.details["reason"].as_str().unwrap_or_default().to_owned())
-    }
-
-    #[test]
-    fn tenants_name_https_off_internal_hosts_unless_listed() {
-        let none = Origins::default();
-        let refused = Some("endpoint-not-allowed".to_owned());
-        for url in [
-            "http://example.com/x",
-            "https://127.0.0.1/x",
-            "https://10.0.0.1/x",
-            "https://[::1]/x",
-            "https://[::ffff:192.168.1.1]/x",
-            "https://169.254.169.254/latest",
-            "https://0.0.0.0/x",
-            "https://localhost/x",
-            "https://LocalHost./x",
-            "https://a.localhost/x",
-            "ftp://example.com/x",
-            "https://user:pw@example.com/x",
-        ] {
-            assert_eq!(reason(url, false, &none), refused, "{url}");
-        }
-        assert_eq!(reason("not a url", false, &none), Some("pattern".into()));
-        assert_eq!(reason("https://hooks.example.com/x", false, &none), None);
-        assert_eq!(reason("https://93.184.216.34/x", false, &none), None);
-        // Listed origins pass whatever their scheme or address.
-        let listed = origins("http://127.0.0.1:9");
-        assert_eq!(reason("http://127.0.0.1:9/x", false, &listed), None);
-        assert_eq!(reason("http://127.0.0.1:10/x", false, &listed), refused);
-        // Root names any http or https URL.
-        assert_eq!(reason("http://127.0.0.1:9/x", true, &none), None);
-        assert_eq!(reason("ftp://127.0.0.1/x", true, &none), refused);
-    }
 }

@@ -111,5 +111,6 @@ pub use views::{
     TimelineGrant, TimelineReply,
 };
 pub use webhooks::{
-    Webhook, WebhookDeleted, WebhookDelivery, WebhookReply, WebhookTested, WebhookWithSecret,
+    Webhook, WebhookCreated, WebhookDeleted, WebhookDelivery, WebhookReply, WebhookTested,
+    WebhookWithSecret,
 };

@@ -45,8 +45,41 @@ impl From<webhooks::Webhook> for Webhook {
     }
 }
 
-/// `webhooks.create` and `webhooks.rotateSecret`: the webhook and its new
-/// signing secret, shown this once.
+/// `webhooks.create`: the webhook and its signing secret, shown in the
+/// first answer only; a replay (same idempotency key and body) answers the
+/// webhook without it.
+#[derive(Serialize, JsonSchema)]
+pub struct WebhookCreated {
+    /// The webhook.
+    pub webhook: Webhook,
+    /// `whsec_` and 32 random bytes in unpadded base64url: the key of the
+    /// `bc-signature` HMAC. In the answer that created the webhook only: the
+    /// server keeps it encrypted and never shows it again (a client that
+    /// lost it calls `webhooks.rotateSecret`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^whsec_[A-Za-z0-9_-]{43}$"))]
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for WebhookCreated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookCreated")
+            .field("webhook", &self.webhook)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<webhooks::CreatedWebhook> for WebhookCreated {
+    fn from(w: webhooks::CreatedWebhook) -> WebhookCreated {
+        WebhookCreated {
+            webhook: w.webhook.into(),
+            secret: w.secret,
+        }
+    }
+}
+
+/// `webhooks.rotateSecret`: the webhook and its new signing secret, shown
+/// this once.
 #[derive(Serialize, JsonSchema)]
 pub struct WebhookWithSecret {
     /// The webhook.

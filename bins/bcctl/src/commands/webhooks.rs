@@ -1,6 +1,7 @@
 //! `bcctl webhooks`: a tenant's webhooks (contract 3.13). A signing secret
 //! is printed once, when made (`create`, `rotate-secret`), with a warning on
-//! standard error that it is shown only now.
+//! standard error that it is shown only now; a replayed create (the same
+//! idempotency key) answers without it, and bcctl says where it went.
 
 use clap::Subcommand;
 use serde_json::{Value, json};
@@ -131,9 +132,28 @@ fn secret_warning(answer: &Value) -> String {
     )
 }
 
+/// What bcctl says when a create was a replay: its answer has no secret.
+fn replay_notice(answer: &Value) -> String {
+    let id = answer
+        .pointer("/webhook/webhookId")
+        .and_then(Value::as_str)
+        .unwrap_or("the webhook");
+    format!(
+        "bcctl: {id} was made by an earlier call with this idempotency key; its signing \
+         secret was shown then and only then (rotate-secret makes a new one)"
+    )
+}
+
 /// Prints a new secret once: the secret alone on standard output (the whole
-/// answer with `-o json|yaml`), the warning on standard error.
+/// answer with `-o json|yaml`), the warning on standard error. An answer
+/// without a secret (a replayed create) prints the webhook's id and says
+/// why there is no secret.
 fn show_secret(ctx: &Ctx, answer: &Value) {
+    if answer.get("secret").and_then(Value::as_str).is_none() {
+        eprintln!("{}", replay_notice(answer));
+        ctx.id(answer, "webhook.webhookId");
+        return;
+    }
     eprintln!("{}", secret_warning(answer));
     ctx.id(answer, "secret");
 }
@@ -285,6 +305,13 @@ mod tests {
             deliveries_body(webhook_id, after, limit),
             json!({ "webhookId": "whk_1", "limit": 50 })
         );
+    }
+
+    #[test]
+    fn a_replay_notice_points_to_rotate_secret() {
+        let answer = json!({ "webhook": { "webhookId": "whk_1" } });
+        let n = replay_notice(&answer);
+        assert!(n.contains("whk_1") && n.contains("rotate-secret"), "{n}");
     }
 
     #[test]

@@ -24,12 +24,13 @@ pub struct WebhookRow {
     pub description: Option<String>,
     /// `enabled` or `disabled`.
     pub state: String,
-    /// The id of the key the secret is sealed under.
-    pub key_id: String,
+    /// The id of the key the secret is sealed under (`None` once deleted:
+    /// a deleted webhook's secrets are erased).
+    pub key_id: Option<String>,
     /// The secret's nonce.
-    pub nonce: Vec<u8>,
+    pub nonce: Option<Vec<u8>>,
     /// The secret's ciphertext and tag.
-    pub ciphertext: Vec<u8>,
+    pub ciphertext: Option<Vec<u8>>,
     /// The replaced secret's key id, while it still signs.
     pub old_key_id: Option<String>,
     /// The replaced secret's nonce.
@@ -67,12 +68,15 @@ impl fmt::Debug for WebhookRow {
 }
 
 impl WebhookRow {
-    /// The current secret as stored.
-    pub fn sealed(&self) -> Sealed {
-        Sealed {
-            key_id: self.key_id.clone(),
-            nonce: self.nonce.clone(),
-            ciphertext: self.ciphertext.clone(),
+    /// The current secret as stored (`None` once erased).
+    pub fn sealed(&self) -> Option<Sealed> {
+        match (&self.key_id, &self.nonce, &self.ciphertext) {
+            (Some(key_id), Some(nonce), Some(ciphertext)) => Some(Sealed {
+                key_id: key_id.clone(),
+                nonce: nonce.clone(),
+                ciphertext: ciphertext.clone(),
+            }),
+            _ => None,
         }
     }
 

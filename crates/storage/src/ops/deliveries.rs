@@ -1,13 +1,20 @@
 //! The delivery side of webhooks (contract 3.13), for the worker's
 //! `events.webhooks` pass: the events each webhook must send, recorded as
-//! deliveries in log order; claims of a webhook's due deliveries (one
-//! replica per webhook at a time, so first attempts keep log order); and
-//! each attempt's record, retry schedule and the disabling of a webhook
-//! that has failed for 3 days.
+//! deliveries in log order; claims of webhooks' due deliveries (one claim
+//! per webhook at a time, so first attempts keep log order; round-robin
+//! across tenants, a tenant's held webhooks capped); the start of each
+//! attempt, which reads the webhook again; each attempt's record, retry
+//! schedule and the disabling of a webhook that has failed for 3 days;
+//! and the removal of deliveries past their retention ([`remove_expired`]).
 //!
 //! Delivery is at least once: an attempt is recorded after its request, so
 //! a replica killed in between leaves the delivery due again once its lease
 //! runs out, and it is sent once more.
+//!
+//! Locks: a webhook's row, then its delivery rows (update, delete, the
+//! tenant's deletion, an attempt's start and record); claims take delivery
+//! rows alone, under an advisory lock of their own, and never wait for a
+//! webhook's row.
 //!
 //! Every statement here is a fixed text with its values bound, kept
 //! prepared on the worker's connection (`db::cached_sql`).
@@ -17,10 +24,16 @@ use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::clock::DB_NOW_MS;
+use crate::crypto::Keyring;
 use crate::error::{Result, StorageError};
 use crate::ids;
 use crate::model::event_data::{EventData, WebhookDisabled};
 use crate::model::events::{self, NewEvent};
+use crate::model::webhook::WebhookRow;
+
+mod retention;
+
+pub use retention::{Removed, remove_expired};
 
 /// The first retry waits a minute; each later one twice as long.
 pub const FIRST_RETRY_MS: i64 = 60_000;
@@ -109,8 +122,8 @@ async fn record_one(conn: &mut AsyncPgConnection, webhook_id: &str, now: i64) ->
     // A `webhook.test` goes only to its webhook; `webhook.disabled` to none.
     let n = crate::db::cached_sql(
         "INSERT INTO webhook_deliveries \
-           (webhook_id, seq, event_id, event_type, state, next_at, first_at) \
-         SELECT $1, e.seq, e.event_id, e.event_type, 'pending', $5, $5 FROM events e \
+           (webhook_id, seq, event_id, event_type, state, next_at, first_at, last_at) \
+         SELECT $1, e.seq, e.event_id, e.event_type, 'pending', $5, $5, $5 FROM events e \
          WHERE e.tenant_id = $2 AND e.seq > $3 AND e.seq <= $4 \
            AND (cardinality($6::text[]) = 0 OR e.event_type = ANY($6)) \
            AND e.event_type <> 'webhook.disabled' \
@@ -133,9 +146,12 @@ async fn record_one(conn: &mut AsyncPgConnection, webhook_id: &str, now: i64) ->
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// One delivery claimed for sending, with what the request carries.
+/// One delivery claimed for sending.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct Claimed {
+    /// The webhook's tenant.
+    #[diesel(sql_type = Text)]
+    pub tenant_id: String,
     /// The webhook.
     #[diesel(sql_type = Text)]
     pub webhook_id: String,
@@ -154,100 +170,84 @@ pub struct Claimed {
     /// When it was first due.
     #[diesel(sql_type = BigInt)]
     pub first_at: i64,
-    /// The claim's token.
+    /// The claim's token (one per webhook and claim).
     #[diesel(sql_type = Text)]
     pub lease_token: String,
 }
 
-/// A webhook with due deliveries, claimed: where to send them and what.
+/// A webhook's claimed deliveries, sent one at a time in log order. Where
+/// to send them is read again at each attempt ([`start_attempt`]).
 #[derive(Debug, Clone)]
 pub struct Batch {
     /// The webhook.
     pub webhook_id: String,
     /// Its tenant.
     pub tenant_id: String,
-    /// Its endpoint.
-    pub url: String,
+    /// The claim's token.
+    pub token: String,
     /// The due deliveries, in log order.
     pub deliveries: Vec<Claimed>,
 }
 
-#[derive(QueryableByName)]
-struct Target {
-    #[diesel(sql_type = Text)]
-    webhook_id: String,
-    #[diesel(sql_type = Text)]
-    tenant_id: String,
-    #[diesel(sql_type = Text)]
-    url: String,
+/// How webhooks are claimed.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRules {
+    /// The most webhooks claimed at once.
+    pub webhooks: i64,
+    /// The most deliveries of one webhook claimed at once.
+    pub per_webhook: i64,
+    /// The most webhooks of one tenant held at once, every replica's claims
+    /// counted (`BC_WEBHOOK_TENANT_CONCURRENCY`).
+    pub per_tenant: i64,
+    /// How long a claim holds its deliveries without progress (real time).
+    pub lease_ms: i64,
 }
 
-/// Claims, for up to `webhooks` webhooks with deliveries due at `now`, up to
-/// `per_webhook` of them each, in log order, for `lease_ms`. A webhook whose
-/// deliveries another replica holds is skipped: one replica sends a
-/// webhook's deliveries at a time.
+/// Claims, for up to `rules.webhooks` webhooks with deliveries due at `now`
+/// (the product's clock) that no claim holds, up to `rules.per_webhook` of
+/// them each in log order: round-robin across tenants, at most
+/// `rules.per_tenant` webhooks of a tenant held at once
+/// (`sql/deliveries_claim.sql`). One short transaction under an advisory
+/// lock that every replica's claims take, so the per-tenant count is exact.
 pub async fn claim(
     conn: &mut AsyncPgConnection,
     now: i64,
-    webhooks: i64,
-    per_webhook: i64,
-    lease_ms: i64,
+    rules: ClaimRules,
 ) -> Result<Vec<Batch>> {
-    let targets: Vec<Target> = crate::db::read_only(conn, async |conn| {
-        crate::db::cached_sql(
-            "SELECT w.webhook_id, w.tenant_id, w.url FROM webhooks w \
-             WHERE w.deleted_at IS NULL AND w.state = 'enabled' AND EXISTS ( \
-               SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.webhook_id \
-               AND d.state IN ('pending', 'retrying') AND d.next_at <= $1) \
-             ORDER BY w.webhook_id LIMIT $2",
-        )
-        .bind::<BigInt, _>(now)
-        .bind::<BigInt, _>(webhooks)
-        .load(conn)
-        .await
-    })
-    .await?;
-    let mut out = Vec::new();
-    for t in targets {
-        let token = format!("{}", uuid::Uuid::now_v7());
-        let sql = format!(
-            "WITH free AS ( \
-               SELECT (pg_try_advisory_xact_lock(hashtext('webhook:' || $1)) \
-                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries WHERE webhook_id = $1 \
-                   AND state IN ('pending', 'retrying') AND lease_until > {DB_NOW_MS})) AS ok), \
-             due AS ( \
-               SELECT seq FROM webhook_deliveries, free WHERE free.ok AND webhook_id = $1 \
-                 AND state IN ('pending', 'retrying') AND next_at <= $2 \
-               ORDER BY seq LIMIT $3 FOR UPDATE) \
-             UPDATE webhook_deliveries d SET lease_until = {DB_NOW_MS} + $4, lease_token = $5 \
-             FROM due WHERE d.webhook_id = $1 AND d.seq = due.seq \
-             RETURNING d.webhook_id, d.seq, d.event_id, d.event_type, d.attempts, d.first_at, \
-               d.lease_token"
-        );
-        let mut deliveries: Vec<Claimed> = conn
-            .transaction::<_, StorageError, _>(async |conn| {
-                Ok(crate::db::cached_sql(sql)
-                    .bind::<Text, _>(&t.webhook_id)
-                    .bind::<BigInt, _>(now)
-                    .bind::<BigInt, _>(per_webhook)
-                    .bind::<BigInt, _>(lease_ms)
-                    .bind::<Text, _>(&token)
-                    .load(conn)
-                    .await?)
-            })
-            .await?;
-        if deliveries.is_empty() {
-            continue;
+    let token = uuid::Uuid::now_v7().to_string();
+    let sql = include_str!("sql/deliveries_claim.sql").replace("{DB_NOW_MS}", DB_NOW_MS);
+    let claimed: Vec<Claimed> = conn
+        .transaction::<_, StorageError, _>(async |conn| {
+            crate::db::cached_sql("SELECT pg_advisory_xact_lock(hashtext('bc_webhook_claims'))")
+                .execute(conn)
+                .await?;
+            Ok(crate::db::cached_sql(sql)
+                .bind::<BigInt, _>(rules.webhooks)
+                .bind::<BigInt, _>(rules.per_webhook)
+                .bind::<BigInt, _>(rules.lease_ms)
+                .bind::<Text, _>(&token)
+                .bind::<BigInt, _>(rules.per_tenant)
+                .bind::<BigInt, _>(now)
+                .load(conn)
+                .await?)
+        })
+        .await?;
+    let mut batches: Vec<Batch> = Vec::new();
+    for d in claimed {
+        match batches.iter_mut().find(|b| b.webhook_id == d.webhook_id) {
+            Some(b) => b.deliveries.push(d),
+            None => batches.push(Batch {
+                webhook_id: d.webhook_id.clone(),
+                tenant_id: d.tenant_id.clone(),
+                token: d.lease_token.clone(),
+                deliveries: vec![d],
+            }),
         }
-        deliveries.sort_by_key(|d| d.seq);
-        out.push(Batch {
-            webhook_id: t.webhook_id,
-            tenant_id: t.tenant_id,
-            url: t.url,
-            deliveries,
-        });
     }
-    Ok(out)
+    for b in &mut batches {
+        b.deliveries.sort_by_key(|d| d.seq);
+    }
+    Ok(batches)
 }
 
 /// An event's body as a webhook sends it (and `events.list` shows it).
@@ -298,48 +298,131 @@ pub fn retry_after(attempts: i32) -> i64 {
         .min(MAX_RETRY_MS)
 }
 
-/// Counts an attempt of a claimed delivery before it is sent, so that a
-/// replica killed between sending and recording leaves it counted: an event
-/// never arrives more often than its delivery's `attempts`. Answers the
-/// attempt's number, or `None` when the claim's lease was lost.
-pub async fn start_attempt(conn: &mut AsyncPgConnection, claimed: &Claimed) -> Result<Option<i32>> {
-    #[derive(QueryableByName)]
-    struct Number {
-        #[diesel(sql_type = Integer)]
-        attempts: i32,
-    }
-    let n: Option<Number> = crate::db::single_write(conn, async |conn| {
-        crate::db::cached_sql(
-            "UPDATE webhook_deliveries SET attempts = attempts + 1 \
-             WHERE webhook_id = $1 AND seq = $2 AND lease_token = $3 \
-               AND state IN ('pending', 'retrying') RETURNING attempts",
-        )
+/// Why a claimed delivery is not attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// The webhook was deleted after the claim.
+    Deleted,
+    /// The webhook was disabled after the claim (its open deliveries ended).
+    Disabled,
+    /// The claim's lease ran out and another claim holds the delivery, or
+    /// the delivery ended.
+    LeaseLost,
+}
+
+/// An attempt started: where it goes and how it is signed, as the webhook
+/// is now. It holds the secrets, so it has no `Debug`.
+pub struct Sending {
+    /// The attempt's number (1 for the first).
+    pub number: i32,
+    /// The webhook's url now.
+    pub url: String,
+    /// The secrets that sign it now: the current one, then the one it
+    /// replaced while that still signs.
+    pub secrets: Vec<String>,
+}
+
+/// What [`start_attempt`] found.
+pub enum Start {
+    /// Send it.
+    Send(Sending),
+    /// Send nothing more of the batch.
+    Stop(Stopped),
+}
+
+/// Starts an attempt of a claimed delivery at `now`: re-reads its webhook
+/// (held `FOR SHARE` until the attempt is counted, so an update, disable or
+/// delete commits either before it, and is what this attempt sees, or
+/// after it), counts the attempt before it is sent (a replica killed
+/// between sending and recording leaves it counted: an event never arrives
+/// more often than its delivery's `attempts`) and renews the claim's lease
+/// for `lease_ms`. A deleted or disabled webhook, or a lost lease, stops the
+/// batch; nothing is counted then. A key problem is an error naming the key
+/// id, never a secret.
+pub async fn start_attempt(
+    conn: &mut AsyncPgConnection,
+    keyring: &Keyring,
+    claimed: &Claimed,
+    lease_ms: i64,
+    now: i64,
+) -> Result<Start> {
+    conn.transaction::<_, StorageError, _>(async |conn| {
+        let row: Option<WebhookRow> = crate::schema::webhooks::table
+            .find(&claimed.webhook_id)
+            .select(WebhookRow::as_select())
+            .for_share()
+            .first(conn)
+            .await
+            .optional()?;
+        let row = match row {
+            Some(row) if row.deleted_at.is_none() => row,
+            _ => return Ok(Start::Stop(Stopped::Deleted)),
+        };
+        if row.state != "enabled" {
+            return Ok(Start::Stop(Stopped::Disabled));
+        }
+        let secrets = super::webhooks::secrets_of(keyring, &row, now)?;
+        #[derive(QueryableByName)]
+        struct Counted {
+            #[diesel(sql_type = BigInt)]
+            seq: i64,
+            #[diesel(sql_type = Integer)]
+            attempts: i32,
+        }
+        let counted: Vec<Counted> = crate::db::cached_sql(format!(
+            "UPDATE webhook_deliveries \
+             SET attempts = attempts + CASE WHEN seq = $2 THEN 1 ELSE 0 END, \
+               lease_until = {DB_NOW_MS} + $4 \
+             WHERE webhook_id = $1 AND lease_token = $3 \
+               AND state IN ('pending', 'retrying') RETURNING seq, attempts"
+        ))
         .bind::<Text, _>(&claimed.webhook_id)
         .bind::<BigInt, _>(claimed.seq)
         .bind::<Text, _>(&claimed.lease_token)
-        .get_result(conn)
-        .await
-        .optional()
+        .bind::<BigInt, _>(lease_ms)
+        .load(conn)
+        .await?;
+        Ok(match counted.iter().find(|c| c.seq == claimed.seq) {
+            Some(c) => Start::Send(Sending {
+                number: c.attempts,
+                url: row.url,
+                secrets,
+            }),
+            None => Start::Stop(Stopped::LeaseLost),
+        })
     })
-    .await?;
-    Ok(n.map(|n| n.attempts))
+    .await
 }
 
 /// Records attempt `number` (from [`start_attempt`]) of a claimed delivery
-/// at `now`: the attempts log, the
-/// delivery's next state and the webhook's run of failures, disabling it
-/// (`webhook.disabled`) after 3 days of failures. Answers the attempt's
-/// outcome (`delivered`, `retrying`, `failed`), or `None` when the claim's
-/// lease was lost (nothing is written).
+/// at `now`: the attempts log, the delivery's next state and the webhook's
+/// run of failures, disabling it (`webhook.disabled`, its open deliveries
+/// ended) after 3 days of failures. Answers the attempt's outcome
+/// (`delivered`, `retrying`, `failed`), or `None` when the claim's lease was
+/// lost or the delivery ended meanwhile (nothing is written).
 pub async fn record_attempt(
     conn: &mut AsyncPgConnection,
-    batch: &Batch,
     claimed: &Claimed,
     number: i32,
     attempt: &Attempt,
     now: i64,
 ) -> Result<Option<&'static str>> {
     conn.transaction::<_, StorageError, _>(async |conn| {
+        // The webhook's row first, as every writer of a webhook's
+        // deliveries takes it (update, delete, the tenant's deletion).
+        #[derive(QueryableByName)]
+        struct Run {
+            #[diesel(sql_type = Nullable<BigInt>)]
+            failing_since: Option<i64>,
+            #[diesel(sql_type = Text)]
+            url: String,
+        }
+        let run: Run = crate::db::cached_sql(
+            "SELECT failing_since, url FROM webhooks WHERE webhook_id = $1 FOR NO KEY UPDATE",
+        )
+        .bind::<Text, _>(&claimed.webhook_id)
+        .get_result(conn)
+        .await?;
         // The last retry is at the end of the 3 days; it failing gives up.
         let deadline = claimed.first_at + GIVE_UP_MS;
         let (outcome, next) = if attempt.delivered {
@@ -351,7 +434,7 @@ pub async fn record_attempt(
         };
         let n = crate::db::cached_sql(
             "UPDATE webhook_deliveries SET attempts = $3, state = $4, \
-               next_at = coalesce($5, next_at), lease_until = NULL \
+               next_at = coalesce($5, next_at), lease_until = NULL, last_at = $7 \
              WHERE webhook_id = $1 AND seq = $2 AND lease_token = $6 \
                AND state IN ('pending', 'retrying')",
         )
@@ -361,6 +444,7 @@ pub async fn record_attempt(
         .bind::<Text, _>(outcome)
         .bind::<Nullable<BigInt>, _>(next)
         .bind::<Text, _>(&claimed.lease_token)
+        .bind::<BigInt, _>(now)
         .execute(conn)
         .await?;
         if n != 1 {
@@ -385,66 +469,93 @@ pub async fn record_attempt(
         .await?;
         // The webhook's run of failures: cleared by a delivery, started by
         // the first failure; 3 days of it disable the webhook.
-        #[derive(QueryableByName)]
-        struct Run {
-            #[diesel(sql_type = Nullable<BigInt>)]
-            failing_since: Option<i64>,
-            #[diesel(sql_type = Text)]
-            url: String,
+        let failing_since = if attempt.delivered {
+            None
+        } else {
+            Some(run.failing_since.unwrap_or(now))
+        };
+        if failing_since != run.failing_since {
+            crate::db::cached_sql("UPDATE webhooks SET failing_since = $2 WHERE webhook_id = $1")
+                .bind::<Text, _>(&claimed.webhook_id)
+                .bind::<Nullable<BigInt>, _>(failing_since)
+                .execute(conn)
+                .await?;
         }
-        let run: Run = crate::db::cached_sql(
-            "UPDATE webhooks SET failing_since = CASE WHEN $2 THEN NULL \
-               ELSE coalesce(failing_since, $3) END \
-             WHERE webhook_id = $1 RETURNING failing_since, url",
-        )
-        .bind::<Text, _>(&claimed.webhook_id)
-        .bind::<diesel::sql_types::Bool, _>(attempt.delivered)
-        .bind::<BigInt, _>(now)
-        .get_result(conn)
-        .await?;
-        if run
-            .failing_since
-            .is_some_and(|since| now - since >= GIVE_UP_MS)
-        {
-            let disabled = crate::db::cached_sql(
-                "UPDATE webhooks SET state = 'disabled', updated_at = $2 \
-                 WHERE webhook_id = $1 AND state = 'enabled'",
-            )
-            .bind::<Text, _>(&claimed.webhook_id)
-            .bind::<BigInt, _>(now)
-            .execute(conn)
-            .await?;
-            if disabled == 1 {
-                let data = EventData::WebhookDisabled(WebhookDisabled {
-                    webhook_id: claimed.webhook_id.clone(),
-                    url: run.url,
-                });
-                events::publish(conn, now, vec![NewEvent::new(&batch.tenant_id, data, now)])
-                    .await?;
-                tracing::warn!(
-                    webhook = %claimed.webhook_id,
-                    "webhook disabled after 3 days of failed deliveries"
-                );
-            }
+        if failing_since.is_some_and(|since| now - since >= GIVE_UP_MS) {
+            disable_after_failures(conn, claimed, run.url, now).await?;
         }
         Ok(Some(outcome))
     })
     .await
 }
 
-/// Gives back the leases of a batch's deliveries not attempted.
-pub async fn release(conn: &mut AsyncPgConnection, claimed: &Claimed) -> Result<()> {
+/// Disables a webhook that has failed for 3 days (its row locked by the
+/// caller): its open deliveries end as `failed`, and `webhook.disabled` is
+/// published in its tenant (sent to none of its webhooks).
+async fn disable_after_failures(
+    conn: &mut AsyncPgConnection,
+    claimed: &Claimed,
+    url: String,
+    now: i64,
+) -> Result<()> {
+    let disabled = crate::db::cached_sql(
+        "UPDATE webhooks SET state = 'disabled', updated_at = $2 \
+         WHERE webhook_id = $1 AND state = 'enabled'",
+    )
+    .bind::<Text, _>(&claimed.webhook_id)
+    .bind::<BigInt, _>(now)
+    .execute(conn)
+    .await?;
+    if disabled == 1 {
+        let ended = end_open(conn, &claimed.webhook_id, now).await?;
+        let data = EventData::WebhookDisabled(WebhookDisabled {
+            webhook_id: claimed.webhook_id.clone(),
+            url,
+        });
+        events::publish(
+            conn,
+            now,
+            vec![NewEvent::new(&claimed.tenant_id, data, now)],
+        )
+        .await?;
+        tracing::warn!(
+            webhook = %claimed.webhook_id,
+            deliveries_ended = ended,
+            "webhook disabled after 3 days of failed deliveries"
+        );
+    }
+    Ok(())
+}
+
+/// Puts back the deliveries of a batch not attempted (after its first
+/// failed attempt, or when it stops): due as they were, their attempts
+/// unchanged, free for the next claim. Answers how many.
+pub async fn release(conn: &mut AsyncPgConnection, batch: &Batch) -> Result<usize> {
     crate::db::single_write(conn, async |conn| {
         crate::db::cached_sql(
-            "UPDATE webhook_deliveries SET lease_until = NULL \
-             WHERE webhook_id = $1 AND seq = $2 AND lease_token = $3",
+            "UPDATE webhook_deliveries SET lease_until = NULL, lease_token = NULL \
+             WHERE webhook_id = $1 AND lease_token = $2 AND state IN ('pending', 'retrying')",
         )
-        .bind::<Text, _>(&claimed.webhook_id)
-        .bind::<BigInt, _>(claimed.seq)
-        .bind::<Text, _>(&claimed.lease_token)
+        .bind::<Text, _>(&batch.webhook_id)
+        .bind::<Text, _>(&batch.token)
         .execute(conn)
         .await
     })
-    .await?;
-    Ok(())
+    .await
+    .map_err(Into::into)
+}
+
+/// Ends the open deliveries of webhook `id` as `failed` at `now` (it was
+/// disabled or deleted, its row locked by the caller): nothing more is
+/// attempted, and an attempt in flight is not recorded. Answers how many.
+pub(crate) async fn end_open(conn: &mut AsyncPgConnection, id: &str, now: i64) -> Result<usize> {
+    Ok(crate::db::cached_sql(
+        "UPDATE webhook_deliveries \
+         SET state = 'failed', lease_until = NULL, lease_token = NULL, last_at = $2 \
+         WHERE webhook_id = $1 AND state IN ('pending', 'retrying')",
+    )
+    .bind::<Text, _>(id)
+    .bind::<BigInt, _>(now)
+    .execute(conn)
+    .await?)
 }

@@ -13,11 +13,13 @@ use crate::ops::instances;
 use crate::ops::secrets;
 use crate::ops::settlement;
 use crate::ops::tenancy::{self, Tenant};
+use crate::ops::webhooks;
 
 /// `tenants.delete`: the tenant's active grants end now and its scheduled
 /// ones are cancelled (`reason: "tenant-deleted"`), its instances are deleted
 /// with their slots and quota released, its keys stop working, and its
-/// provider accounts and secrets are deleted (contract 3.1). Deleting a
+/// provider accounts and secrets are deleted (contract 3.1), and its
+/// webhooks with their signing secrets (3.13 r4). Deleting a
 /// deleted tenant returns it unchanged; the root tenant cannot be deleted.
 pub async fn delete_tenant(
     conn: &mut AsyncPgConnection,
@@ -67,12 +69,14 @@ pub async fn delete_tenant(
             accounts::delete_accounts_of_tenant(conn, &accounts, now, &mut batch).await?;
         let tenant = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
         let secrets = secrets::delete_all_of_tenant(conn, tenant_id).await?;
+        let webhooks = webhooks::delete_all_of_tenant(conn, tenant_id, now).await?;
         events::publish(conn, now, batch).await?;
         tracing::info!(
             tenant = %tenant_id,
             instances = deleted,
             accounts,
             secrets,
+            webhooks,
             "tenant deleted"
         );
         Ok(tenant)

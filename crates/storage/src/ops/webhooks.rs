@@ -3,10 +3,13 @@
 //! webhook's id as the secret's name), and the log of their attempts.
 //!
 //! A secret is made here, sealed before it reaches a statement, and handed
-//! back once (create, rotateSecret) or to the delivery worker
-//! ([`signing_secrets`]); no function here logs it or puts it in an error.
-//! Which URLs a tenant may name is the API server's policy, not this
-//! module's.
+//! back once (create, rotateSecret; a replayed create answers without it)
+//! or to the delivery worker ([`signing_secrets`]); no function here logs
+//! it or puts it in an error. Deleting a webhook (or its tenant) erases its
+//! sealed secrets in the same transaction, and disabling or deleting it
+//! ends its open deliveries as `failed` (`deliveries::end_open`).
+//! Which URLs a tenant may name is the caller's policy (`control`), not
+//! this module's.
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
@@ -82,14 +85,25 @@ impl From<WebhookRow> for Webhook {
     }
 }
 
-/// A webhook and its signing secret, as create and rotateSecret answer it
-/// once. It holds the secret, so it has no `Debug`.
+/// A webhook and its signing secret, as rotateSecret answers it once. It
+/// holds the secret, so it has no `Debug`.
 #[derive(Clone)]
 pub struct WithSecret {
     /// The webhook.
     pub webhook: Webhook,
     /// `whsec_...`
     pub secret: String,
+}
+
+/// What `webhooks.create` answers: the webhook, with its secret only when
+/// this call made it (a replay answers none: contract 3.13 r4). It may hold
+/// the secret, so it has no `Debug`.
+#[derive(Clone)]
+pub struct CreatedWebhook {
+    /// The webhook.
+    pub webhook: Webhook,
+    /// `whsec_...`, in the first answer only.
+    pub secret: Option<String>,
 }
 
 /// Input of `webhooks.create`, the URL already allowed by the caller.
@@ -146,6 +160,23 @@ fn open(keyring: &Keyring, row: &WebhookRow, sealed: &Sealed) -> Result<String> 
         .map_err(|e| StorageError::invalid_state(format!("webhook {}: {e}", row.webhook_id)))
 }
 
+/// The current secret of a live webhook's row as stored (a live row always
+/// has one: the table's check).
+fn sealed_of(row: &WebhookRow) -> Result<Sealed> {
+    row.sealed()
+        .ok_or_else(|| StorageError::internal(format!("webhook {} has no secret", row.webhook_id)))
+}
+
+/// The secrets that sign for `row` at `now`: its current secret, then the
+/// one it replaced while that still signs.
+pub(crate) fn secrets_of(keyring: &Keyring, row: &WebhookRow, now: i64) -> Result<Vec<String>> {
+    let mut secrets = vec![open(keyring, row, &sealed_of(row)?)?];
+    if let Some(old) = row.old_sealed(now) {
+        secrets.push(open(keyring, row, &old)?);
+    }
+    Ok(secrets)
+}
+
 /// The stored form of `types` (`NULL`: every type).
 fn stored_types(types: &[String]) -> Option<Vec<String>> {
     (!types.is_empty()).then(|| types.to_vec())
@@ -163,7 +194,7 @@ async fn head(conn: &mut AsyncPgConnection, tenant: &str) -> Result<i64> {
 }
 
 /// `webhooks.create`, idempotent under `key` (a retry answers the webhook
-/// as it is now and its current secret, even at the limit):
+/// as it is now, without its secret, even at the limit):
 /// `QUOTA_EXCEEDED` (`details { resource: "webhooks", max: 10, used,
 /// requested: 1 }`) when the tenant has [`MAX_WEBHOOKS`], `INVALID_STATE`
 /// (`no-secrets-key`) without a keyring key. It sends the tenant's events
@@ -174,17 +205,16 @@ pub async fn create(
     new: NewWebhook<'_>,
     key: KeyedRequest<'_>,
     now: i64,
-) -> Result<Created<WithSecret>> {
+) -> Result<Created<CreatedWebhook>> {
     let tenant = new.tenant_id;
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(WEBHOOK_PREFIX, now);
         match idempotency::claim(conn, key, &id, now).await? {
             Claim::Replay(existing) => {
                 let row = find(conn, tenant, &existing).await?;
-                let secret = open(keyring, &row, &row.sealed())?;
-                Ok(Created::replay(WithSecret {
+                Ok(Created::replay(CreatedWebhook {
                     webhook: row.into(),
-                    secret,
+                    secret: None,
                 }))
             }
             Claim::New => {
@@ -237,13 +267,13 @@ pub async fn create(
                 tracing::info!(
                     tenant = %tenant,
                     webhook = %id,
-                    key_id = %row.key_id,
+                    key_id = %sealed.key_id,
                     from_seq = seq,
                     "webhook created"
                 );
-                Ok(Created::new(WithSecret {
+                Ok(Created::new(CreatedWebhook {
                     webhook: row.into(),
-                    secret,
+                    secret: Some(secret),
                 }))
             }
         }
@@ -252,22 +282,20 @@ pub async fn create(
 }
 
 /// The webhook an earlier `webhooks.create` with `key` made, as a replay
-/// (`CONFLICT` when the key was used with another request; `None` when it
-/// was not used): a retry is answered before the method's own rules, which
-/// may refuse it now (contract 1.5).
+/// without its secret (`CONFLICT` when the key was used with another
+/// request; `None` when it was not used): a retry is answered before the
+/// method's own rules, which may refuse it now (contract 1.5).
 pub async fn replay(
     conn: &mut AsyncPgConnection,
-    keyring: &Keyring,
     key: KeyedRequest<'_>,
-) -> Result<Option<Created<WithSecret>>> {
-    crate::db::read_only(conn, async |conn| replay_now(conn, keyring, key).await).await
+) -> Result<Option<Created<CreatedWebhook>>> {
+    crate::db::read_only(conn, async |conn| replay_now(conn, key).await).await
 }
 
 async fn replay_now(
     conn: &mut AsyncPgConnection,
-    keyring: &Keyring,
     key: KeyedRequest<'_>,
-) -> Result<Option<Created<WithSecret>>> {
+) -> Result<Option<Created<CreatedWebhook>>> {
     let found: Option<(Vec<u8>, String)> = idempotency_keys::table
         .filter(idempotency_keys::tenant_id.eq(key.tenant_id))
         .filter(idempotency_keys::method.eq(key.method))
@@ -287,10 +315,9 @@ async fn replay_now(
         .with(Detail::IdempotencyKey(key.key.to_owned())));
     }
     let row = find(conn, key.tenant_id, &id).await?;
-    let secret = open(keyring, &row, &row.sealed())?;
-    Ok(Some(Created::replay(WithSecret {
+    Ok(Some(Created::replay(CreatedWebhook {
         webhook: row.into(),
-        secret,
+        secret: None,
     })))
 }
 
@@ -330,13 +357,13 @@ pub async fn get(conn: &mut AsyncPgConnection, tenant: &TenantId, id: &str) -> R
     Ok(find(conn, tenant.as_str(), id).await?.into())
 }
 
-/// `webhooks.list`: the tenant's webhooks, oldest first (at most
-/// [`MAX_WEBHOOKS`], so one page).
+/// `webhooks.list`: the tenant's webhooks, newest first (contract 1.6; at
+/// most [`MAX_WEBHOOKS`], so one page).
 pub async fn list(conn: &mut AsyncPgConnection, tenant: &TenantId) -> Result<Vec<Webhook>> {
     let rows: Vec<WebhookRow> = wh::table
         .filter(wh::tenant_id.eq(tenant.as_str()))
         .filter(wh::deleted_at.is_null())
-        .order((wh::created_at.asc(), wh::webhook_id.asc()))
+        .order((wh::created_at.desc(), wh::webhook_id.desc()))
         .limit(crate::LIST_LIMIT)
         .select(WebhookRow::as_select())
         .load(conn)
@@ -344,9 +371,11 @@ pub async fn list(conn: &mut AsyncPgConnection, tenant: &TenantId) -> Result<Vec
     Ok(rows.into_iter().map(Webhook::from).collect())
 }
 
-/// `webhooks.update`: replaces what `change` names. Enabling a disabled
-/// webhook moves its log position to the tenant's head now and clears its
-/// run of failures: what was missed while disabled is not sent.
+/// `webhooks.update`: replaces what `change` names. Disabling a webhook
+/// ends its open deliveries as `failed`; enabling a disabled webhook moves
+/// its log position to the tenant's head now and clears its run of
+/// failures: what was missed while disabled is not sent. A new `url` takes
+/// every attempt that starts after the commit, claimed or not.
 pub async fn update(
     conn: &mut AsyncPgConnection,
     tenant: &TenantId,
@@ -371,6 +400,13 @@ pub async fn update(
             .map_or_else(|| row.state.clone(), |s| s.as_str().to_owned());
         let enabling =
             state == WebhookState::Enabled.as_str() && row.state == WebhookState::Disabled.as_str();
+        let disabling =
+            state == WebhookState::Disabled.as_str() && row.state == WebhookState::Enabled.as_str();
+        let ended = if disabling {
+            super::deliveries::end_open(conn, id, now).await?
+        } else {
+            0
+        };
         let (from_seq, scanned_seq, failing_since) = if enabling {
             let seq = head(conn, tenant).await?;
             (seq, seq, None)
@@ -396,6 +432,7 @@ pub async fn update(
             webhook = %id,
             state = %updated.state,
             enabled_again = enabling,
+            deliveries_ended = ended,
             "webhook updated"
         );
         Ok(updated.into())
@@ -403,9 +440,10 @@ pub async fn update(
     .await
 }
 
-/// `webhooks.delete`: marks the webhook deleted (it sends nothing more; its
-/// attempts stay as the record of what was sent) and frees its idempotency
-/// key.
+/// `webhooks.delete`: marks the webhook deleted and erases its sealed
+/// secrets (it sends nothing more: its open deliveries end as `failed`;
+/// its deliveries and attempts stay until the retention removes them) and
+/// frees its idempotency key.
 pub async fn delete(
     conn: &mut AsyncPgConnection,
     tenant: &TenantId,
@@ -415,17 +453,61 @@ pub async fn delete(
     let tenant = tenant.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         lock(conn, tenant, id).await?;
-        diesel::update(wh::table.find(id))
-            .set((wh::deleted_at.eq(now), wh::updated_at.eq(now)))
-            .execute(conn)
-            .await?;
-        diesel::delete(idempotency_keys::table.filter(idempotency_keys::object_id.eq(id)))
-            .execute(conn)
-            .await?;
-        tracing::info!(tenant = %tenant, webhook = %id, "webhook deleted");
+        let ended = erase(conn, id, now).await?;
+        tracing::info!(
+            tenant = %tenant,
+            webhook = %id,
+            deliveries_ended = ended,
+            "webhook deleted, its secrets erased"
+        );
         Ok(())
     })
     .await
+}
+
+/// Deletes webhook `id` (its row locked by the caller): marked deleted, its
+/// sealed secrets erased, its open deliveries ended, its idempotency key
+/// freed. Answers how many deliveries it ended.
+async fn erase(conn: &mut AsyncPgConnection, id: &str, now: i64) -> Result<usize> {
+    diesel::update(wh::table.find(id))
+        .set((
+            wh::deleted_at.eq(now),
+            wh::updated_at.eq(now),
+            wh::key_id.eq(None::<String>),
+            wh::nonce.eq(None::<Vec<u8>>),
+            wh::ciphertext.eq(None::<Vec<u8>>),
+            wh::old_key_id.eq(None::<String>),
+            wh::old_nonce.eq(None::<Vec<u8>>),
+            wh::old_ciphertext.eq(None::<Vec<u8>>),
+            wh::old_until.eq(None::<i64>),
+        ))
+        .execute(conn)
+        .await?;
+    diesel::delete(idempotency_keys::table.filter(idempotency_keys::object_id.eq(id)))
+        .execute(conn)
+        .await?;
+    super::deliveries::end_open(conn, id, now).await
+}
+
+/// Deletes every webhook of a tenant being deleted (its row held `FOR
+/// UPDATE` by `tenants.delete`), each as [`delete`] does. Answers how many.
+pub async fn delete_all_of_tenant(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    now: i64,
+) -> Result<usize> {
+    let ids: Vec<String> = wh::table
+        .filter(wh::tenant_id.eq(tenant))
+        .filter(wh::deleted_at.is_null())
+        .order(wh::webhook_id.asc())
+        .select(wh::webhook_id)
+        .for_update()
+        .load(conn)
+        .await?;
+    for id in &ids {
+        erase(conn, id, now).await?;
+    }
+    Ok(ids.len())
 }
 
 /// `webhooks.rotateSecret`: a new secret signs from now on; the one it
@@ -441,13 +523,14 @@ pub async fn rotate_secret(
     let tenant = tenant.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let row = lock(conn, tenant, id).await?;
+        let current = sealed_of(&row)?;
         let secret = new_secret();
         let sealed = seal(keyring, tenant, id, &secret)?;
         let updated: WebhookRow = diesel::update(wh::table.find(id))
             .set((
-                wh::old_key_id.eq(&row.key_id),
-                wh::old_nonce.eq(&row.nonce),
-                wh::old_ciphertext.eq(&row.ciphertext),
+                wh::old_key_id.eq(&current.key_id),
+                wh::old_nonce.eq(&current.nonce),
+                wh::old_ciphertext.eq(&current.ciphertext),
                 wh::old_until.eq(now.saturating_add(OLD_SECRET_MS)),
                 wh::key_id.eq(&sealed.key_id),
                 wh::nonce.eq(&sealed.nonce),
@@ -460,7 +543,7 @@ pub async fn rotate_secret(
         tracing::info!(
             tenant = %tenant,
             webhook = %id,
-            key_id = %updated.key_id,
+            key_id = %sealed.key_id,
             "webhook secret rotated"
         );
         Ok(WithSecret {
@@ -540,9 +623,10 @@ pub async fn deliveries(
 }
 
 /// The secrets that sign a delivery of webhook `id` at `now`: its current
-/// secret, then the one it replaced while that still signs. For the
-/// delivery worker; the webhook need not be enabled or undeleted. A key
-/// problem is `INVALID_STATE` naming the key id, never a secret.
+/// secret, then the one it replaced while that still signs. The webhook
+/// need not be enabled; a deleted one has none (`NOT_FOUND`). A key problem
+/// is `INVALID_STATE` naming the key id, never a secret. (The delivery
+/// worker reads them with each attempt: `deliveries::start_attempt`.)
 pub async fn signing_secrets(
     conn: &mut AsyncPgConnection,
     keyring: &Keyring,
@@ -558,12 +642,9 @@ pub async fn signing_secrets(
             .optional()
     })
     .await?
+    .filter(|row| row.deleted_at.is_none())
     .ok_or_else(|| StorageError::not_found("webhook", id))?;
-    let mut secrets = vec![open(keyring, &row, &row.sealed())?];
-    if let Some(old) = row.old_sealed(now) {
-        secrets.push(open(keyring, &row, &old)?);
-    }
-    Ok(secrets)
+    secrets_of(keyring, &row, now)
 }
 
 #[cfg(test)]

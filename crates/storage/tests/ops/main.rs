@@ -13,3 +13,4 @@ mod events;
 mod grants;
 mod instances;
 mod steps;
+mod webhooks;

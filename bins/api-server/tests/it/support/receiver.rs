@@ -18,6 +18,10 @@ pub struct Received {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: String,
+    /// The request's path.
+    pub path: String,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -52,6 +56,12 @@ impl Receiver {
         Receiver::start_slow(0).await
     }
 
+    /// Starts one that records each request and never answers it (an hour
+    /// is never, for a test).
+    pub async fn start_silent() -> Receiver {
+        Receiver::start_slow(3_600_000).await
+    }
+
     /// Starts one that takes `delay_ms` to answer each request.
     pub async fn start_slow(delay_ms: u64) -> Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -71,6 +81,8 @@ impl Receiver {
                     let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                         let (s, q) = (s.clone(), q.clone());
                         async move {
+                            let at = std::time::Instant::now();
+                            let path = req.uri().path().to_owned();
                             let headers = req
                                 .headers()
                                 .iter()
@@ -82,6 +94,8 @@ impl Receiver {
                             s.lock().expect("lock").push(Received {
                                 headers,
                                 body: String::from_utf8_lossy(&body).into_owned(),
+                                path,
+                                at,
                             });
                             let (status, location) =
                                 q.lock().expect("lock").pop_front().unwrap_or((200, None));
@@ -114,6 +128,26 @@ impl Receiver {
         let mut q = self.script.lock().expect("lock");
         for (status, location) in answers {
             q.push_back((*status, location.map(str::to_owned)));
+        }
+    }
+
+    /// The event ids of every request so far, in arrival order.
+    pub fn event_ids(&self) -> Vec<String> {
+        self.seen()
+            .iter()
+            .map(|q| q.json()["eventId"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Waits up to `within` for `n` requests; answers how many came.
+    pub async fn wait_for(&self, n: usize, within: std::time::Duration) -> usize {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let got = self.seen.lock().expect("lock").len();
+            if got >= n || std::time::Instant::now() >= deadline {
+                return got;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 

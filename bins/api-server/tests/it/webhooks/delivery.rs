@@ -5,12 +5,13 @@ use serde_json::{Value, json};
 
 use crate::accounts::google_auth::SECRETS_KEY;
 use crate::support::clock::{MIN, T0};
+use crate::support::db::db;
 use crate::support::fixtures::{platform, set_quota};
 use crate::support::receiver::{Received, Receiver, signed_by};
 use crate::support::server::{Options, ROOT, ROOT_TOKEN, Server, rand_suffix};
 use crate::support::worker;
 
-async fn server() -> Server {
+pub(super) async fn server() -> Server {
     let s = Server::start_with(Options {
         env: vec![("BC_SECRETS_KEY".into(), SECRETS_KEY.into())],
         ..Options::default()
@@ -21,7 +22,7 @@ async fn server() -> Server {
 }
 
 /// Root's webhook to `url` (root may name a loopback http endpoint).
-async fn webhook(s: &Server, url: &str, types: Option<Value>) -> (String, String) {
+pub(super) async fn webhook(s: &Server, url: &str, types: Option<Value>) -> (String, String) {
     let mut body = json!({ "url": url, "idempotencyKey": format!("wh-{}", rand_suffix()) });
     if let Some(t) = types {
         body["types"] = t;
@@ -33,7 +34,7 @@ async fn webhook(s: &Server, url: &str, types: Option<Value>) -> (String, String
     )
 }
 
-async fn test_event(s: &Server, id: &str) -> String {
+pub(super) async fn test_event(s: &Server, id: &str) -> String {
     let v = s
         .root("webhooks/test", json!({ "webhookId": id }))
         .await
@@ -41,9 +42,39 @@ async fn test_event(s: &Server, id: &str) -> String {
     v["eventId"].as_str().expect("eventId").to_owned()
 }
 
-async fn deliver(s: &Server) {
-    let (status, err) =
-        worker::once_with(s, &["events.webhooks"], &[("BC_SECRETS_KEY", SECRETS_KEY)]).await;
+/// A webhook's deliveries as stored, in log order: (event id, state).
+pub(super) async fn webhook_deliveries(
+    conn: &mut diesel_async::AsyncPgConnection,
+    id: &str,
+) -> Vec<(String, String)> {
+    use diesel::sql_types::Text;
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        event_id: String,
+        #[diesel(sql_type = Text)]
+        state: String,
+    }
+    let rows: Vec<Row> = diesel::sql_query(
+        "SELECT event_id, state FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY seq",
+    )
+    .bind::<Text, _>(id)
+    .load(conn)
+    .await
+    .expect("deliveries");
+    rows.into_iter().map(|r| (r.event_id, r.state)).collect()
+}
+
+pub(super) async fn deliver(s: &Server) {
+    deliver_with(s, &[]).await;
+}
+
+/// One `events.webhooks` pass with extra env.
+pub(super) async fn deliver_with(s: &Server, env: &[(&str, &str)]) {
+    let mut all = vec![("BC_SECRETS_KEY", SECRETS_KEY)];
+    all.extend_from_slice(env);
+    let (status, err) = worker::once_with(s, &["events.webhooks"], &all).await;
     assert!(status.success(), "{err}");
 }
 
@@ -200,10 +231,15 @@ async fn three_days_of_failures_disable_the_webhook() {
     let mut now = T0;
     let mut wait = MIN;
     deliver(&s).await;
+    // An event of day 2 is still being retried when the webhook is disabled.
+    let mut late = None;
     while now < T0 + 3 * 24 * 60 * MIN + 6 * 60 * MIN {
         now += wait;
         wait = (wait * 2).min(6 * 60 * MIN);
         s.set_clock(now).await;
+        if late.is_none() && now >= T0 + 2 * 24 * 60 * MIN {
+            late = Some(test_event(&s, &id).await);
+        }
         deliver(&s).await;
     }
     let hook = s
@@ -214,7 +250,18 @@ async fn three_days_of_failures_disable_the_webhook() {
     let disabled = s.events_of(ROOT_TOKEN, ROOT, "webhook.disabled").await;
     assert_eq!(disabled.len(), 1);
     assert_eq!(disabled[0]["data"]["webhookId"], json!(id));
-    // Sent to none; the failed delivery is given up.
+    // Sent to none; the failed delivery is given up, and disabling ended
+    // the late one too (contract 3.13 r4).
+    let late = late.expect("a late event");
+    assert!(r.event_ids().contains(&late));
+    let mut conn = db(&s).await;
+    let open: Vec<String> = webhook_deliveries(&mut conn, &id)
+        .await
+        .into_iter()
+        .filter(|(_, state)| state != "failed")
+        .map(|(event, state)| format!("{event} {state}"))
+        .collect();
+    assert!(open.is_empty(), "deliveries still open: {open:?}");
     let attempts = r.seen().len();
     assert!((10..=30).contains(&attempts), "{attempts} attempts");
     assert!(

@@ -163,8 +163,8 @@ async fn at_most_ten_webhooks_and_two_creates_at_nine_take_one_place() {
         .ok();
     let items = list["items"].as_array().expect("items");
     assert_eq!(items.len(), 10);
-    let first = items[0]["webhookId"].as_str().expect("id");
-    assert_eq!(items[0]["url"], "https://h0.example.com/x", "oldest first");
+    let first = items[9]["webhookId"].as_str().expect("id");
+    assert_eq!(items[9]["url"], "https://h0.example.com/x", "newest first");
     let deleted = on(&s, &acme, "acme", "delete", first).await.ok();
     assert_eq!(deleted, json!({ "webhookId": first, "deleted": true }));
     on(&s, &acme, "acme", "get", first)
@@ -361,4 +361,47 @@ async fn a_viewer_key_is_denied() {
     s.call(&viewer, "webhooks/list", json!({ "tenantId": "acme" }))
         .await
         .err(403, "ACCESS_DENIED");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replayed_create_answers_the_webhook_without_its_secret() {
+    let s = server_with_key().await;
+    let acme = s.tenant("acme").await;
+    let body = create_body("acme", "https://hooks.example.com/x");
+    let first = s.call(&acme, "webhooks/create", body.clone()).await.ok();
+    let secret = secret_of(&first);
+    let again = s.call(&acme, "webhooks/create", body.clone()).await.ok();
+    assert_eq!(again["webhook"], first["webhook"]);
+    assert!(again.get("secret").is_none(), "{again}");
+    assert!(!again.to_string().contains(&secret));
+    // A client that lost the secret rotates it.
+    let id = first["webhook"]["webhookId"].as_str().expect("id");
+    let rotated = on(&s, &acme, "acme", "rotateSecret", id).await.ok();
+    assert_ne!(secret_of(&rotated), secret);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhooks_are_listed_newest_first() {
+    let s = server_with_key().await;
+    let acme = s.tenant("acme").await;
+    let mut ids = Vec::new();
+    for k in 0..3 {
+        s.set_clock(1_893_456_000_000 + k * 1000).await;
+        let v = create(&s, &acme, "acme", &format!("https://h{k}.example.com/x"))
+            .await
+            .ok();
+        ids.push(v["webhook"]["webhookId"].clone());
+    }
+    let list = s
+        .call(&acme, "webhooks/list", json!({ "tenantId": "acme" }))
+        .await
+        .ok();
+    let listed: Vec<Value> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|w| w["webhookId"].clone())
+        .collect();
+    ids.reverse();
+    assert_eq!(listed, ids);
 }
