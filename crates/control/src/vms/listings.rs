@@ -43,7 +43,13 @@ pub async fn list_accounts(ctx: &VmContext<'_>) -> Result<ListingReport> {
     let (accounts, installation) = {
         let mut conn = ctx.pool.get().await?;
         let accounts = vms::listing_accounts(&mut conn).await?;
-        (accounts, storage::ops::installation::id(&mut conn).await?)
+        // In a transaction of its own: behind a transaction pooler a
+        // statement outside one may run on another server.
+        let installation = storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::installation::id(conn).await
+        })
+        .await?;
+        (accounts, installation)
     };
     for account in accounts {
         let claim = {
