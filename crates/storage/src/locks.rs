@@ -24,6 +24,17 @@
 //! A function here takes one lock (or one ordered batch of one kind) and
 //! returns what it read under it. Reconciler passes use the `SKIP LOCKED`
 //! variants: a row another transaction holds is that transaction's work.
+//!
+//! Locks are taken outside this module only in the files named here, each
+//! in the order above (`tests/lock_sites.rs` fails on any other file that
+//! locks): the claims that pick and lock in one statement,
+//! `ops/sql/vms_claim_steps.sql` (step rows, `SKIP LOCKED`),
+//! `ops/sql/scans_claim_scan_now.sql` (an account row) and
+//! `sql/locks_due_reservations.sql` (this module's); the webhook path,
+//! `ops/webhooks.rs` (a webhook row), `ops/deliveries.rs` (the claims'
+//! advisory lock, a webhook row `FOR SHARE` at an attempt, delivery rows)
+//! and `ops/deliveries/retention.rs` (ended delivery rows, `SKIP LOCKED`);
+//! and the migrations' advisory lock, `db.rs` and `test_db.rs`.
 
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Text};
