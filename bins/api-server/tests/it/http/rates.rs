@@ -46,6 +46,17 @@ async fn answer(resp: reqwest::Response) -> (u16, Option<u64>, Value) {
     (status, retry, body)
 }
 
+/// `projects.list` of `tenant` with `token`.
+async fn list_projects(s: &Server, token: &str, tenant: &str) -> (u16, Option<u64>, Value) {
+    post(
+        s,
+        Some(token),
+        "projects/list",
+        json!({ "tenantId": tenant }),
+    )
+    .await
+}
+
 /// A tenant's burst is shared by all its keys; over it, its next request is
 /// `RATE_LIMITED` with the wait, and not performed (no project made);
 /// another tenant is served at that moment; root is not limited; after the
@@ -62,13 +73,7 @@ async fn a_tenant_over_its_rate_is_refused_while_another_is_served() {
     let mut served = 0;
     let refused = loop {
         let key = if served % 2 == 0 { &acme } else { &second };
-        let (status, retry, body) = post(
-            &s,
-            Some(key),
-            "projects/list",
-            json!({ "tenantId": "acme" }),
-        )
-        .await;
+        let (status, retry, body) = list_projects(&s, key, "acme").await;
         if status == 429 {
             break (retry, body);
         }
@@ -96,26 +101,14 @@ async fn a_tenant_over_its_rate_is_refused_while_another_is_served() {
     .await;
     assert_eq!(status, 429, "{body}");
     // At this moment another tenant and root are served.
-    let (status, _, body) = post(
-        &s,
-        Some(&globex),
-        "projects/list",
-        json!({ "tenantId": "globex" }),
-    )
-    .await;
+    let (status, _, body) = list_projects(&s, &globex, "globex").await;
     assert_eq!(status, 200, "{body}");
     for _ in 0..20 {
         s.root("tenants/list", json!({})).await.ok();
     }
     // After the wait acme is served again, and nothing was made.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let (status, _, body) = post(
-        &s,
-        Some(&acme),
-        "projects/list",
-        json!({ "tenantId": "acme" }),
-    )
-    .await;
+    let (status, _, body) = list_projects(&s, &acme, "acme").await;
     assert_eq!(status, 200, "{body}");
     let names: Vec<&str> = body["items"]
         .as_array()
@@ -243,13 +236,7 @@ async fn bcctl_waits_and_sends_again_when_rate_limited() {
         cmd.output()
     };
     // This request takes the burst: bcctl's waits about a second.
-    let (status, _, body) = post(
-        &s,
-        Some(&acme),
-        "projects/list",
-        json!({ "tenantId": "acme" }),
-    )
-    .await;
+    let (status, _, body) = list_projects(&s, &acme, "acme").await;
     assert_eq!(status, 200, "{body}");
     let out = tokio::time::timeout(Duration::from_secs(60), run())
         .await
