@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use providers::policy::ProviderPolicy;
 use storage::Clock;
 use storage::db::DbPool;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::metrics::WorkerMetrics;
 use crate::passes::{Pass, PassContext};
@@ -327,6 +327,7 @@ pub async fn run(
         ),
         vm_rules: config.vm_rules.clone(),
         vm_pacer: Arc::new(control::vms::Pacer::new(config.vm_rules.writes_per_min)),
+        vm_owner: uuid::Uuid::now_v7().to_string(),
         vm_wake: Arc::new(tokio::sync::Notify::new()),
         webhook_policy: config.webhook_policy.clone(),
         provider_options: config.provider_options.clone(),
@@ -372,6 +373,7 @@ pub async fn run(
                 ok = run_pass(pass.as_ref(), &ctx, &metrics) => all_ok &= ok,
                 () = &mut shutdown => {
                     info!("shutting down mid-round; the interrupted pass is safe to rerun");
+                    release_vm_steps(&ctx).await;
                     return Ok(all_ok);
                 }
             };
@@ -407,7 +409,27 @@ pub async fn run(
     while let Some(ended) = loops.join_next().await {
         all_ok &= ended.unwrap_or(false);
     }
+    release_vm_steps(&ctx).await;
     Ok(all_ok)
+}
+
+/// Gives back the leases of the VM steps this worker held when it was told
+/// to stop (its passes have ended), so another replica, or this one
+/// restarted, takes them at once instead of when their leases lapse. A
+/// failure is logged: the leases then lapse as after a crash.
+async fn release_vm_steps(ctx: &PassContext) {
+    let released = match ctx.pool.get().await {
+        Ok(mut conn) => storage::ops::vms::release_owner(&mut conn, &ctx.vm_owner).await,
+        Err(e) => Err(e.into()),
+    };
+    match released {
+        Ok(0) => {}
+        Ok(n) => info!(steps = n, "gave back the leases of the vm steps in flight"),
+        Err(e) => warn!(
+            error = %e,
+            "could not give back the vm steps' leases: they lapse after BC_VM_LEASE"
+        ),
+    }
 }
 
 /// Runs one pass once, records it in the metrics and logs it; returns

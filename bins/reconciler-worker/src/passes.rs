@@ -35,6 +35,9 @@ pub struct PassContext {
     pub vm_rules: control::vms::VmRules,
     /// Each account's mutating calls, paced across passes.
     pub vm_pacer: std::sync::Arc<control::vms::Pacer>,
+    /// This process's id among the workers: the prefix of its VM steps'
+    /// lease tokens, given back when it stops.
+    pub vm_owner: String,
     /// Woken when the api-server records a step (`NOTIFY`).
     pub vm_wake: std::sync::Arc<tokio::sync::Notify>,
     /// `BC_WEBHOOK_ENDPOINTS`: what other tenants' webhooks may reach.

@@ -31,6 +31,7 @@ impl Pass for Instances {
                 keyring: &ctx.keyring,
                 rules: &ctx.vm_rules,
                 pacer: &ctx.vm_pacer,
+                owner: &ctx.vm_owner,
             };
             // Listings run beside the steps, never behind them: every
             // interval while the steps' pipeline runs.

@@ -92,6 +92,9 @@ pub struct VmContext<'a> {
     pub rules: &'a VmRules,
     /// Each account's mutating calls, paced (kept for the process's life).
     pub pacer: &'a Pacer,
+    /// This worker's id, the prefix of its claims' lease tokens
+    /// (`vms::release_owner` gives them back when it stops).
+    pub owner: &'a str,
 }
 
 /// How one step ended for this worker.

@@ -85,7 +85,7 @@ pub async fn drive_steps(ctx: &VmContext<'_>) -> Result<Vec<StepReport>> {
                 let mut conn = ctx.pool.get().await?;
                 let allowances = ctx.pacer.allowances(super::wall_ms());
                 let fresh = ctx.pacer.full_allowance();
-                vms::claim_steps(&mut conn, limit, lease_ms, &allowances, fresh).await
+                vms::claim_steps(&mut conn, ctx.owner, limit, lease_ms, &allowances, fresh).await
             };
             let mut claiming = std::pin::pin!(claiming);
             // The running steps go on while the claim waits for a connection

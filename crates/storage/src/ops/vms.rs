@@ -93,9 +93,11 @@ pub struct StepWork {
 /// a tenant). Of the steps that will send a call (no operation yet), an
 /// account named in `allowances` gives at most its number (0: none, it is
 /// paused) and any other account at most `allowance`; the others are left
-/// for later, keeping their turn.
+/// for later, keeping their turn. The leases' tokens start with `owner.`
+/// (the claiming worker's id), so [`release_owner`] can give them back.
 pub async fn claim_steps(
     conn: &mut AsyncPgConnection,
+    owner: &str,
     limit: i64,
     lease_ms: i64,
     allowances: &[(String, i32)],
@@ -103,7 +105,7 @@ pub async fn claim_steps(
 ) -> Result<Vec<StepClaim>> {
     let (accounts, counts): (Vec<&str>, Vec<i32>) =
         allowances.iter().map(|(a, n)| (a.as_str(), *n)).unzip();
-    let token = uuid::Uuid::now_v7().to_string();
+    let token = format!("{owner}.{}", uuid::Uuid::now_v7());
     let sql = include_str!("sql/vms_claim_steps.sql").replace("{DB_NOW_MS}", DB_NOW_MS);
     // One short transaction behind a transaction pooler.
     crate::db::single_write(conn, async |conn| {
@@ -265,6 +267,28 @@ pub async fn progress(
                 .await?;
         }
         Ok(n == 1)
+    })
+    .await
+}
+
+/// Gives back the leases of every open step `owner` claimed
+/// ([`claim_steps`]): a worker that stops hands its steps in flight to the
+/// other replicas at once rather than when their leases run out. A step
+/// whose call was sent and not recorded is sent again with the same
+/// `requestId`, which the provider answers with the same operation. The
+/// number of steps given back.
+pub async fn release_owner(conn: &mut AsyncPgConnection, owner: &str) -> Result<usize> {
+    let prefix = format!("{owner}.");
+    crate::db::single_write(conn, async |conn| {
+        diesel::sql_query(
+            "UPDATE vm_steps SET lease_until = NULL \
+             WHERE state = 'open' AND lease_until IS NOT NULL \
+               AND left(lease_token, length($1)) = $1",
+        )
+        .bind::<Text, _>(&prefix)
+        .execute(conn)
+        .await
+        .map_err(StorageError::from)
     })
     .await
 }

@@ -13,6 +13,9 @@ use storage::ops::vms::{self, StepClaim};
 
 use crate::world::{NOW, World, ok};
 
+/// The claiming worker's id.
+const OWNER: &str = "worker-a";
+
 /// A world with `acme_steps` create steps of `acme`'s instances, all due,
 /// then one of `globex`'s (its instance moved to `globex` by hand, the pool
 /// is offered to `acme` alone); the globex step's id.
@@ -71,7 +74,7 @@ async fn an_accounts_first_sends_take_each_tenants_turn_not_the_backlogs_order()
     let mut w = World::new(10).await;
     let globex = backlog(&mut w, 9).await;
     // No allowance is known for the account yet: a minute's budget of 3.
-    let first = ok(vms::claim_steps(&mut w.conn, 100, 60_000, &[], 3).await);
+    let first = ok(vms::claim_steps(&mut w.conn, OWNER, 100, 60_000, &[], 3).await);
     assert_eq!(
         first.len(),
         3,
@@ -84,7 +87,7 @@ async fn an_accounts_first_sends_take_each_tenants_turn_not_the_backlogs_order()
     );
     // A paused account gives nothing, whatever its default.
     let allowances = [(w.account.as_str().to_owned(), 0)];
-    let paused = ok(vms::claim_steps(&mut w.conn, 100, 60_000, &allowances, 3).await);
+    let paused = ok(vms::claim_steps(&mut w.conn, OWNER, 100, 60_000, &allowances, 3).await);
     assert!(
         paused.is_empty(),
         "claimed while paused: {:?}",
@@ -92,7 +95,7 @@ async fn an_accounts_first_sends_take_each_tenants_turn_not_the_backlogs_order()
     );
     // An allowance named for the account wins over the default.
     let allowances = [(w.account.as_str().to_owned(), 2)];
-    let two = ok(vms::claim_steps(&mut w.conn, 100, 60_000, &allowances, 3).await);
+    let two = ok(vms::claim_steps(&mut w.conn, OWNER, 100, 60_000, &allowances, 3).await);
     assert_eq!(two.len(), 2);
     assert!(
         ids(&two).is_disjoint(&ids(&first)),
@@ -108,7 +111,7 @@ async fn a_step_that_only_looks_at_its_operation_is_never_held_back() {
     add_step(&mut w, &row.instance_id, Some("operation-1")).await;
     let polling = last_step(&mut w).await;
     let allowances = [(w.account.as_str().to_owned(), 0)];
-    let claims = ok(vms::claim_steps(&mut w.conn, 100, 60_000, &allowances, 3).await);
+    let claims = ok(vms::claim_steps(&mut w.conn, OWNER, 100, 60_000, &allowances, 3).await);
     assert_eq!(
         ids(&claims),
         BTreeSet::from([polling]),

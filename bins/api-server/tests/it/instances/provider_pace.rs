@@ -293,3 +293,55 @@ async fn a_thousand_creates_through_a_narrow_pipeline_all_run_once() {
     .expect("step counts");
     assert_eq!((left.open, left.leased), (0, 0));
 }
+
+/// Counts of `vm_steps` with an operation and with a live lease.
+async fn sent_and_leased(conn: &mut diesel_async::AsyncPgConnection) -> (i64, i64) {
+    #[derive(QueryableByName)]
+    struct Counts {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        sent: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        leased: i64,
+    }
+    let c: Counts = diesel::sql_query(
+        "SELECT count(*) FILTER (WHERE operation IS NOT NULL) AS sent, \
+         count(*) FILTER (WHERE state = 'open' AND lease_until IS NOT NULL) AS leased \
+         FROM vm_steps",
+    )
+    .get_result(conn)
+    .await
+    .expect("step counts");
+    (c.sent, c.leased)
+}
+
+/// A worker stopped with SIGTERM gives back the leases of its steps in
+/// flight: the next worker takes them at once, not when their ten-minute
+/// leases lapse, and no VM is made twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_worker_hands_its_steps_in_flight_to_the_next() {
+    let s = Server::start().await;
+    let p = paced_platform(&s, slow(4000, 6000), 10).await;
+    create_many(&s, &p.tenant_token, "acme", &p.pool, 5).await;
+    let lease = [("BC_VM_LEASE", "600"), ("RUST_LOG", "info"), ("NO_COLOR", "1")];
+    let w = replica(&s, &lease);
+    let mut conn = db(&s).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while sent_and_leased(&mut conn).await != (5, 5) {
+        assert!(Instant::now() < deadline, "the creates were never all sent");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let err = w.terminate_clean().await;
+    assert!(err.contains("gave back the leases"), "{err}");
+    assert_eq!(sent_and_leased(&mut conn).await, (5, 0));
+    let next = replica(&s, &lease);
+    // Far less than the leases' ten minutes.
+    let run = watch(&s, "acme", "nobody", Duration::from_secs(120)).await;
+    let err = next.terminate_clean().await;
+    assert!(run.failed.is_empty(), "failed: {:?}\n{err}", run.failed);
+    let st = stats(&p.gce).await;
+    assert_eq!(
+        count(&st, "mutatingCalls"),
+        5,
+        "one insert per create: {st}"
+    );
+}
