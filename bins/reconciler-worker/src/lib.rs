@@ -418,19 +418,26 @@ pub async fn run(
 /// restarted, takes them at once instead of when their leases lapse. A
 /// failure is logged: the leases then lapse as after a crash.
 async fn release_vm_steps(ctx: &PassContext) {
-    let released = match ctx.pool.get().await {
-        Ok(mut conn) => storage::ops::vms::release_owner(&mut conn, &ctx.vm_owner).await,
-        Err(e) => Err(e.into()),
+    let release = async {
+        let mut conn = ctx.pool.get().await.map_err(storage::StorageError::from)?;
+        storage::ops::vms::release_owner(&mut conn, &ctx.vm_owner).await
     };
-    match released {
-        Ok(0) => {}
-        Ok(n) => info!(steps = n, "gave back the leases of the vm steps in flight"),
-        Err(e) => warn!(
+    // A stop never waits long on it: at worst the leases lapse.
+    match tokio::time::timeout(RELEASE_TIMEOUT, release).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => info!(steps = n, "gave back the leases of the vm steps in flight"),
+        Ok(Err(e)) => warn!(
             error = %e,
             "could not give back the vm steps' leases: they lapse after BC_VM_LEASE"
         ),
+        Err(_) => warn!(
+            "the vm steps' leases were not given back within 5 s: they lapse after BC_VM_LEASE"
+        ),
     }
 }
+
+/// The longest a stopping worker spends giving back its leases.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs one pass once, records it in the metrics and logs it; returns
 /// whether it succeeded.
