@@ -322,7 +322,11 @@ async fn a_stopped_worker_hands_its_steps_in_flight_to_the_next() {
     let s = Server::start().await;
     let p = paced_platform(&s, slow(4000, 6000), 10).await;
     create_many(&s, &p.tenant_token, "acme", &p.pool, 5).await;
-    let lease = [("BC_VM_LEASE", "600"), ("RUST_LOG", "info"), ("NO_COLOR", "1")];
+    let lease = [
+        ("BC_VM_LEASE", "600"),
+        ("RUST_LOG", "info"),
+        ("NO_COLOR", "1"),
+    ];
     let w = replica(&s, &lease);
     let mut conn = db(&s).await;
     let deadline = Instant::now() + Duration::from_secs(90);
