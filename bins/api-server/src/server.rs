@@ -413,54 +413,23 @@ const BODY_TIMEOUT: &str = "timeout";
 const DRAIN_LIMIT: u64 = 16 * 1024 * 1024;
 const DRAIN_TIME: Duration = Duration::from_secs(2);
 
-/// Reads a request body of at most [`MAX_BODY`] bytes; `None` when it is
-/// larger (declared or sent).
-async fn read_body(mut body: Incoming, declared: Option<u64>) -> Result<Option<Bytes>, ApiError> {
-    let mut over = declared.is_some_and(|n| n > MAX_BODY as u64);
-    if declared.is_some_and(|n| n > DRAIN_LIMIT) {
-        return Ok(None);
-    }
+/// Reads a request body of at most [`MAX_BODY`] bytes (its declared length
+/// was checked before); `None` when more is sent, the rest discarded by
+/// [`drain`].
+async fn read_body(mut body: Incoming) -> Result<Option<Bytes>, ApiError> {
     let mut out = Vec::new();
-    let mut seen: u64 = 0;
-    let drain_until = tokio::time::Instant::now() + DRAIN_TIME;
-    loop {
-        let frame = if over {
-            if seen > DRAIN_LIMIT {
-                break;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|_| ApiError::invalid("", "body", "the request body could not be read"))?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > MAX_BODY {
+                drain(body).await;
+                return Ok(None);
             }
-            match tokio::time::timeout_at(drain_until, body.frame()).await {
-                Ok(f) => f,
-                Err(_) => break,
-            }
-        } else {
-            body.frame().await
-        };
-        match frame {
-            None => break,
-            Some(Err(_)) if over => break,
-            Some(Err(_)) => {
-                return Err(ApiError::invalid(
-                    "",
-                    "body",
-                    "the request body could not be read",
-                ));
-            }
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    seen += data.len() as u64;
-                    if !over {
-                        if out.len() + data.len() > MAX_BODY {
-                            over = true;
-                            out = Vec::new();
-                        } else {
-                            out.extend_from_slice(&data);
-                        }
-                    }
-                }
-            }
+            out.extend_from_slice(&data);
         }
     }
-    Ok((!over).then(|| Bytes::from(out)))
+    Ok(Some(Bytes::from(out)))
 }
 
 fn bearer(req: &Request<Incoming>) -> Option<String> {
@@ -588,7 +557,7 @@ async fn call(
     // The body's deadline; the connection goes back to the pool while a
     // body still on its way comes (a slow upload never holds the
     // database), and the handler takes another.
-    let reading = tokio::time::timeout(app.http.body_timeout, read_body(body, declared));
+    let reading = tokio::time::timeout(app.http.body_timeout, read_body(body));
     tokio::pin!(reading);
     let mut held = Some(conn);
     let read = match futures::poll!(&mut reading) {
