@@ -14,6 +14,33 @@ use storage::{Result, StorageError};
 
 use super::{DeliveryReport, WebhookContext, endpoint, ms, signature};
 
+/// A webhook's body (contract 3.13): the event as `events.list` shows it.
+/// Its serde names are the wire's; this is their one home on the sending
+/// side.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WebhookBody {
+    event_id: String,
+    tenant_id: String,
+    #[serde(flatten)]
+    payload: storage::model::event_data::EventData,
+    occurred_at: i64,
+}
+
+impl TryFrom<storage::model::events::Event> for WebhookBody {
+    type Error = StorageError;
+
+    fn try_from(e: storage::model::events::Event) -> Result<WebhookBody> {
+        let (event_id, tenant_id, payload, occurred_at) = e.into_parts()?;
+        Ok(WebhookBody {
+            event_id,
+            tenant_id,
+            payload,
+            occurred_at,
+        })
+    }
+}
+
 /// Sends `batch`, then puts back what it did not attempt, and rings the
 /// pass's bell (a place is free).
 pub(super) async fn batch(ctx: Arc<WebhookContext>, batch: Batch) -> Result<DeliveryReport> {
@@ -121,15 +148,16 @@ async fn attempt(
             return Ok((failed, None));
         }
     };
-    let body = {
+    let event = {
         let mut conn = ctx.pool.get().await?;
-        deliveries::event_body(&mut conn, &batch.tenant_id, d.seq).await?
+        deliveries::event(&mut conn, &batch.tenant_id, d.seq).await?
     };
     // The event is gone (its month archived): nothing to send.
-    let Some(body) = body else {
+    let Some(event) = event else {
         return Ok((failed, None));
     };
-    let occurred = body.get("occurredAt").and_then(serde_json::Value::as_i64);
+    let body = WebhookBody::try_from(event)?;
+    let occurred = body.occurred_at;
     let attempt = post(
         &client,
         url,
@@ -140,7 +168,7 @@ async fn attempt(
         ctx.rules.timeout,
     )
     .await;
-    Ok((attempt, occurred))
+    Ok((attempt, Some(occurred)))
 }
 
 /// One attempt: the signed POST, its answer read up to 64 KiB and dropped.
@@ -149,12 +177,12 @@ async fn post(
     url: reqwest::Url,
     batch: &Batch,
     d: &Claimed,
-    body: &serde_json::Value,
+    body: &WebhookBody,
     secrets: &[String],
     timeout: Duration,
 ) -> Attempt {
     let started = Instant::now();
-    let bytes = body.to_string().into_bytes();
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));

@@ -250,12 +250,13 @@ pub async fn claim(
     Ok(batches)
 }
 
-/// An event's body as a webhook sends it (and `events.list` shows it).
-pub async fn event_body(
+/// The event a delivery sends, as the tenant's log keeps it; `None` when it
+/// is gone (its month archived). The body's wire shape is the sender's.
+pub async fn event(
     conn: &mut AsyncPgConnection,
     tenant_id: &str,
     seq: i64,
-) -> Result<Option<serde_json::Value>> {
+) -> Result<Option<crate::model::events::Event>> {
     let event = crate::db::read_only(conn, async |conn| {
         crate::schema::events::table
             .filter(crate::schema::events::tenant_id.eq(tenant_id))
@@ -266,15 +267,7 @@ pub async fn event_body(
             .optional()
     })
     .await?;
-    let Some(event) = event else { return Ok(None) };
-    let (event_id, tenant, data, occurred_at) = event.into_parts()?;
-    Ok(Some(serde_json::json!({
-        "eventId": event_id,
-        "type": data.event_type(),
-        "tenantId": tenant,
-        "occurredAt": occurred_at,
-        "data": data.to_data()?,
-    })))
+    Ok(event)
 }
 
 /// How one attempt went.
