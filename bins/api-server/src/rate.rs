@@ -63,37 +63,43 @@ impl Default for Rates {
     }
 }
 
+/// One limit as set: its rate and its burst, `None` where unset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateSetting {
+    /// Requests a second (`BC_TENANT_RATE`, ...).
+    pub rate: Option<u32>,
+    /// The bucket's size (`BC_TENANT_BURST`, ...).
+    pub burst: Option<u32>,
+}
+
 impl Rates {
-    /// The rates from the environment: a rate of `0` turns that limit off;
-    /// a burst left unset is the default's ratio (4 times the rate for
-    /// tenants and root, twice for addresses).
-    pub fn from_env() -> anyhow::Result<Rates> {
+    /// The rates as set (`BC_TENANT_RATE`, `BC_TENANT_BURST`, `BC_ROOT_RATE`,
+    /// `BC_ROOT_BURST`, `BC_ANON_RATE`, `BC_ANON_BURST`): a rate of `0` turns
+    /// that limit off; a burst left unset is the default's ratio (4 times
+    /// the rate for tenants and root, twice for addresses).
+    pub fn from_settings(
+        tenant: RateSetting,
+        root: RateSetting,
+        anonymous: RateSetting,
+    ) -> anyhow::Result<Rates> {
         let d = Rates::default();
         Ok(Rates {
-            tenant: from_env("BC_TENANT_RATE", "BC_TENANT_BURST", d.tenant, 4)?,
-            root: from_env("BC_ROOT_RATE", "BC_ROOT_BURST", d.root, 4)?,
-            anonymous: from_env("BC_ANON_RATE", "BC_ANON_BURST", d.anonymous, 2)?,
+            tenant: resolve(tenant, ("BC_TENANT_RATE", "BC_TENANT_BURST"), d.tenant, 4)?,
+            root: resolve(root, ("BC_ROOT_RATE", "BC_ROOT_BURST"), d.root, 4)?,
+            anonymous: resolve(anonymous, ("BC_ANON_RATE", "BC_ANON_BURST"), d.anonymous, 2)?,
         })
     }
 }
 
-fn number(name: &str) -> anyhow::Result<Option<u32>> {
-    match std::env::var(name).ok().filter(|v| !v.is_empty()) {
-        None => Ok(None),
-        Some(v) => v
-            .parse::<u32>()
-            .map(Some)
-            .map_err(|_| anyhow::anyhow!("{name} must be a whole number of requests, not {v:?}")),
-    }
-}
-
-fn from_env(
-    rate_var: &str,
-    burst_var: &str,
+/// The rate `set` describes, `default` where it is unset; errors name its
+/// variables, `rate_var` and `burst_var`.
+fn resolve(
+    set: RateSetting,
+    (rate_var, burst_var): (&str, &str),
     default: Option<Rate>,
     ratio: u32,
 ) -> anyhow::Result<Option<Rate>> {
-    let (per_second, burst) = match (number(rate_var)?, number(burst_var)?) {
+    let (per_second, burst) = match (set.rate, set.burst) {
         (Some(0), _) => return Ok(None),
         (None, None) => return Ok(default),
         (None, Some(burst)) => match default {

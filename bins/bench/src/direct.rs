@@ -45,6 +45,10 @@ const ROOT: &str = "root";
 static ROOT_ID: std::sync::LazyLock<storage::ids::TenantId> =
     std::sync::LazyLock::new(|| storage::ids::TenantId::from_row(ROOT.to_owned()));
 
+/// [`TENANT`], typed.
+static TENANT_ID: std::sync::LazyLock<storage::ids::TenantId> =
+    std::sync::LazyLock::new(|| storage::ids::TenantId::from_row(TENANT.to_owned()));
+
 /// What a grant-creating operation needs.
 #[derive(Debug, Clone)]
 pub struct GrantCtx {
@@ -233,9 +237,10 @@ impl Op for InstanceStorage {
     async fn run(&mut self, i: u64) -> anyhow::Result<()> {
         let c = &self.ctx;
         let keyed = c.keyed(i);
+        let pool = storage::ids::PoolId::from_row(c.target(i).pool_id.clone());
         let new = instances::NewInstance {
-            tenant_id: TENANT,
-            pool_id: &c.target(i).pool_id,
+            tenant_id: &TENANT_ID,
+            pool_id: &pool,
             flavor: FLAVOR,
             project_id: None,
             name: None,

@@ -140,15 +140,16 @@ struct Stage {
     size: String,
 }
 
-/// A small deterministic generator for the cursors (no `rand` needed).
-struct XorShift(u64);
+/// A deterministic generator for the cursors.
+struct Draws(rand::rngs::StdRng);
 
-impl XorShift {
+impl Draws {
+    fn seeded(seed: u64) -> Draws {
+        Draws(rand::SeedableRng::seed_from_u64(seed))
+    }
+
     fn below(&mut self, n: i64) -> i64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        i64::try_from(self.0 % u64::try_from(n.max(1)).unwrap_or(1)).unwrap_or(0)
+        rand::Rng::random_range(&mut self.0, 0..n.max(1))
     }
 }
 
@@ -187,7 +188,7 @@ async fn time_pages(
     kind: Kind,
     secret: &str,
     rows: i64,
-    rng: &mut XorShift,
+    rng: &mut Draws,
     n: usize,
 ) -> anyhow::Result<Latency> {
     let mut took = Vec::with_capacity(n);
@@ -287,7 +288,7 @@ pub async fn run(server_url: &str) -> anyhow::Result<String> {
             )
             .await?;
         }
-        let mut rng = XorShift(0x5ca1_ab1e_d00d_f00d);
+        let mut rng = Draws::seeded(0x5ca1_ab1e_d00d_f00d);
         let mut stages = Vec::new();
         let (mut grants_done, mut rows_done) = (0, 0);
         // SCALE_DIVISOR (default 1) shrinks both stages for a quick try.

@@ -104,8 +104,31 @@ impl World {
         Ok(())
     }
 
-    async fn put_reservation(&self, name: &str, count: i64) -> anyhow::Result<()> {
-        self.put_reservation_in(PROJECT, name, count).await
+    /// `pools.offer` of `pool` to `tenant` with `quotas`.
+    async fn offer(&self, pool: &str, tenant: &str, quotas: Value) -> anyhow::Result<()> {
+        let body = json!({ "poolId": pool, "offerTenantId": tenant, "quotas": quotas });
+        self.call("pools/offer", body).await?;
+        Ok(())
+    }
+
+    /// `instances.create` of `name` (also its idempotency key) by `tenant`
+    /// with `token`; answers the created instance's answer.
+    async fn create_instance(
+        &self,
+        token: &str,
+        tenant: &str,
+        pool: &str,
+        flavor: &str,
+        name: &str,
+    ) -> anyhow::Result<Value> {
+        let body = json!({
+            "tenantId": tenant,
+            "poolId": pool,
+            "flavor": flavor,
+            "name": name,
+            "idempotencyKey": name,
+        });
+        self.call_as(token, "instances/create", body).await
     }
 
     async fn put_reservation_in(
@@ -132,6 +155,73 @@ impl World {
             );
         }
         Ok(())
+    }
+}
+
+/// A pool on a provider account of its own on the fake, as root makes it:
+/// the reservations put on the fake (`n2-standard-4` in [`ZONE`]), the
+/// account on `project` created and scanned, the pool created on it and
+/// every reservation bound to it. The story's pool and the managed pool are
+/// both made so.
+struct PoolWorld<'a> {
+    project: &'a str,
+    account_name: &'a str,
+    account_key: &'a str,
+    /// `(name, slots)` of each reservation.
+    reservations: &'a [(&'a str, i64)],
+    /// The `pools.create` body, without `accountId`.
+    pool: Value,
+}
+
+/// What a [`PoolWorld`] made.
+struct Made {
+    account: String,
+    pool: String,
+    /// The bound reservations' ids, in the order given.
+    reservations: Vec<String>,
+}
+
+impl PoolWorld<'_> {
+    async fn build(self, w: &World) -> anyhow::Result<Made> {
+        let project = self.project;
+        for (name, count) in self.reservations {
+            w.put_reservation_in(project, name, *count).await?;
+        }
+        let account = w
+            .call(
+                "providerAccounts/create",
+                json!({
+                    "name": self.account_name,
+                    "provider": "gce",
+                    "config": { "project": project, "endpoint": w.gce, "credentials": "none" },
+                    "idempotencyKey": self.account_key,
+                }),
+            )
+            .await?;
+        let account = id(&account, &["account", "accountId"])?;
+        w.call("providerAccounts/scan", json!({ "accountId": account }))
+            .await?;
+        let mut body = self.pool;
+        if let Some(fields) = body.as_object_mut() {
+            fields.insert("accountId".into(), json!(account));
+        }
+        let pool = w.call("pools/create", body).await?;
+        let pool = id(&pool, &["pool", "poolId"])?;
+        let mut reservations = Vec::new();
+        for (name, _) in self.reservations {
+            let r = format!("projects/{project}/zones/{ZONE}/reservations/{name}");
+            w.call(
+                "providerAccounts/bindReservation",
+                json!({ "accountId": account, "reservationId": r, "poolId": pool }),
+            )
+            .await?;
+            reservations.push(r);
+        }
+        Ok(Made {
+            account,
+            pool,
+            reservations,
+        })
     }
 }
 
@@ -207,49 +297,28 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
-    w.put_reservation("demo-a", 8).await?;
-    w.put_reservation("demo-b", 4).await?;
-    let account = w
-        .call(
-            "providerAccounts/create",
-            json!({
-                "name": "platform on fake-gce",
-                "provider": "gce",
-                "config": { "project": PROJECT, "endpoint": w.gce, "credentials": "none" },
-                "idempotencyKey": "demo-account",
-            }),
-        )
-        .await?;
-    let account = id(&account, &["account", "accountId"])?;
-    w.call("providerAccounts/scan", json!({ "accountId": account }))
-        .await?;
-    let pool = w
-        .call(
-            "pools/create",
-            json!({
-                "name": "us-central1 demo",
-                "region": "us-central1",
-                "provider": "gce",
-                "accountId": account,
-                "flavors": [
-                    { "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 },
-                    { "name": BIG_FLAVOR, "vcpus": 8, "memoryGib": 32, "gpus": 0 },
-                ],
-                "quotas": { "instances": 100, "vcpus": 800 },
-                "idempotencyKey": "demo-pool",
-            }),
-        )
-        .await?;
-    let pool = id(&pool, &["pool", "poolId"])?;
-    let res_a = format!("projects/{PROJECT}/zones/{ZONE}/reservations/demo-a");
-    let res_b = format!("projects/{PROJECT}/zones/{ZONE}/reservations/demo-b");
-    for r in [&res_a, &res_b] {
-        w.call(
-            "providerAccounts/bindReservation",
-            json!({ "accountId": account, "reservationId": r, "poolId": pool }),
-        )
-        .await?;
+    let made = PoolWorld {
+        project: PROJECT,
+        account_name: "platform on fake-gce",
+        account_key: "demo-account",
+        reservations: &[("demo-a", 8), ("demo-b", 4)],
+        pool: json!({
+            "name": "us-central1 demo",
+            "region": "us-central1",
+            "provider": "gce",
+            "flavors": [
+                { "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 },
+                { "name": BIG_FLAVOR, "vcpus": 8, "memoryGib": 32, "gpus": 0 },
+            ],
+            "quotas": { "instances": 100, "vcpus": 800 },
+            "idempotencyKey": "demo-pool",
+        }),
     }
+    .build(w)
+    .await?;
+    let (account, pool) = (made.account, made.pool);
+    let [res_a, res_b] = <[String; 2]>::try_from(made.reservations)
+        .map_err(|r| anyhow::anyhow!("two reservations bound, not {}", r.len()))?;
     let mut keys = serde_json::Map::new();
     for name in ["acme", "globex"] {
         let created = w
@@ -259,15 +328,8 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
             )
             .await?;
         keys.insert(name.into(), json!(id(&created, &["adminKey", "secret"])?));
-        w.call(
-            "pools/offer",
-            json!({
-                "poolId": pool,
-                "offerTenantId": name,
-                "quotas": { "instances": 20, "vcpus": 160, "memoryGib": 640 },
-            }),
-        )
-        .await?;
+        let quotas = json!({ "instances": 20, "vcpus": 160, "memoryGib": 640 });
+        w.offer(&pool, name, quotas).await?;
     }
     let key = |name: &str| {
         keys.get(name)
@@ -347,14 +409,9 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
     let mut first_acme = None;
     for (at, tenant, flavor, name) in story {
         w.at(at).await?;
-        let body = json!({
-            "tenantId": tenant,
-            "poolId": pool,
-            "flavor": flavor,
-            "name": name,
-            "idempotencyKey": name,
-        });
-        let created = w.call_as(&key(tenant), "instances/create", body).await?;
+        let created = w
+            .create_instance(&key(tenant), tenant, &pool, flavor, name)
+            .await?;
         if first_acme.is_none() && tenant == "acme" {
             first_acme = Some(id(&created, &["instance", "instanceId"])?);
         }
@@ -388,65 +445,32 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
 /// instances created now: the worker of `just run` creates their VMs on
 /// fake-gce. Returns the pool's id.
 async fn managed_pool(w: &mut World, acme: &str) -> anyhow::Result<String> {
-    w.put_reservation_in(VM_PROJECT, "demo-m", 4).await?;
-    let account = w
-        .call(
-            "providerAccounts/create",
-            json!({
-                "name": "gce vms",
-                "provider": "gce",
-                "config": { "project": VM_PROJECT, "endpoint": w.gce, "credentials": "none" },
-                "idempotencyKey": "demo-vm-account",
-            }),
-        )
-        .await?;
-    let account = id(&account, &["account", "accountId"])?;
-    w.call("providerAccounts/scan", json!({ "accountId": account }))
-        .await?;
-    let pool = w
-        .call(
-            "pools/create",
-            json!({
-                "name": "us-central1 managed",
-                "region": "us-central1",
-                "provider": "gce",
-                "accountId": account,
-                "flavors": [{ "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
-                "quotas": { "instances": 20, "vcpus": 80 },
-                "vm": {
-                    "image": "projects/debian-cloud/global/images/family/debian-12",
-                    "zones": ["us-central1-a", "us-central1-b"],
-                    "labels": { "env": "demo" },
-                },
-                "idempotencyKey": "demo-managed-pool",
-            }),
-        )
-        .await?;
-    let pool = id(&pool, &["pool", "poolId"])?;
-    let reservation = format!("projects/{VM_PROJECT}/zones/{ZONE}/reservations/demo-m");
-    w.call(
-        "providerAccounts/bindReservation",
-        json!({ "accountId": account, "reservationId": reservation, "poolId": pool }),
-    )
-    .await?;
-    w.call(
-        "pools/offer",
-        json!({
-            "poolId": pool,
-            "offerTenantId": "acme",
-            "quotas": { "instances": 4, "vcpus": 16, "memoryGib": 64 },
+    let made = PoolWorld {
+        project: VM_PROJECT,
+        account_name: "gce vms",
+        account_key: "demo-vm-account",
+        reservations: &[("demo-m", 4)],
+        pool: json!({
+            "name": "us-central1 managed",
+            "region": "us-central1",
+            "provider": "gce",
+            "flavors": [{ "name": FLAVOR, "vcpus": 4, "memoryGib": 16, "gpus": 0 }],
+            "quotas": { "instances": 20, "vcpus": 80 },
+            "vm": {
+                "image": "projects/debian-cloud/global/images/family/debian-12",
+                "zones": ["us-central1-a", "us-central1-b"],
+                "labels": { "env": "demo" },
+            },
+            "idempotencyKey": "demo-managed-pool",
         }),
-    )
+    }
+    .build(w)
     .await?;
+    let pool = made.pool;
+    let quotas = json!({ "instances": 4, "vcpus": 16, "memoryGib": 64 });
+    w.offer(&pool, "acme", quotas).await?;
     for name in ["managed-1", "managed-2"] {
-        let body = json!({
-            "tenantId": "acme",
-            "poolId": pool,
-            "flavor": FLAVOR,
-            "name": name,
-            "idempotencyKey": name,
-        });
-        w.call_as(acme, "instances/create", body).await?;
+        w.create_instance(acme, "acme", &pool, FLAVOR, name).await?;
     }
     Ok(pool)
 }

@@ -80,15 +80,16 @@ pub struct Load {
     pub ledger: Ledger,
 }
 
-/// A tiny deterministic generator (xorshift), one per task.
-struct Rng(u64);
+/// A deterministic generator, one per task.
+struct Rng(rand::rngs::StdRng);
 
 impl Rng {
+    fn seeded(seed: u64) -> Rng {
+        Rng(rand::SeedableRng::seed_from_u64(seed))
+    }
+
     fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
+        rand::Rng::random_range(&mut self.0, 0..n.max(1))
     }
 }
 
@@ -272,7 +273,7 @@ impl Load {
     /// Root creates one-slot grants for the tenants, starting in half an
     /// hour to an hour and a half, lasting one to four hours.
     pub async fn grants_task(self: Arc<Self>) -> anyhow::Result<()> {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::seeded(0x9e37_79b9_7f4a_7c15);
         let mut n = 0u64;
         while !self.stopping() {
             n += 1;
@@ -327,7 +328,7 @@ impl Load {
     /// One tenant creates, stops, starts and deletes its instances.
     pub async fn instances_task(self: Arc<Self>, which: usize) -> anyhow::Result<()> {
         let (tenant, token) = self.world.tenants.get(which).context("a tenant")?.clone();
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d + which as u64);
+        let mut rng = Rng::seeded(0x2545_f491_4f6c_dd1d + which as u64);
         // (id, state) of the instances not deleted.
         let mut live: Vec<(String, String)> = Vec::new();
         let mut n = 0u64;

@@ -506,7 +506,11 @@ mod tests {
                     latency: Some(Duration::from_secs(700)),
                 },
             ],
-            drift: [("stopped", 2), ("lost", 1)].into_iter().collect(),
+            drift: control::vms::Drift {
+                stopped: 2,
+                lost: 1,
+                ..Default::default()
+            },
             orphans_deleted: 3,
             ..PassReport::default()
         };

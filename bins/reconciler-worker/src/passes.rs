@@ -60,8 +60,8 @@ pub struct PassReport {
     pub accounts: Vec<(String, &'static str)>,
     /// The managed instances' steps that ended or were put off.
     pub steps: Vec<control::vms::StepReport>,
-    /// Drift found, by kind.
-    pub drift: std::collections::BTreeMap<&'static str, u64>,
+    /// Drift found.
+    pub drift: control::vms::Drift,
     /// Orphan VMs deleted.
     pub orphans_deleted: u64,
     /// Delivered webhook events' delay from commit to delivery (ms).

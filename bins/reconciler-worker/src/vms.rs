@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use control::vms::{ListingReport, StepEnd, VmContext, drive_steps, list_accounts};
 use futures::StreamExt;
-use storage::ops::instances::managed::{STEPS_CHANNEL, db_now_ms};
+use storage::clock::db_now_ms;
+use storage::ops::vms::outbox::STEPS_CHANNEL;
 use tokio::sync::Notify;
 
 use crate::passes::{Pass, PassContext, PassFuture, PassReport};
@@ -45,7 +46,7 @@ impl Pass for Instances {
                 list_while(&vm, &steps_done),
             );
             let (mut steps, listing) = (steps?, listing?);
-            if listing.drift.get("restopped").copied().unwrap_or(0) > 0 {
+            if listing.drift.restopped > 0 {
                 steps.extend(drive_steps(&vm).await?);
             }
             let count = |end: StepEnd| steps.iter().filter(|s| s.end == end).count() as u64;
@@ -58,10 +59,10 @@ impl Pass for Instances {
                 ("listingsFailed", listing.failed),
                 ("orphansDeleted", listing.orphans_deleted),
                 ("orphansFound", listing.orphans_found),
+                ("driftStopped", listing.drift.stopped),
+                ("driftRestopped", listing.drift.restopped),
+                ("driftLost", listing.drift.lost),
             ];
-            for (kind, n) in &listing.drift {
-                counts.push((drift_count(kind), *n));
-            }
             counts.retain(|(_, n)| *n > 0);
             Ok(PassReport {
                 counts,
@@ -110,22 +111,12 @@ async fn list_while(vm: &VmContext<'_>, done: &Notify) -> storage::Result<Listin
         total.failed += more.failed;
         total.orphans_deleted += more.orphans_deleted;
         total.orphans_found += more.orphans_found;
-        for (kind, n) in more.drift {
-            *total.drift.entry(kind).or_default() += n;
-        }
+        total.drift += more.drift;
     }
 }
 
 /// How long a pass may wait.
 pub type PassPause<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
-
-fn drift_count(kind: &str) -> &'static str {
-    match kind {
-        "stopped" => "driftStopped",
-        "restopped" => "driftRestopped",
-        _ => "driftLost",
-    }
-}
 
 /// How long until the next open step of an account not `paused` is due
 /// (at least 50 ms).

@@ -34,7 +34,7 @@ mod pace;
 mod pipeline;
 mod step;
 
-pub use listings::{ListingReport, list_accounts};
+pub use listings::{Drift, ListingReport, list_accounts};
 pub use pace::Pacer;
 pub use pipeline::drive_steps;
 

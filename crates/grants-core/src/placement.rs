@@ -2,7 +2,7 @@
 //! `instances.start`) puts an instance among the capacity reservations bound to
 //! its pool.
 //!
-//! The caller settles each candidate reservation's timeline up to now, then
+//! The caller settles each candidate reservation up to now, then
 //! describes it at that instant as a [`ReservationView`] and asks [`place`].
 
 use std::fmt;
@@ -79,7 +79,7 @@ impl LiveGrant {
 }
 
 /// One capacity reservation as a placement decision sees it at one instant,
-/// after its timeline has been settled up to that instant.
+/// after it has been settled up to that instant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReservationView {
     /// The provider's reservation id.

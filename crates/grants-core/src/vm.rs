@@ -15,13 +15,13 @@
 //! use grants_core::vm::{Cause, StepKind, VmState, next};
 //!
 //! let admitted = VmState::Provisioning.admitted();
-//! assert!(admitted.slot_running && !admitted.billed);
-//! let ran = next(admitted.state, admitted.slot_running, Cause::Confirmed(StepKind::Create))
+//! assert!(admitted.holds_slot && !admitted.billed);
+//! let ran = next(admitted.state, admitted.holds_slot, Cause::Confirmed(StepKind::Create))
 //!     .expect("a create can be confirmed");
 //! assert!(ran.billed && ran.state == VmState::Running);
-//! let stop = next(ran.state, ran.slot_running, Cause::StopRequested).expect("a stop");
+//! let stop = next(ran.state, ran.holds_slot, Cause::StopRequested).expect("a stop");
 //! // Billing ends at the request; the slot is kept until the VM is stopped.
-//! assert!(!stop.billed && stop.slot_running);
+//! assert!(!stop.billed && stop.holds_slot);
 //! ```
 
 pub mod status;
@@ -72,7 +72,7 @@ impl VmState {
     pub fn admitted(self) -> Transition {
         Transition {
             state: VmState::Provisioning,
-            slot_running: true,
+            holds_slot: true,
             billed: false,
             release: Release::Nothing,
             step: Some(StepKind::Create),
@@ -157,7 +157,7 @@ pub struct Transition {
     pub state: VmState,
     /// Whether it holds a running slot from now (for the slot accounts of
     /// contract 4: `ordinaryFree` and `physicalInUse`).
-    pub slot_running: bool,
+    pub holds_slot: bool,
     /// Whether its time is billed from now.
     pub billed: bool,
     /// What the change gives up, at its instant.
@@ -177,20 +177,20 @@ pub enum Refused {
     NotApplicable,
 }
 
-fn stay(state: VmState, slot_running: bool) -> Transition {
+fn stay(state: VmState, holds_slot: bool) -> Transition {
     Transition {
         state,
-        slot_running,
+        holds_slot,
         billed: state == VmState::Running,
         release: Release::Nothing,
         step: None,
     }
 }
 
-fn to(state: VmState, slot_running: bool, billed: bool, release: Release) -> Transition {
+fn to(state: VmState, holds_slot: bool, billed: bool, release: Release) -> Transition {
     Transition {
         state,
-        slot_running,
+        holds_slot,
         billed,
         release,
         step: state.step(),
@@ -206,7 +206,7 @@ fn to(state: VmState, slot_running: bool, billed: bool, release: Release) -> Tra
 /// another step is in flight: its step runs after that one. A step's outcome
 /// that no longer matters (a create confirmed after a delete was requested)
 /// changes nothing.
-pub fn next(state: VmState, slot_running: bool, cause: Cause) -> Result<Transition, Refused> {
+pub fn next(state: VmState, holds_slot: bool, cause: Cause) -> Result<Transition, Refused> {
     use Cause as C;
     use StepKind as K;
     use VmState as S;
@@ -216,8 +216,8 @@ pub fn next(state: VmState, slot_running: bool, cause: Cause) -> Result<Transiti
         (S::Deleted | S::Failed, C::StopRequested | C::StartRequested) => refused,
         (S::Deleted | S::Failed, _) => Err(Refused::NotApplicable),
 
-        (S::Deleting, C::DeleteRequested) => Ok(stay(state, slot_running)),
-        (_, C::DeleteRequested) => Ok(to(S::Deleting, slot_running, false, Release::Nothing)),
+        (S::Deleting, C::DeleteRequested) => Ok(stay(state, holds_slot)),
+        (_, C::DeleteRequested) => Ok(to(S::Deleting, holds_slot, false, Release::Nothing)),
         (S::Deleting, C::Confirmed(K::Delete) | C::Lost) => {
             Ok(to(S::Deleted, false, false, Release::All))
         }
@@ -234,7 +234,7 @@ pub fn next(state: VmState, slot_running: bool, cause: Cause) -> Result<Transiti
         (S::Provisioning, C::StopRequested | C::StartRequested) => refused,
 
         (S::Running, C::StartRequested) | (S::Stopped, C::StopRequested) => {
-            Ok(stay(state, slot_running))
+            Ok(stay(state, holds_slot))
         }
         (S::Running, C::StopRequested) => Ok(to(S::Stopping, true, false, Release::Nothing)),
         (S::Running, C::ObservedStopped) => Ok(to(S::Stopped, false, false, Release::Seat)),
@@ -245,11 +245,11 @@ pub fn next(state: VmState, slot_running: bool, cause: Cause) -> Result<Transiti
         }
 
         (S::Stopping, C::StopRequested) | (S::Starting, C::StartRequested) => {
-            Ok(stay(state, slot_running))
+            Ok(stay(state, holds_slot))
         }
         (S::Stopping, C::Confirmed(K::Stop)) => Ok(to(S::Stopped, false, false, Release::Seat)),
         // The VM kept running: so does the record, billed from now.
-        (S::Stopping, C::Failed(K::Stop)) if slot_running => {
+        (S::Stopping, C::Failed(K::Stop)) if holds_slot => {
             Ok(to(S::Running, true, true, Release::Nothing))
         }
         // A VM found running while stopped, and not stopped again: it runs
@@ -276,7 +276,7 @@ pub struct Replay {
     /// `[from, to)` intervals billed, adjacent ones merged.
     pub billed: Vec<(i64, i64)>,
     /// `[from, to)` intervals holding a running slot, adjacent ones merged.
-    pub slot_running: Vec<(i64, i64)>,
+    pub holds_slot: Vec<(i64, i64)>,
     /// The instant slot and quota were released, if they were.
     pub released_at: Option<i64>,
     /// The state at the end.
@@ -288,7 +288,7 @@ pub fn replay(admitted_at: i64, history: &[(i64, Cause)], until: i64) -> Replay 
     let mut out = Replay::default();
     let start = VmState::Provisioning.admitted();
     let mut state = start.state;
-    let mut slot = start.slot_running;
+    let mut slot = start.holds_slot;
     let mut billed = start.billed;
     let mut since = admitted_at;
     // Adjacent intervals are merged: `[a, b)` then `[b, c)` is `[a, c)`.
@@ -299,7 +299,7 @@ pub fn replay(admitted_at: i64, history: &[(i64, Cause)], until: i64) -> Replay 
     let close = |out: &mut Replay, from: i64, to: i64, slot: bool, billed: bool| {
         if to > from {
             if slot {
-                push(&mut out.slot_running, from, to);
+                push(&mut out.holds_slot, from, to);
             }
             if billed {
                 push(&mut out.billed, from, to);
@@ -316,7 +316,7 @@ pub fn replay(admitted_at: i64, history: &[(i64, Cause)], until: i64) -> Replay 
             out.released_at = Some(at);
         }
         state = t.state;
-        slot = t.slot_running;
+        slot = t.holds_slot;
         billed = t.billed;
     }
     close(&mut out, since, until.max(since), slot, billed);

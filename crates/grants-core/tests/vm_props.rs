@@ -76,7 +76,7 @@ fn expected_billed(history: &[(i64, Cause)], until: i64) -> i64 {
             billed_since = Some(at);
         }
         state = t.state;
-        slot = t.slot_running;
+        slot = t.holds_slot;
     }
     sum + billed_since.map_or(0, |from| until.max(from) - from)
 }
@@ -86,7 +86,7 @@ proptest! {
     fn billing_is_inside_the_slot_and_only_while_running(h in history()) {
         let until = h.last().map_or(0, |(at, _)| *at) + 3_600_000;
         let r = replay(0, &h, until);
-        prop_assert!(covered(&r.billed, &r.slot_running));
+        prop_assert!(covered(&r.billed, &r.holds_slot));
         prop_assert_eq!(total(&r.billed), expected_billed(&h, until));
     }
 
@@ -98,7 +98,7 @@ proptest! {
         let r = replay(0, &h, 0);
         let state = r.state.expect("a state");
         let last = h.last().map_or(0, |x| x.0);
-        let slot = r.slot_running.last().is_some_and(|(_, to)| *to >= last);
+        let slot = r.holds_slot.last().is_some_and(|(_, to)| *to >= last);
         if let Ok(t) = next(state, slot, cause) {
             let request = matches!(
                 cause,
@@ -108,7 +108,7 @@ proptest! {
                 prop_assert!(!t.billed, "{cause:?} from {state:?} bills");
             }
             if t.state.is_final() {
-                prop_assert!(!t.slot_running && !t.billed);
+                prop_assert!(!t.holds_slot && !t.billed);
             }
             if t.state != state {
                 prop_assert_eq!(t.step, t.state.step());
@@ -153,7 +153,7 @@ proptest! {
                 ));
             }
             state = t.state;
-            slot = t.slot_running;
+            slot = t.holds_slot;
         }
         prop_assert!(releases <= 1);
         let r = replay(0, &h, 0);
@@ -185,7 +185,7 @@ fn sixty_minutes_from_seen_running_to_the_stop_request() {
     ];
     let r = replay(0, &h, 200 * min);
     assert_eq!(r.billed, vec![(10 * min, 70 * min)]);
-    assert_eq!(r.slot_running, vec![(0, 72 * min)]);
+    assert_eq!(r.holds_slot, vec![(0, 72 * min)]);
     assert_eq!(r.state, Some(VmState::Stopped));
 }
 

@@ -6,7 +6,7 @@
 //! implemented, comments aside) in any file not listed below, and on a
 //! listed file that no longer needs its place.
 
-use std::path::{Path, PathBuf};
+mod sources;
 
 /// The stored formats, each with what it is. A new entry is a new stored
 /// format: name it in docs/ARCHITECTURE.md's invariant too.
@@ -27,52 +27,18 @@ const STORED_FORMATS: &[(&str, &str)] = &[
     ("ids/typed.rs", "the typed ids, a string each"),
 ];
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    for entry in entries {
-        let path = entry
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|x| x == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The files under `src` (as `a/b.rs`) whose code, comments aside, names
 /// `Serialize` (a derive, an impl or a bound).
-fn serializing_files(src: &Path) -> Vec<String> {
-    let mut all = Vec::new();
-    rust_files(src, &mut all);
-    let mut found = Vec::new();
-    for file in all {
-        let text =
-            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let serializes = text.lines().any(|line| {
-            let code = line.trim_start();
-            !code.starts_with("//")
-                && code
-                    .split(|c: char| !c.is_alphanumeric() && c != '_')
-                    .any(|word| word == "Serialize")
-        });
-        if serializes {
-            let shown = file.strip_prefix(src).unwrap_or(&file);
-            found.push(shown.display().to_string());
-        }
-    }
-    found.sort();
-    found
+fn serializing_files() -> Vec<String> {
+    sources::files_where(&["rs"], |code| {
+        code.split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|word| word == "Serialize")
+    })
 }
 
 #[test]
 fn only_stored_formats_implement_serialize() {
-    let unlisted: Vec<String> = serializing_files(&src())
+    let unlisted: Vec<String> = serializing_files()
         .into_iter()
         .filter(|f| STORED_FORMATS.iter().all(|(listed, _)| listed != f))
         .collect();
@@ -87,7 +53,7 @@ fn only_stored_formats_implement_serialize() {
 /// type in unseen.
 #[test]
 fn every_listed_format_is_found() {
-    let found = serializing_files(&src());
+    let found = serializing_files();
     for (listed, what) in STORED_FORMATS {
         assert!(
             found.iter().any(|f| f == listed),

@@ -1,8 +1,10 @@
-//! What the servers share for being watched: the Prometheus expositions on
-//! the `prometheus-client` crate (the OpenMetrics content type,
-//! `bc_build_info`, the standard `process_*` metrics read from `/proc/self`,
-//! the latency buckets), the metrics listener and the logging setup
-//! ([`logging::init`]).
+//! What the servers share: their configuration layer ([`config`]: the
+//! settings both read, one duration format, the start-up check of the
+//! provider policy) and what they share for being watched: the Prometheus
+//! expositions on the `prometheus-client` crate (the OpenMetrics content
+//! type, `bc_build_info`, the standard `process_*` metrics read from
+//! `/proc/self`, the latency buckets), the metrics listener and the logging
+//! setup ([`logging::init`]).
 //!
 //! ```
 //! let mut registry = prometheus_client::registry::Registry::default();
@@ -12,6 +14,7 @@
 //! assert!(text.ends_with("# EOF\n"));
 //! ```
 
+pub mod config;
 mod exposition;
 pub mod listener;
 pub mod logging;

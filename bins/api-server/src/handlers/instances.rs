@@ -139,10 +139,10 @@ async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
     let new = NewInstance {
-        tenant_id: call.tenant().as_str(),
-        pool_id: input.pool_id.as_str(),
+        tenant_id: call.tenant(),
+        pool_id: &input.pool_id,
         flavor: &input.flavor,
-        project_id: input.project_id.as_ref().map(AsRef::as_ref),
+        project_id: input.project_id.as_ref(),
         name: input.name.as_deref(),
         billing,
     };

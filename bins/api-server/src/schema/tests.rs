@@ -7,7 +7,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::*;
+use super::{InputSchema, TENANT_ID, parse};
+use crate::error::{ApiError, Code};
 
 /// One input with a member of every kind the methods use.
 #[derive(Debug, Deserialize, JsonSchema)]

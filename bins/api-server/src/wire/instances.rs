@@ -13,7 +13,7 @@ use super::Millis;
 pub struct Placement {
     /// What serves it.
     #[schemars(extend("enum" = ["grant", "reservation", "ondemand", "none"]))]
-    pub kind: String,
+    pub kind: &'static str,
     /// The grant, when in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grant_id: Option<String>,
@@ -102,7 +102,7 @@ impl From<InstanceRow> for Instance {
             billing: i.billing.as_str().to_owned(),
             state: i.state.as_str(),
             placement: Placement {
-                kind: i.placement_kind,
+                kind: i.placement_kind.as_str(),
                 grant_id: i.grant_id,
                 reservation_id: i.reservation_id,
             },

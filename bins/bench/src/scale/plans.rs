@@ -4,7 +4,7 @@
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::{Num, PAGE, Scans, TENANTS, Txt, XorShift, exec};
+use super::{Draws, Num, PAGE, Scans, TENANTS, Txt, exec};
 use crate::setup::TENANT;
 
 /// Tables smaller than this may be scanned sequentially: that is the right
@@ -139,7 +139,7 @@ const HEAP_SAMPLES: usize = 200;
 pub(super) async fn heap_pages(
     conn: &mut AsyncPgConnection,
     rows: i64,
-    rng: &mut XorShift,
+    rng: &mut Draws,
 ) -> anyhow::Result<(f64, f64)> {
     let mut sums = (0i64, 0i64);
     for _ in 0..HEAP_SAMPLES {

@@ -2,6 +2,8 @@
 //! completion, the operations in flight, the per-minute writes and the
 //! counts `GET /fake/stats` shows.
 
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -48,8 +50,8 @@ pub(super) struct Quotas {
     /// Project → (window index, writes admitted in that window).
     windows: HashMap<String, (u64, u32)>,
     counters: BTreeMap<String, Counters>,
-    /// A xorshift64 state (never 0).
-    rng: u64,
+    /// The latency draws.
+    rng: StdRng,
 }
 
 impl Default for Quotas {
@@ -62,7 +64,7 @@ impl Default for Quotas {
         Quotas {
             windows: HashMap::new(),
             counters: BTreeMap::new(),
-            rng: seed | 1,
+            rng: StdRng::seed_from_u64(seed),
         }
     }
 }
@@ -70,15 +72,7 @@ impl Default for Quotas {
 impl Quotas {
     /// Uniform in `min..=max`.
     fn draw(&mut self, min: u64, max: u64) -> u64 {
-        let mut x = self.rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng = x;
-        match (max - min).checked_add(1) {
-            Some(span) => min + x % span,
-            None => x,
-        }
+        self.rng.random_range(min..=max)
     }
 }
 

@@ -129,7 +129,7 @@ impl VmMetrics {
                     .inc_by(0);
             }
         }
-        for kind in ["stopped", "restopped", "lost"] {
+        for kind in control::vms::Drift::KINDS {
             m.drift
                 .get_or_create(&KindLabel {
                     kind: kind.to_owned(),
@@ -155,12 +155,12 @@ impl VmMetrics {
                 })
                 .inc();
         }
-        for (kind, n) in &report.drift {
+        for (kind, n) in report.drift.by_kind() {
             self.drift
                 .get_or_create(&KindLabel {
-                    kind: (*kind).to_owned(),
+                    kind: kind.to_owned(),
                 })
-                .inc_by(*n);
+                .inc_by(n);
         }
         self.orphans_deleted.inc_by(report.orphans_deleted);
     }

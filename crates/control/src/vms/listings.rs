@@ -7,7 +7,6 @@
 //! before its delete is sent, which is sent only while its labels still say
 //! it is ours, and it counts as deleted only once a read of it answers 404.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use providers::{
@@ -20,6 +19,39 @@ use storage::{Result, StorageError};
 
 use super::{VmContext, build, ms};
 
+/// Drift found (contract 3.12), by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drift {
+    /// VMs found stopped while their instance runs: the instance stops.
+    pub stopped: u64,
+    /// VMs found running while their instance is stopped: stopped again.
+    pub restopped: u64,
+    /// VMs gone: their instance is lost.
+    pub lost: u64,
+}
+
+impl Drift {
+    /// The kinds, as metrics label them.
+    pub const KINDS: [&str; 3] = ["stopped", "restopped", "lost"];
+
+    /// Each kind's label (one of [`Drift::KINDS`]) and count.
+    pub fn by_kind(&self) -> [(&'static str, u64); 3] {
+        [
+            (Drift::KINDS[0], self.stopped),
+            (Drift::KINDS[1], self.restopped),
+            (Drift::KINDS[2], self.lost),
+        ]
+    }
+}
+
+impl std::ops::AddAssign for Drift {
+    fn add_assign(&mut self, more: Drift) {
+        self.stopped += more.stopped;
+        self.restopped += more.restopped;
+        self.lost += more.lost;
+    }
+}
+
 /// What a listing round did.
 #[derive(Debug, Clone, Default)]
 pub struct ListingReport {
@@ -27,8 +59,8 @@ pub struct ListingReport {
     pub listed: u64,
     /// Accounts whose listing failed.
     pub failed: u64,
-    /// Drift found, by kind: `stopped`, `restopped`, `lost`.
-    pub drift: BTreeMap<&'static str, u64>,
+    /// Drift found.
+    pub drift: Drift,
     /// Orphan VMs deleted (a read of them answered 404).
     pub orphans_deleted: u64,
     /// Orphan VMs found newer than every instance this database has made:
@@ -157,15 +189,11 @@ async fn list_one(
             "another listing of the account was applied since this one began: dropped"
         );
     }
-    for (kind, n) in [
-        ("stopped", drift.stopped),
-        ("restopped", drift.restopped),
-        ("lost", drift.lost),
-    ] {
-        if n > 0 {
-            *report.drift.entry(kind).or_default() += n;
-        }
-    }
+    report.drift += Drift {
+        stopped: drift.stopped,
+        restopped: drift.restopped,
+        lost: drift.lost,
+    };
     report.orphans_found += drift.orphans_found;
     for orphan in drift.orphans {
         let started = Instant::now();

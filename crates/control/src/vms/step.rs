@@ -15,8 +15,8 @@ use super::{StepEnd, StepReport, VmContext, build, ms, wall_ms};
 use grants_core::vm::{StepFailure, StepKind};
 use providers::{MANAGED_LABEL, ProviderError, Throttle, VmSpec};
 use storage::Result;
-use storage::ops::instances::managed::db_now_ms;
-use storage::ops::vms::{self, Outcome, Progress, StepClaim, StepWork};
+use storage::clock::db_now_ms;
+use storage::ops::vms::{self, OperationChange, Outcome, Progress, StepClaim, StepWork};
 
 /// Drives a claimed step until it ends or is put off. It calls the provider
 /// only holding a slot of `slots` (it starts with `slot`, if one was free at
@@ -137,7 +137,7 @@ pub(super) async fn drive<'s>(
                     "the provider refused a delete: sent again after backoff"
                 );
                 let p = Progress {
-                    operation: Some(None),
+                    operation: OperationChange::Forget,
                     new_request: true,
                     failed_try: true,
                     due_in_ms: ms(backoff),
@@ -150,7 +150,7 @@ pub(super) async fn drive<'s>(
             Round::Operation(op) => {
                 claim.operation = Some(op.clone());
                 let p = Progress {
-                    operation: Some(Some(op)),
+                    operation: OperationChange::Follow(op),
                     lease_ms,
                     sent,
                     ..Progress::default()
@@ -170,7 +170,7 @@ pub(super) async fn drive<'s>(
                 // Given back: the next claim reads the fresh request id and
                 // sends it in that zone at once.
                 let p = Progress {
-                    operation: Some(None),
+                    operation: OperationChange::Forget,
                     next_zone: Some((zone, index)),
                     sent,
                     ..Progress::default()
@@ -180,7 +180,7 @@ pub(super) async fn drive<'s>(
             Round::Resend => {
                 // Sent again a second later, with the same request id.
                 let p = Progress {
-                    operation: Some(None),
+                    operation: OperationChange::Forget,
                     due_in_ms: 1000,
                     sent,
                     ..Progress::default()

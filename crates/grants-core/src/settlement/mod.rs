@@ -295,7 +295,7 @@ pub struct Move {
     pub to: Destination,
 }
 
-/// A change to the reservation's timeline at one instant. Each one publishes
+/// A change to the reservation at one instant. Each one publishes
 /// its grant's event (`reservation-grant.active`, `.ended`, `.cancelled`)
 /// exactly once, and starts a new placement segment, from `at`, for every
 /// instance it names.

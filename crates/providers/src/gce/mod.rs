@@ -116,11 +116,39 @@ impl GceProviderOptions {
     /// `GCE_METADATA_HOST`. A CA file that cannot be read or holds no
     /// certificate is an error naming the variable.
     pub fn from_env() -> Result<GceProviderOptions, String> {
+        let var = |name: &str| std::env::var(name).ok();
+        let retry_delay = match var("BC_PROVIDER_RETRY_DELAY_MS") {
+            Some(ms) if !ms.trim().is_empty() => Some(
+                ms.trim()
+                    .parse()
+                    .ok()
+                    .filter(|ms| *ms <= 60_000)
+                    .map(Duration::from_millis)
+                    .ok_or("BC_PROVIDER_RETRY_DELAY_MS must be milliseconds from 0 to 60000")?,
+            ),
+            _ => None,
+        };
+        GceProviderOptions::from_settings(
+            var("BC_PROVIDER_CA_FILE").as_deref(),
+            retry_delay,
+            var("GCE_METADATA_HOST").as_deref(),
+        )
+    }
+
+    /// The defaults with the operator's settings, already read: `ca_file`
+    /// (`BC_PROVIDER_CA_FILE`, PEM certificates added to the roots),
+    /// `retry_delay` (`BC_PROVIDER_RETRY_DELAY_MS`, the first wait between
+    /// tries) and `metadata_host` (`GCE_METADATA_HOST`); a blank path or host
+    /// is unset. A CA file that cannot be read or holds no certificate is an
+    /// error naming the variable.
+    pub fn from_settings(
+        ca_file: Option<&str>,
+        retry_delay: Option<Duration>,
+        metadata_host: Option<&str>,
+    ) -> Result<GceProviderOptions, String> {
         let mut options = GceProviderOptions::default();
-        if let Ok(path) = std::env::var("BC_PROVIDER_CA_FILE")
-            && !path.trim().is_empty()
-        {
-            let pem = std::fs::read(path.trim())
+        if let Some(path) = ca_file.map(str::trim).filter(|p| !p.is_empty()) {
+            let pem = std::fs::read(path)
                 .map_err(|e| format!("BC_PROVIDER_CA_FILE cannot be read: {e}"))?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .map_err(|e| format!("BC_PROVIDER_CA_FILE is not PEM certificates: {e}"))?;
@@ -129,21 +157,11 @@ impl GceProviderOptions {
             }
             options.extra_roots = certs;
         }
-        if let Ok(ms) = std::env::var("BC_PROVIDER_RETRY_DELAY_MS")
-            && !ms.trim().is_empty()
-        {
-            let ms: u64 = ms
-                .trim()
-                .parse()
-                .ok()
-                .filter(|ms| *ms <= 60_000)
-                .ok_or("BC_PROVIDER_RETRY_DELAY_MS must be milliseconds from 0 to 60000")?;
-            options.retry_delay = Duration::from_millis(ms);
+        if let Some(delay) = retry_delay {
+            options.retry_delay = delay;
         }
-        if let Ok(host) = std::env::var("GCE_METADATA_HOST")
-            && !host.trim().is_empty()
-        {
-            options.metadata_host = host.trim().to_owned();
+        if let Some(host) = metadata_host.map(str::trim).filter(|h| !h.is_empty()) {
+            options.metadata_host = host.to_owned();
         }
         Ok(options)
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::wire::{ScopeWarning, require_complete, zone_from_url};
+use super::wire::{AggregatedList, ScopeWarning, zone_from_url};
 use crate::{OperationStatus, ProviderError, Throttle, Vm, VmOperation, VmSpec, VmStatus};
 
 /// The scope a VM's service account is given.
@@ -170,16 +170,6 @@ pub(crate) fn parse_instance(body: &[u8]) -> Result<Vm, ProviderError> {
     map_instance(wire, None)
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AggregatedList {
-    #[serde(default)]
-    items: BTreeMap<String, ScopedList>,
-    next_page_token: Option<String>,
-    /// The scopes left out (`returnPartialSuccess`).
-    unreachables: Option<Vec<String>>,
-}
-
 /// A scope (`zones/us-central1-a`) holds instances, or a `warning` such as
 /// `NO_RESULTS_ON_PAGE` or `UNREACHABLE` instead.
 #[derive(Deserialize)]
@@ -196,21 +186,16 @@ struct ScopedList {
 /// ([`require_complete`], the reservations listing's rule): a partial
 /// answer would make that zone's VMs look gone.
 pub(crate) fn parse_instance_page(body: &[u8]) -> Result<(Vec<Vm>, Option<String>), ProviderError> {
-    let list: AggregatedList = serde_json::from_slice(body)
+    let list: AggregatedList<ScopedList> = serde_json::from_slice(body)
         .map_err(|e| ProviderError::Malformed(format!("not an aggregated instance list ({e})")))?;
-    require_complete(
-        list.items
-            .iter()
-            .map(|(scope, scoped)| (scope.as_str(), scoped.warning.as_ref())),
-        list.unreachables.as_deref(),
-    )?;
+    let (items, next) = list.complete(|s| s.warning.as_ref())?;
     let mut vms = Vec::new();
-    for (scope, scoped) in list.items {
+    for (scope, scoped) in items {
         for wire in scoped.instances {
             vms.push(map_instance(wire, Some(&scope))?);
         }
     }
-    Ok((vms, list.next_page_token.filter(|t| !t.is_empty())))
+    Ok((vms, next))
 }
 
 #[derive(Deserialize)]

@@ -16,14 +16,34 @@ pub(crate) struct Page {
     pub(crate) next_page_token: Option<String>,
 }
 
+/// An aggregated list (`aggregated/reservations`, `aggregated/instances`):
+/// one scoped list of `S` per scope, and the next page's token.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AggregatedList {
-    #[serde(default)]
-    items: BTreeMap<String, ScopedList>,
+pub(crate) struct AggregatedList<S> {
+    #[serde(default = "BTreeMap::new")]
+    items: BTreeMap<String, S>,
     next_page_token: Option<String>,
     /// The scopes left out (`returnPartialSuccess`).
     unreachables: Option<Vec<String>>,
+}
+
+impl<S> AggregatedList<S> {
+    /// Its scopes and the next page's token (`None` on the last page: GCE
+    /// omits the field or sends it empty), or [`ProviderError::Partial`]
+    /// when a scope was unreachable ([`require_complete`]).
+    pub(crate) fn complete(
+        self,
+        warning: impl Fn(&S) -> Option<&ScopeWarning>,
+    ) -> Result<(BTreeMap<String, S>, Option<String>), ProviderError> {
+        require_complete(
+            self.items
+                .iter()
+                .map(|(scope, scoped)| (scope.as_str(), warning(scoped))),
+            self.unreachables.as_deref(),
+        )?;
+        Ok((self.items, self.next_page_token.filter(|t| !t.is_empty())))
+    }
 }
 
 /// A scope (`zones/us-central1-a`) holds reservations, or a `warning` such as
@@ -124,17 +144,12 @@ struct InstanceProperties {
 /// ([`require_complete`]): a partial answer would make the missing
 /// reservations look gone.
 pub(crate) fn parse_page(body: &[u8], project: &str) -> Result<Page, ProviderError> {
-    let list: AggregatedList = serde_json::from_slice(body).map_err(|e| {
+    let list: AggregatedList<ScopedList> = serde_json::from_slice(body).map_err(|e| {
         ProviderError::Malformed(format!("not an aggregated reservation list ({e})"))
     })?;
-    require_complete(
-        list.items
-            .iter()
-            .map(|(scope, scoped)| (scope.as_str(), scoped.warning.as_ref())),
-        list.unreachables.as_deref(),
-    )?;
+    let (items, next_page_token) = list.complete(|s| s.warning.as_ref())?;
     let mut reservations = Vec::new();
-    for (scope, scoped) in list.items {
+    for (scope, scoped) in items {
         for wire in scoped.reservations {
             if let Some(r) = map_reservation(wire, &scope, project)? {
                 reservations.push(r);
@@ -143,7 +158,7 @@ pub(crate) fn parse_page(body: &[u8], project: &str) -> Result<Page, ProviderErr
     }
     Ok(Page {
         reservations,
-        next_page_token: list.next_page_token.filter(|t| !t.is_empty()),
+        next_page_token,
     })
 }
 

@@ -8,7 +8,7 @@ use grants_core::{Billing, Power, Seat, SettlementInstance};
 use crate::error::Result;
 use crate::model::keyset::Position;
 use crate::model::reservation::ReservationRow;
-use crate::model::states::{DeletedReason, InstanceBilling, InstanceState};
+use crate::model::states::{DeletedReason, InstanceBilling, InstanceState, PlacementKind};
 use crate::schema::instances;
 
 /// What an instance listing keeps; every filter is optional and they
@@ -138,8 +138,8 @@ pub struct InstanceRow {
     pub billing: InstanceBilling,
     /// Power and lifecycle state.
     pub state: InstanceState,
-    /// `grant`, `reservation`, `ondemand` or `none`.
-    pub placement_kind: String,
+    /// Where it sits.
+    pub placement_kind: PlacementKind,
     /// The grant holding it.
     pub grant_id: Option<String>,
     /// Account of its reservation.
@@ -152,8 +152,11 @@ pub struct InstanceRow {
     pub deleted_at: Option<i64>,
     /// Instance meters are written up to here.
     pub usage_metered_through: i64,
-    /// Whether it holds a running slot (contract 4, r3).
-    pub powered: bool,
+    /// Whether it holds a running slot (contract 4, r3): a ledger instance
+    /// when running, a managed one from its admission or start until the
+    /// provider confirms its VM stopped or gone. The `powered` column.
+    #[diesel(column_name = powered)]
+    pub holds_slot: bool,
     /// Whether it is a VM of a managed pool.
     pub managed: bool,
     /// Its VM's name.
@@ -187,13 +190,6 @@ impl InstanceRow {
         self.billing.to_core()
     }
 
-    /// Whether it holds a running slot: a ledger instance when running, a
-    /// managed one from its admission or start until the provider confirms
-    /// its VM stopped or gone (contract 4, r3).
-    pub fn running(&self) -> bool {
-        self.powered
-    }
-
     /// Whether its time is billed now: a ledger instance whenever it holds
     /// a running slot, a managed one only while its VM was seen running.
     pub fn billed(&self) -> bool {
@@ -207,15 +203,15 @@ impl InstanceRow {
             tenant_id: self.tenant_id.clone(),
             project_id: self.project_id.clone(),
             billing: self.billing(),
-            power: if self.running() {
+            power: if self.holds_slot {
                 Power::Running
             } else {
                 Power::Stopped
             },
             created_at: self.created_at,
-            seat: match (self.placement_kind.as_str(), &self.grant_id) {
-                ("grant", Some(g)) => Some(Seat::Grant(g.clone())),
-                ("reservation", _) => Some(Seat::Ordinary),
+            seat: match (self.placement_kind, &self.grant_id) {
+                (PlacementKind::Grant, Some(g)) => Some(Seat::Grant(g.clone())),
+                (PlacementKind::Reservation, _) => Some(Seat::Ordinary),
                 _ => None,
             },
         }
@@ -248,7 +244,7 @@ impl InstanceRow {
                     instances::name.eq(new.name),
                     instances::billing.eq(new.billing),
                     instances::state.eq(new.state()),
-                    instances::placement_kind.eq("none"),
+                    instances::placement_kind.eq(PlacementKind::None),
                     instances::created_at.eq(new.created_at),
                     instances::usage_metered_through.eq(new.created_at),
                     instances::powered.eq(true),

@@ -169,6 +169,21 @@ text_enum! {
 }
 
 text_enum! {
+    /// `instances.placement_kind` and `placement_segments.kind`: where an
+    /// instance sits (contract 3.7's `placement.kind`).
+    PlacementKind {
+        /// In a grant.
+        Grant = "grant",
+        /// On an ordinary slot of a reservation.
+        Reservation = "reservation",
+        /// On-demand.
+        OnDemand = "ondemand",
+        /// Nowhere.
+        None = "none",
+    }
+}
+
+text_enum! {
     /// `vm_steps.state`.
     StepState {
         /// To do or in flight.

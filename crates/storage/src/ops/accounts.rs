@@ -296,7 +296,7 @@ async fn forget_account(
     // Instances on the account's reservations are billed on-demand from now.
     for res in locked {
         for inst in InstanceRow::seated(conn, res).await? {
-            let to = if inst.running() {
+            let to = if inst.holds_slot {
                 Destination::OnDemand
             } else {
                 Destination::None

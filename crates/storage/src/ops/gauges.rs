@@ -121,8 +121,7 @@ impl VmGauges {
 /// instances' index and the open steps (`deleted` and `failed` instances,
 /// which only accumulate, are not counted).
 pub async fn vm_gauges(conn: &mut AsyncPgConnection) -> Result<VmGauges> {
-    let sql = include_str!("sql/vm_gauges.sql")
-        .replace("{DB_NOW_MS}", crate::ops::instances::managed::DB_NOW_MS);
+    let sql = include_str!("sql/vm_gauges.sql").replace("{DB_NOW_MS}", crate::clock::DB_NOW_MS);
     Ok(diesel::sql_query(sql).get_result(conn).await?)
 }
 

@@ -131,7 +131,7 @@ pub async fn create(
         // transitions due before the new grant are settled (a transition
         // written may change the steps: they are read again).
         let mut events = Vec::new();
-        let settled = settlement::settle_read(conn, &plan.reservation, started, now, &mut events);
+        let settled = settlement::settle_locked(conn, &plan.reservation, started, now, &mut events);
         let granted = if settled.await? > 0 {
             peak(conn, new.account_id, new.reservation_id, term).await?
         } else {

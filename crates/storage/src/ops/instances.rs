@@ -34,8 +34,9 @@ pub mod managed;
 mod placement;
 mod start;
 
+use crate::ops::vms::outbox;
 use grants_core::vm::Cause;
-use managed::{Observation, vm_name};
+use managed::{Change, Observation, vm_name};
 use placement::view;
 pub use placement::{Seats, Target, apply_move, place_at, place_with, seats, take_in};
 pub use start::start;
@@ -101,10 +102,11 @@ async fn decide(
             continue;
         }
         // Transitions written move instances: then the seats are counted again.
-        let view = match settlement::settled_read(conn, &res, started, now, events).await? {
-            (0, open) => placement::view_of(&res, now, open, &seats),
-            (_, open) => view(conn, &res, now, open).await?,
-        };
+        let view =
+            match settlement::settle_locked_with_grants(conn, &res, started, now, events).await? {
+                (0, open) => placement::view_of(&res, now, open, &seats),
+                (_, open) => view(conn, &res, now, open).await?,
+            };
         let seat = grants_core::place_on(&view, request);
         views.push(view);
         rows.push(res);
@@ -210,17 +212,28 @@ fn charges_for(pool: &Pool, flavor: &str) -> Result<Vec<Charge>> {
 #[derive(Debug, Clone)]
 pub struct NewInstance<'a> {
     /// The acting tenant.
-    pub tenant_id: &'a str,
+    pub tenant_id: &'a TenantId,
     /// Pool.
-    pub pool_id: &'a str,
+    pub pool_id: &'a ids::PoolId,
     /// Flavor.
     pub flavor: &'a str,
     /// Project.
-    pub project_id: Option<&'a str>,
+    pub project_id: Option<&'a ids::ProjectId>,
     /// Name (defaults to the id).
     pub name: Option<&'a str>,
     /// Billing.
     pub billing: Billing,
+}
+
+/// [`NewInstance`] with its ids as the rows keep them.
+#[derive(Debug, Clone, Copy)]
+struct NewInstanceRefs<'a> {
+    tenant_id: &'a str,
+    pool_id: &'a str,
+    flavor: &'a str,
+    project_id: Option<&'a str>,
+    name: Option<&'a str>,
+    billing: Billing,
 }
 
 /// `instances.create`: quota charged, then placed, atomically; idempotent.
@@ -232,6 +245,14 @@ pub async fn create(
     now: i64,
 ) -> Result<Created<InstanceRow>> {
     let root = root.as_str();
+    let new = NewInstanceRefs {
+        tenant_id: new.tenant_id.as_str(),
+        pool_id: new.pool_id.as_str(),
+        flavor: new.flavor,
+        project_id: new.project_id.map(ids::ProjectId::as_str),
+        name: new.name,
+        billing: new.billing,
+    };
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(INSTANCE_PREFIX, now);
         // Default plans here: generic plans made one tenant's burst of
@@ -265,7 +286,7 @@ pub async fn create(
                 format!("project {p} is not a project of {}", new.tenant_id),
             ));
         }
-        if pool.vm.is_some() && !managed::account_exists(conn, &pool.account_id).await? {
+        if pool.vm.is_some() && !start::account_exists(conn, &pool.account_id).await? {
             return Err(StorageError::invalid_state(format!(
                 "the provider account of managed pool {} is gone",
                 pool.pool_id
@@ -310,20 +331,9 @@ pub async fn create(
             (None, _) => None,
             // A VM runs in its reservation's zone, as locked by the placement.
             (Some(_), Some(zone)) => Some(zone),
-            (Some(vm), None) => Some(managed::vm_zone(conn, &target, vm).await?),
+            (Some(vm), None) => Some(start::vm_zone(conn, &target, vm).await?),
         };
-        let reservation = match &target {
-            Target::Grant {
-                account_id,
-                reservation_id,
-                ..
-            }
-            | Target::Reservation {
-                account_id,
-                reservation_id,
-            } => Some((account_id.as_str(), reservation_id.as_str())),
-            Target::OnDemand | Target::None => None,
-        };
+        let reservation = target.reservation();
         let row = NewInstanceRow {
             instance_id: &id,
             tenant_id: new.tenant_id,
@@ -347,7 +357,7 @@ pub async fn create(
         let step = async {
             match &zone {
                 Some(zone) => {
-                    managed::record_step(c, &id, grants_core::vm::StepKind::Create, zone, now).await
+                    outbox::record_step(c, &id, grants_core::vm::StepKind::Create, zone, now).await
                 }
                 None => Ok(()),
             }
@@ -495,9 +505,7 @@ pub async fn stop(
                 conn,
                 &inst,
                 res.as_ref(),
-                Cause::StopRequested,
-                None,
-                seen,
+                Change::of(Cause::StopRequested).seen(seen),
                 now,
                 &mut events,
             )
@@ -570,9 +578,7 @@ async fn delete_locked(
             conn,
             inst,
             None,
-            Cause::DeleteRequested,
-            None,
-            seen,
+            Change::of(Cause::DeleteRequested).seen(seen),
             now,
             events,
         )
@@ -623,9 +629,7 @@ pub async fn delete(
                 conn,
                 &inst,
                 res.as_ref(),
-                Cause::DeleteRequested,
-                None,
-                seen,
+                Change::of(Cause::DeleteRequested).seen(seen),
                 now,
                 &mut events,
             )

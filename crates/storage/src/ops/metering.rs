@@ -21,7 +21,7 @@ use crate::ids;
 use crate::locks;
 use crate::model::events;
 use crate::model::instance::InstanceRow;
-use crate::model::states::{InstanceState, SettledState};
+use crate::model::states::{InstanceState, PlacementKind, SettledState};
 use crate::ops::settlement;
 use crate::schema::{grants, instances, placement_segments as seg, pools, reservations};
 
@@ -200,7 +200,7 @@ pub async fn due_settlements(
         .await?)
 }
 
-/// Settles one reservation's timeline up to `now` in its own transaction,
+/// Settles one reservation up to `now` in its own transaction,
 /// unless another transaction holds it (it settles it itself). Returns the
 /// number of transitions applied.
 pub async fn settle_reservation(
@@ -363,12 +363,12 @@ async fn reservation_places(
 }
 
 /// Which meter a segment kind feeds.
-fn meter_of(kind: &str) -> Option<&'static str> {
+fn meter_of(kind: PlacementKind) -> Option<&'static str> {
     match kind {
-        "grant" => Some("vm.grant.usage.hours"),
-        "reservation" => Some("vm.reserved.hours"),
-        "ondemand" => Some("vm.ondemand.hours"),
-        _ => None,
+        PlacementKind::Grant => Some("vm.grant.usage.hours"),
+        PlacementKind::Reservation => Some("vm.reserved.hours"),
+        PlacementKind::OnDemand => Some("vm.ondemand.hours"),
+        PlacementKind::None => None,
     }
 }
 
@@ -376,7 +376,7 @@ fn meter_of(kind: &str) -> Option<&'static str> {
 struct SegmentRow {
     from_ms: i64,
     to_ms: Option<i64>,
-    kind: String,
+    kind: PlacementKind,
     running: bool,
     grant_id: Option<String>,
     account_id: Option<String>,
@@ -411,13 +411,15 @@ async fn instance_records(
     // One series per (meter, target): its own cumulative rounding.
     let mut series: BTreeMap<(&'static str, String), Series> = BTreeMap::new();
     for s in segments.iter().filter(|s| s.running) {
-        let Some(meter) = meter_of(&s.kind) else {
+        let Some(meter) = meter_of(s.kind) else {
             continue;
         };
-        let target = match s.kind.as_str() {
-            "grant" => s.grant_id.clone().unwrap_or_default(),
-            "reservation" => s.reservation_id.clone().unwrap_or_default(),
-            _ => "ondemand".to_owned(),
+        let target = match s.kind {
+            PlacementKind::Grant => s.grant_id.clone().unwrap_or_default(),
+            PlacementKind::Reservation => s.reservation_id.clone().unwrap_or_default(),
+            PlacementKind::OnDemand | PlacementKind::None => {
+                PlacementKind::OnDemand.as_str().to_owned()
+            }
         };
         let res = s.account_id.clone().zip(s.reservation_id.clone());
         let entry = series

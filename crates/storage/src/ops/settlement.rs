@@ -59,7 +59,7 @@ pub fn live_at(grants: Vec<GrantRow>, now: i64) -> Vec<GrantRow> {
         .collect()
 }
 
-/// Settles the locked reservation's timeline up to `now`, queuing events.
+/// Settles the locked reservation up to `now`, queuing events.
 /// It reads (and locks) only the open grants started by `now`, and the
 /// seated instances only when one of them is due: a settlement with nothing
 /// due costs one indexed read, whatever the reservation's history.
@@ -70,35 +70,37 @@ pub async fn settle(
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
     let grants = locks::started_grants(conn, res, now).await?;
-    settle_read(conn, res, grants, now, events).await
+    settle_locked(conn, res, grants, now, events).await
 }
 
 /// Settles like [`settle`] and answers, with the number of transitions, the
 /// open grants started by `now` as they stand after it (locked): read once
 /// when nothing was due, again after the writes otherwise. The placement
 /// view and the notices take the live grants from it.
-pub async fn settled_grants(
+pub async fn settle_with_grants(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<Vec<GrantRow>> {
     let grants = locks::started_grants(conn, res, now).await?;
-    Ok(settled_read(conn, res, grants, now, events).await?.1)
+    Ok(settle_locked_with_grants(conn, res, grants, now, events)
+        .await?
+        .1)
 }
 
-/// [`settled_grants`] of the open grants started by `now` already read and
+/// [`settle_with_grants`] of the open grants started by `now` already read and
 /// locked ([`locks::started_grants_of`] under the reservation's lock), with
 /// the number of transitions written (when there were any, the grants are
 /// read again).
-pub async fn settled_read(
+pub async fn settle_locked_with_grants(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     grants: Vec<GrantRow>,
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<(usize, Vec<GrantRow>)> {
-    match settle_grants(conn, res, grants, now, events).await? {
+    match settle_if_due(conn, res, grants, now, events).await? {
         (n, Some(grants)) => Ok((n, grants)),
         (n, None) => Ok((n, locks::started_grants(conn, res, now).await?)),
     }
@@ -106,19 +108,19 @@ pub async fn settled_read(
 
 /// [`settle`] of the open grants started by `now` already read and locked
 /// ([`locks::started_grants_of`] under the reservation's lock).
-pub async fn settle_read(
+pub async fn settle_locked(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     grants: Vec<GrantRow>,
     now: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
-    Ok(settle_grants(conn, res, grants, now, events).await?.0)
+    Ok(settle_if_due(conn, res, grants, now, events).await?.0)
 }
 
 /// The transitions written, and the grants as read when nothing was due
 /// (then they are as stored; otherwise `None`: they changed).
-async fn settle_grants(
+async fn settle_if_due(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     grants: Vec<GrantRow>,

@@ -15,12 +15,13 @@ use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::vm::{Cause, StepFailure, StepKind, VmStatus};
 
+use crate::clock::DB_NOW_MS;
 use crate::error::{Result, StorageError};
 use crate::model::events;
 use crate::model::instance::InstanceRow;
-use crate::model::states::DeletedReason;
+use crate::model::states::{DeletedReason, StepState};
 use crate::ops::accounts::{self, Account};
-use crate::ops::instances::managed::{self, DB_NOW_MS, Observation};
+use crate::ops::instances::managed::{self, Change, Observation};
 use crate::ops::instances::{lock_for_worker, lock_quota_of};
 use crate::ops::pools::{self, Pool};
 use crate::schema::{instances, vm_steps};
@@ -137,7 +138,7 @@ pub async fn next_due(conn: &mut AsyncPgConnection, paused: &[String]) -> Result
     crate::db::read_only(conn, async |conn| {
         if paused.is_empty() {
             return Ok(vm_steps::table
-                .filter(vm_steps::state.eq("open"))
+                .filter(vm_steps::state.eq(StepState::Open))
                 .select(diesel::dsl::min(vm_steps::due_wall))
                 .first(conn)
                 .await?);
@@ -159,10 +160,10 @@ pub async fn next_due(conn: &mut AsyncPgConnection, paused: &[String]) -> Result
 /// What a worker needs for a claim: the instance, its pool and account, and
 /// this installation's id.
 pub async fn work_of(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<StepWork> {
-    crate::db::read_only(conn, async |conn| work_of_now(conn, claim).await).await
+    crate::db::read_only(conn, async |conn| read_work(conn, claim).await).await
 }
 
-async fn work_of_now(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<StepWork> {
+async fn read_work(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<StepWork> {
     let instance = InstanceRow::find(conn, &claim.instance_id)
         .await?
         .ok_or_else(|| StorageError::internal("a step of an unknown instance"))?;
@@ -187,11 +188,23 @@ async fn work_of_now(conn: &mut AsyncPgConnection, claim: StepClaim) -> Result<S
     })
 }
 
+/// What a step's progress does with the provider's operation it follows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum OperationChange {
+    /// Keeps what the step has.
+    #[default]
+    Keep,
+    /// Follows this operation from now.
+    Follow(String),
+    /// Forgets it: the next try sends the call again.
+    Forget,
+}
+
 /// How a step goes on.
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
-    /// The provider's operation now (`Some(None)`: forget it, a new try).
-    pub operation: Option<Option<String>>,
+    /// The provider's operation from now.
+    pub operation: OperationChange,
     /// The next zone of an on-demand create, with a fresh request id.
     pub next_zone: Option<(String, i32)>,
     /// A fresh request id for the next send (a refused delete, sent again:
@@ -217,8 +230,9 @@ pub async fn progress(
     p: &Progress,
 ) -> Result<bool> {
     let (set_op, op) = match &p.operation {
-        Some(op) => (true, op.clone()),
-        None => (false, None),
+        OperationChange::Keep => (false, None),
+        OperationChange::Follow(op) => (true, Some(op.clone())),
+        OperationChange::Forget => (true, None),
     };
     let (zone, index, request) = match &p.next_zone {
         Some((z, i)) => (
@@ -358,7 +372,7 @@ fn cause_of(kind: StepKind, outcome: &Outcome) -> Cause {
 /// Whether applying `cause` to `inst` may release its quota (and so needs
 /// its quota rows locked first).
 fn may_release_quota(inst: &InstanceRow, cause: Cause) -> bool {
-    grants_core::vm::next(inst.state.to_vm(), inst.powered, cause)
+    grants_core::vm::next(inst.state.to_vm(), inst.holds_slot, cause)
         .is_ok_and(|t| t.release == grants_core::vm::Release::All)
 }
 
@@ -420,7 +434,7 @@ async fn finish_once(
         if !quota && may_release_quota(&inst, cause) {
             return Err(Finish::NeedsQuota);
         }
-        let changed_wall = managed::db_now_ms(conn).await?;
+        let changed_wall = crate::clock::db_now_ms(conn).await?;
         let seen = match outcome {
             Outcome::Confirmed { vm_status } => Observation {
                 vm_status: vm_status.clone(),
@@ -443,9 +457,7 @@ async fn finish_once(
             conn,
             &inst,
             res.as_ref(),
-            cause,
-            None,
-            seen,
+            Change::of(cause).seen(seen),
             now,
             &mut events,
         )
@@ -463,11 +475,11 @@ async fn finish_once(
         );
         if failed_create && !taken {
             let zone = claim.zone.clone();
-            managed::record_step(conn, &inst.instance_id, StepKind::Delete, &zone, now).await?;
+            outbox::record_step(conn, &inst.instance_id, StepKind::Delete, &zone, now).await?;
         }
         let state = match outcome {
-            Outcome::Confirmed { .. } => "done",
-            Outcome::Failed { .. } => "failed",
+            Outcome::Confirmed { .. } => StepState::Done,
+            Outcome::Failed { .. } => StepState::Failed,
         };
         let code = match outcome {
             Outcome::Failed { failure } => Some(failure.code()),
@@ -496,6 +508,7 @@ async fn finish_once(
 }
 
 mod listings;
+pub mod outbox;
 
 pub use listings::{
     Drift, ListingClaim, Orphan, SeenVm, apply_listing, claim_listing, end_listing,

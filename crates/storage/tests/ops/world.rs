@@ -187,8 +187,8 @@ impl World {
     pub async fn instance(&mut self, now: i64) -> Result<InstanceRow> {
         let key = Key::new();
         let new = NewInstance {
-            tenant_id: self.acme.as_str(),
-            pool_id: self.pool.as_str(),
+            tenant_id: &self.acme,
+            pool_id: &self.pool,
             flavor: FLAVOR,
             project_id: None,
             name: None,

@@ -674,13 +674,12 @@ async fn capacity_short_is_published_once_per_change_of_total() {
     let c =
         grant_id(&create_grant_ok(&s, grant_body(&p, 2, T0 + 6 * HOUR, T0 + 7 * HOUR, "c")).await);
     // Neither an ended nor a cancelled grant counts.
-    let over = grant_id(&create_grant_ok(&s, grant_body(&p, 2, T0, T0 + 10 * MIN, "d")).await);
+    grant_id(&create_grant_ok(&s, grant_body(&p, 2, T0, T0 + 10 * MIN, "d")).await);
     let cancelled =
         grant_id(&create_grant_ok(&s, grant_body(&p, 2, T0 + 8 * HOUR, T0 + 9 * HOUR, "e")).await);
     end_grant(&s, &p.account, &cancelled).await.ok();
     let live = set(&[a.as_str(), b.as_str(), c.as_str()]);
     s.set_clock(T0 + 30 * MIN).await;
-    let _ = over;
 
     // Peak of the live grants from now on: 8 over [T0+H, T0+3H).
     let short = "reservation-grant.capacity-short";

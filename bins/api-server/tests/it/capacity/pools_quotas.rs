@@ -281,7 +281,7 @@ async fn pools_offer_creates_and_updates_rows_with_events_in_that_tenant() {
 async fn root_sees_every_pool_and_a_tenant_only_those_offered_to_it() {
     let s = Server::start().await;
     let acme = s.tenant("acme").await;
-    let beta = s.tenant("beta").await;
+    s.tenant("beta").await;
     let viewer = s.key(&acme, "acme", "viewer", None).await;
     let account = root_account(&s).await;
     let t0 = s.now().await;
@@ -326,7 +326,6 @@ async fn root_sees_every_pool_and_a_tenant_only_those_offered_to_it() {
     get_pool(&s, ROOT_TOKEN, ROOT, MISSING_POOL)
         .await
         .err(404, "NOT_FOUND");
-    let _ = beta;
 }
 
 #[tokio::test(flavor = "multi_thread")]

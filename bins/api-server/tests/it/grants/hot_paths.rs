@@ -273,9 +273,11 @@ async fn an_instance_create_reads_only_the_seated_instances() {
     let hash = storage::ids::request_hash(&body);
     let mut conn = probe(&s).await;
     let before = reads(&mut conn, "instances").await.expect("stats");
+    let acme = storage::ids::TenantId::parse("acme").expect("tenant id");
+    let pool = storage::ids::PoolId::parse(&p.pool).expect("pool id");
     let new = storage::ops::instances::NewInstance {
-        tenant_id: "acme",
-        pool_id: &p.pool,
+        tenant_id: &acme,
+        pool_id: &pool,
         flavor: FLAVOR,
         project_id: None,
         name: None,
@@ -291,7 +293,8 @@ async fn an_instance_create_reads_only_the_seated_instances() {
         .await
         .expect("create");
     assert_eq!(
-        created.value.placement_kind, "grant",
+        created.value.placement_kind.as_str(),
+        "grant",
         "it lands in the grant"
     );
     let seen = reads(&mut conn, "instances")

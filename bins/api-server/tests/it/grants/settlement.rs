@@ -391,7 +391,6 @@ async fn a_renewal_takes_running_instances_before_stopped_ones_up_to_its_free_sl
         segments(&s, &s1).await.last(),
         Some(&seg_off(end, None, "none", false))
     );
-    let _ = g1;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,12 +4,12 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::InstanceBuilder;
 use crate::support::clock::{MIN, T0};
 use crate::support::db::{seg_off, seg_res, segments};
 use crate::support::fixtures::{
-    create_instance, create_instance_ok, default_quotas, get_instance, id, instance_op,
-    instance_op_ok, list_instances, no_such, offer, placement, plain, platform_at_t0, project,
-    tenant_with_pool, used,
+    default_quotas, get_instance, id, instance_op, instance_op_ok, list_instances, no_such, offer,
+    placement, plain, platform_at_t0, project, tenant_with_pool, used,
 };
 use crate::support::gce::FLAVOR;
 
@@ -18,7 +18,7 @@ async fn create_returns_the_instance_with_every_field() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let web = project(&s, t, "acme", "web").await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     let inst_id = id(&a);
     assert!(
         inst_id.starts_with("inst_")
@@ -40,15 +40,13 @@ async fn create_returns_the_instance_with_every_field() {
         a["placement"],
         json!({ "kind": "reservation", "reservationId": p.reservation })
     );
-    let b = create_instance_ok(
-        &s,
-        t,
-        "acme",
-        &p.pool,
-        "b",
-        json!({ "name": "web 1", "projectId": web, "billing": "standard" }),
-    )
-    .await;
+    let b = InstanceBuilder::new(&p)
+        .key("b")
+        .name("web 1")
+        .project(&web)
+        .billing("standard")
+        .create(&s)
+        .await;
     assert_eq!(b["name"], "web 1");
     assert_eq!(b["projectId"], web.as_str());
     // get returns the same object.
@@ -59,33 +57,33 @@ async fn create_returns_the_instance_with_every_field() {
 async fn a_pool_not_offered_to_the_tenant_is_not_found() {
     let (s, p) = platform_at_t0(4).await;
     let globex = s.tenant("globex").await;
-    let r = create_instance(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let r = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .send(&s)
+        .await;
     r.err(404, "NOT_FOUND");
     // Not even an unknown flavor is revealed.
-    let r = create_instance(
-        &s,
-        &globex,
-        "globex",
-        &p.pool,
-        "x",
-        json!({ "flavor": "n2-standard-8" }),
-    )
-    .await;
+    let r = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .field("flavor", json!("n2-standard-8"))
+        .send(&s)
+        .await;
     r.err(404, "NOT_FOUND");
-    let r = create_instance(
-        &s,
-        &p.tenant_token,
-        "acme",
-        &no_such("pool"),
-        "x",
-        json!({}),
-    )
-    .await;
+    let r = InstanceBuilder::on(&no_such("pool"), "acme", &p.tenant_token)
+        .key("x")
+        .send(&s)
+        .await;
     r.err(404, "NOT_FOUND");
     assert!(list_instances(&s, &globex, "globex", None).await.is_empty());
     // Once offered, it works.
     offer(&s, &p.pool, "globex", default_quotas()).await;
-    create_instance_ok(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .create(&s)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -95,32 +93,28 @@ async fn an_unknown_flavor_or_a_project_of_another_tenant_is_invalid_input() {
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let theirs = project(&s, &globex, "globex", "theirs").await;
 
-    let r = create_instance(
-        &s,
-        t,
-        "acme",
-        &p.pool,
-        "a",
-        json!({ "flavor": "n2-standard-8" }),
-    )
-    .await;
+    let r = InstanceBuilder::new(&p)
+        .key("a")
+        .field("flavor", json!("n2-standard-8"))
+        .send(&s)
+        .await;
     assert_eq!(r.err(400, "INVALID_INPUT")["field"], "flavor");
-    let r = create_instance(&s, t, "acme", &p.pool, "a", json!({ "projectId": theirs })).await;
+    let r = InstanceBuilder::new(&p)
+        .key("a")
+        .project(&theirs)
+        .send(&s)
+        .await;
     assert_eq!(r.err(400, "INVALID_INPUT")["field"], "projectId");
-    let r = create_instance(
-        &s,
-        t,
-        "acme",
-        &p.pool,
-        "a",
-        json!({ "projectId": no_such("prj") }),
-    )
-    .await;
+    let r = InstanceBuilder::new(&p)
+        .key("a")
+        .field("projectId", json!(no_such("prj")))
+        .send(&s)
+        .await;
     assert_eq!(r.err(400, "INVALID_INPUT")["field"], "projectId");
     assert!(list_instances(&s, t, "acme", None).await.is_empty());
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(0));
     // The key was not consumed.
-    create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    InstanceBuilder::new(&p).key("a").create(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -128,37 +122,52 @@ async fn create_is_idempotent_per_tenant_and_a_different_body_under_the_key_conf
     let (s, p) = platform_at_t0(2).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "k", json!({ "name": "one" })).await;
+    let a = InstanceBuilder::new(&p)
+        .key("k")
+        .name("one")
+        .create(&s)
+        .await;
 
     // A replay returns the same instance, even though the reservation would
     // now have room for only one more, and charges nothing.
     s.set_clock(T0 + MIN).await;
-    let again = create_instance_ok(&s, t, "acme", &p.pool, "k", json!({ "name": "one" })).await;
+    let again = InstanceBuilder::new(&p)
+        .key("k")
+        .name("one")
+        .create(&s)
+        .await;
     assert_eq!(again, a);
     assert_eq!(list_instances(&s, t, "acme", None).await.len(), 1);
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(1));
 
     // The same key in another tenant is another request.
-    let x = create_instance_ok(
-        &s,
-        &globex,
-        "globex",
-        &p.pool,
-        "k",
-        json!({ "name": "one" }),
-    )
-    .await;
+    let x = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("k")
+        .name("one")
+        .create(&s)
+        .await;
     assert_ne!(id(&x), id(&a));
     // The reservation is now full, yet the replay still answers with the instance.
-    create_instance(&s, t, "acme", &p.pool, "other", json!({}))
+    InstanceBuilder::new(&p)
+        .key("other")
+        .send(&s)
         .await
         .err(409, "CAPACITY_UNAVAILABLE");
-    let again = create_instance_ok(&s, t, "acme", &p.pool, "k", json!({ "name": "one" })).await;
+    let again = InstanceBuilder::new(&p)
+        .key("k")
+        .name("one")
+        .create(&s)
+        .await;
     assert_eq!(id(&again), id(&a));
 
     // A replay returns the instance as it is now.
     instance_op_ok(&s, t, "acme", "stop", &id(&a)).await;
-    let again = create_instance_ok(&s, t, "acme", &p.pool, "k", json!({ "name": "one" })).await;
+    let again = InstanceBuilder::new(&p)
+        .key("k")
+        .name("one")
+        .create(&s)
+        .await;
     assert_eq!(
         (id(&again), again["state"].as_str()),
         (id(&a), Some("stopped"))
@@ -170,7 +179,11 @@ async fn create_is_idempotent_per_tenant_and_a_different_body_under_the_key_conf
         json!({}),
         json!({ "name": "one", "flavor": "n2-standard-8" }),
     ] {
-        let r = create_instance(&s, t, "acme", &p.pool, "k", other.clone()).await;
+        let r = InstanceBuilder::new(&p)
+            .key("k")
+            .fields(other.clone())
+            .send(&s)
+            .await;
         let d = r.err(409, "CONFLICT");
         assert_eq!(d["idempotencyKey"], "k", "{other}");
     }
@@ -181,10 +194,9 @@ async fn create_is_idempotent_per_tenant_and_a_different_body_under_the_key_conf
 async fn concurrent_creates_with_one_key_create_one_instance() {
     let (s, p) = platform_at_t0(10).await;
     let t = &p.tenant_token;
-    let answers = futures::future::join_all(
-        (0..12).map(|_| create_instance(&s, t, "acme", &p.pool, "same", json!({}))),
-    )
-    .await;
+    let answers =
+        futures::future::join_all((0..12).map(|_| InstanceBuilder::new(&p).key("same").send(&s)))
+            .await;
     let ids: std::collections::BTreeSet<String> = answers
         .into_iter()
         .map(|a| id(&a.ok()["instance"]))
@@ -198,7 +210,7 @@ async fn concurrent_creates_with_one_key_create_one_instance() {
 async fn stopping_a_stopped_or_starting_a_running_instance_returns_it_unchanged() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     s.set_clock(T0 + MIN).await;
     let started = instance_op_ok(&s, t, "acme", "start", &id(&a)).await;
     assert_eq!(started, a);
@@ -221,7 +233,7 @@ async fn stopping_a_stopped_or_starting_a_running_instance_returns_it_unchanged(
 async fn a_deleted_instance_cannot_be_stopped_or_started_and_deleting_it_again_returns_it() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     s.set_clock(T0 + MIN).await;
     let deleted = instance_op_ok(&s, t, "acme", "delete", &id(&a)).await;
     assert_eq!(deleted["state"], "deleted");
@@ -242,7 +254,7 @@ async fn a_deleted_instance_cannot_be_stopped_or_started_and_deleting_it_again_r
         vec![seg_res(T0, Some(T0 + MIN), true, &p.reservation)]
     );
     // A stopped instance can be deleted too; its history ends there.
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     s.set_clock(T0 + 3 * MIN).await;
     instance_op_ok(&s, t, "acme", "stop", &id(&b)).await;
     s.set_clock(T0 + 4 * MIN).await;
@@ -264,7 +276,7 @@ async fn another_tenants_instance_is_not_found() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     for method in ["get", "stop", "start", "delete"] {
         instance_op(&s, &globex, "globex", method, &id(&a))
             .await
@@ -299,12 +311,16 @@ async fn list_is_newest_first_and_filters_by_project() {
         if let Some(pr) = pr {
             extra["projectId"] = json!(pr);
         }
-        let v = create_instance_ok(&s, t, "acme", &p.pool, &format!("k{i}"), extra).await;
+        let v = InstanceBuilder::new(&p)
+            .key(&format!("k{i}"))
+            .fields(extra)
+            .create(&s)
+            .await;
         made.push((id(&v), pr.map(String::as_str)));
     }
     // Two more created in the same millisecond: newest first is then by id.
     for key in ["s1", "s2"] {
-        let v = create_instance_ok(&s, t, "acme", &p.pool, key, json!({})).await;
+        let v = InstanceBuilder::new(&p).key(key).create(&s).await;
         made.push((id(&v), None));
     }
     let all = list_instances(&s, t, "acme", None).await;
@@ -482,16 +498,23 @@ async fn every_field_is_validated() {
 async fn instances_need_compute_instances_manage() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     let member = s.key(t, "acme", "member", None).await;
     let viewer = s.key(t, "acme", "viewer", None).await;
-    let b = create_instance_ok(&s, &member, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p)
+        .by("acme", &member)
+        .key("b")
+        .create(&s)
+        .await;
     assert_eq!(
         instance_op_ok(&s, &member, "acme", "stop", &id(&b)).await["state"],
         "stopped"
     );
     assert_eq!(list_instances(&s, &member, "acme", None).await.len(), 2);
-    create_instance(&s, &viewer, "acme", &p.pool, "c", json!({}))
+    InstanceBuilder::new(&p)
+        .by("acme", &viewer)
+        .key("c")
+        .send(&s)
         .await
         .err(403, "ACCESS_DENIED");
     for method in ["get", "stop", "start", "delete"] {

@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
+use crate::support::builders::InstanceBuilder;
 use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::{instances_in_db, quotas_in_db};
 use crate::support::fixtures::{
-    Platform, create_instance, create_instance_ok, grant, grant_of, grant_on, id, instance_op,
-    instance_op_ok, kind, offer, platform_at_t0, quotas, second_account, set_quota,
-    tenant_with_pool,
+    Platform, grant, grant_of, grant_on, id, instance_op, instance_op_ok, kind, offer,
+    platform_at_t0, quotas, second_account, set_quota, tenant_with_pool,
 };
 use crate::support::server::{Answer, Server};
 
@@ -124,7 +124,10 @@ async fn concurrent_creates_by_three_grantees_never_overfill_and_charge_exactly(
         .map(|i| (TENANTS[i % 3].0, format!("c{i}")))
         .collect();
     let answers = futures::future::join_all(requests.iter().map(|(tenant, key)| {
-        create_instance(&s, &tokens[tenant], tenant, &p.pool, key, json!({}))
+        InstanceBuilder::new(&p)
+            .by(tenant, &tokens[tenant])
+            .key(key)
+            .send(&s)
     }))
     .await;
     let (ok, capacity, quota) = classify(&answers);
@@ -188,7 +191,10 @@ async fn concurrent_creates_by_three_grantees_never_overfill_and_charge_exactly(
                 match inst {
                     Some(inst) => instance_op(s, &token, tenant, method, inst).await,
                     None => {
-                        create_instance(s, &token, tenant, &p.pool, &format!("d{i}"), json!({}))
+                        InstanceBuilder::new(p)
+                            .by(tenant, &token)
+                            .key(&format!("d{i}"))
+                            .send(s)
                             .await
                     }
                 }
@@ -235,11 +241,18 @@ async fn tenant_deletion_racing_creates_and_starts_leaves_nothing_of_the_tenant_
         .await;
         grant(&s, &p, &tenant, 1, T0, T0 + 10 * HOUR).await;
         // One instance in the grant, and stopped instances without a slot.
-        create_instance_ok(&s, &token, &tenant, &p.pool, "g", json!({})).await;
+        InstanceBuilder::new(&p)
+            .by(&tenant, &token)
+            .key("g")
+            .create(&s)
+            .await;
         let mut stopped = Vec::new();
         for k in 0..8 {
-            let i =
-                create_instance_ok(&s, &token, &tenant, &p.pool, &format!("s{k}"), json!({})).await;
+            let i = InstanceBuilder::new(&p)
+                .by(&tenant, &token)
+                .key(&format!("s{k}"))
+                .create(&s)
+                .await;
             instance_op_ok(&s, &token, &tenant, "stop", &id(&i)).await;
             stopped.push(id(&i));
         }
@@ -249,7 +262,7 @@ async fn tenant_deletion_racing_creates_and_starts_leaves_nothing_of_the_tenant_
         let keys: Vec<String> = (0..16).map(|k| format!("c{k}")).collect();
         let creates = keys
             .iter()
-            .map(|k| create_instance(&s, &token, &tenant, &p.pool, k, json!({})));
+            .map(|k| InstanceBuilder::new(&p).by(&tenant, &token).key(k).send(&s));
         let delete = delete_tenant(&s, &tenant);
         let (starts, creates, deleted) = tokio::join!(
             futures::future::join_all(starts),
@@ -300,14 +313,22 @@ async fn start_after_its_grant_ended_races_create_without_deadlock() {
     // A live grant on res-b, full, so that creates visit res-b and an
     // ending grant's instances have no renewal to move into.
     let long = grant_on(&s, &account_b, &res_b, acme, 1, T0, T0 + 1000 * HOUR).await;
-    let held = create_instance_ok(&s, &token, acme, &p.pool, "held", json!({})).await;
+    let held = InstanceBuilder::new(&p)
+        .by(acme, &token)
+        .key("held")
+        .create(&s)
+        .await;
     assert_eq!(grant_of(&held).as_deref(), Some(long.as_str()));
 
     let mut now = T0;
     for round in 0..50 {
         let ending = grant_on(&s, &account_b, &res_b, acme, 1, now, now + HOUR).await;
         let key = format!("x{round}");
-        let x = create_instance_ok(&s, &token, acme, &p.pool, &key, json!({})).await;
+        let x = InstanceBuilder::new(&p)
+            .by(acme, &token)
+            .key(&key)
+            .create(&s)
+            .await;
         assert_eq!(
             grant_of(&x).as_deref(),
             Some(ending.as_str()),
@@ -321,7 +342,7 @@ async fn start_after_its_grant_ended_races_create_without_deadlock() {
         let x = id(&x);
         let (started, created) = tokio::join!(
             instance_op(&s, &token, acme, "start", &x),
-            create_instance(&s, &token, acme, &p.pool, &key, json!({})),
+            InstanceBuilder::new(&p).by(acme, &token).key(&key).send(&s),
         );
         assert_eq!(
             started.status, 200,

@@ -10,23 +10,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::builders::{InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{installation, new_installation};
 use crate::support::fixtures::{
-    bind, create_account, create_instance_ok, create_pool, gce_account, id, instance_op_ok, scan,
-    tenant_with_pool,
+    bind, create_account, create_pool, gce_account, id, instance_op_ok, scan, tenant_with_pool,
 };
 use crate::support::gce::{FLAVOR, Gce, PROJECT, ZONE};
 use crate::support::server::{ROOT, ROOT_TOKEN, Server, rand_suffix};
-use crate::support::vms::{
-    IMAGE, VM_ENV, managed_platform, managed_platform_on, managed_pool_body, vm_pass,
-};
+use crate::support::vms::{IMAGE, VM_ENV, managed_platform, managed_pool_body, vm_name, vm_pass};
 use crate::support::worker;
 use crate::system::metrics::{scrape_until, value};
-
-fn vm_name(inst: &Value) -> String {
-    inst["vm"]["name"].as_str().expect("vm.name").to_owned()
-}
 
 async fn state(s: &Server, token: &str, inst: &str) -> String {
     let v = instance_op_ok(s, token, "acme", "get", inst).await;
@@ -87,7 +81,10 @@ async fn two_installations_sharing_a_project_never_touch_each_others_vms() {
     for s in [&one, &two] {
         s.set_clock(T0).await;
         let (pool, token) = managed_on(s, &gce).await;
-        let inst = create_instance_ok(s, &token, "acme", &pool, "a", json!({})).await;
+        let inst = InstanceBuilder::on(&pool, "acme", &token)
+            .key("a")
+            .create(s)
+            .await;
         vm_pass(s).await;
         assert_eq!(state(s, &token, &id(&inst)).await, "running");
         made.push((id(&inst), vm_name(&inst), token));
@@ -128,7 +125,7 @@ async fn a_vm_of_another_installation_is_never_adopted_nor_deleted() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 3).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     // Another installation's VM of the very name and instance (a copy of
     // this database made it): the create answers alreadyExists, and the VM
     // is not ours.
@@ -159,7 +156,7 @@ async fn an_orphan_newer_than_every_instance_made_is_kept_and_reported_once() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 4).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     vm_pass(&s).await;
     assert_eq!(state(&s, t, &id(&a)).await, "running");
     // As after a restore from a backup: a VM of this installation made for
@@ -201,7 +198,7 @@ async fn an_orphan_newer_than_every_instance_made_is_kept_and_reported_once() {
 
     // The database makes newer instances now: the VM found stays kept.
     s.set_clock(T0 + 2 * HOUR).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     assert!(id(&b) > newer);
     for k in 1..=3 {
         s.set_clock(T0 + 2 * HOUR + k * 10 * MIN).await;
@@ -248,7 +245,12 @@ async fn an_orphan_counts_as_deleted_only_once_a_read_answers_404() {
         .with_operation_latency(LATENCY_MS, LATENCY_MS);
     let s = Server::start().await;
     s.set_clock(T0).await;
-    let p = managed_platform_on(&s, Gce::start_fake(fake).await, 2).await;
+    let p = PlatformBuilder::new()
+        .slots(2)
+        .managed()
+        .gce(Gce::start_fake(fake).await)
+        .build(&s)
+        .await;
     let labels = json!({ "bc-managed": "true", "bc-instance": "inst_gone" });
     let op = p
         .gce

@@ -3,11 +3,10 @@
 
 use serde_json::json;
 
+use crate::support::builders::InstanceBuilder;
 use crate::support::calls::get_quotas;
 use crate::support::clock::{HOUR, T0};
-use crate::support::fixtures::{
-    create_grant, create_instance, grant_body, instance_op, placement, platform_at_t0,
-};
+use crate::support::fixtures::{create_grant, grant_body, instance_op, placement, platform_at_t0};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_grantee_fills_its_grant_then_ordinary_slots_and_a_full_reservation_refuses_everyone() {
@@ -17,26 +16,20 @@ async fn the_grantee_fills_its_grant_then_ordinary_slots_and_a_full_reservation_
         .ok();
     let gid = g["grant"]["grantId"].as_str().unwrap().to_owned();
     let t = &p.tenant_token;
-    let a = create_instance(&s, t, "acme", &p.pool, "a", json!({}))
-        .await
-        .ok();
+    let a = InstanceBuilder::new(&p).key("a").send(&s).await.ok();
     assert_eq!(
         placement(&a["instance"]),
         ("grant".into(), Some(gid.clone()))
     );
-    let b = create_instance(&s, t, "acme", &p.pool, "b", json!({}))
-        .await
-        .ok();
+    let b = InstanceBuilder::new(&p).key("b").send(&s).await.ok();
     assert_eq!(
         placement(&b["instance"]),
         ("grant".into(), Some(gid.clone()))
     );
-    let c = create_instance(&s, t, "acme", &p.pool, "c", json!({}))
-        .await
-        .ok();
+    let c = InstanceBuilder::new(&p).key("c").send(&s).await.ok();
     assert_eq!(placement(&c["instance"]).0, "reservation");
     // Physically full: 3 running on 3 slots.
-    let d = create_instance(&s, t, "acme", &p.pool, "d", json!({})).await;
+    let d = InstanceBuilder::new(&p).key("d").send(&s).await;
     let details = d.err(409, "CAPACITY_UNAVAILABLE");
     assert_eq!(details["total"], 3);
     assert_eq!(details["inUse"], 3);
@@ -70,16 +63,21 @@ async fn others_never_take_an_unused_granted_slot() {
     )
     .await
     .ok();
-    let x = create_instance(&s, &other, "globex", &p.pool, "x", json!({}))
+    let x = InstanceBuilder::new(&p)
+        .by("globex", &other)
+        .key("x")
+        .send(&s)
         .await
         .ok();
     assert_eq!(placement(&x["instance"]).0, "reservation");
     // The one free slot left is granted to acme and idle: globex is refused.
-    let y = create_instance(&s, &other, "globex", &p.pool, "y", json!({})).await;
+    let y = InstanceBuilder::new(&p)
+        .by("globex", &other)
+        .key("y")
+        .send(&s)
+        .await;
     assert_eq!(y.err(409, "CAPACITY_UNAVAILABLE")["available"], 0);
-    let a = create_instance(&s, &p.tenant_token, "acme", &p.pool, "a", json!({}))
-        .await
-        .ok();
+    let a = InstanceBuilder::new(&p).key("a").send(&s).await.ok();
     assert_eq!(placement(&a["instance"]).0, "grant");
 }
 
@@ -87,9 +85,7 @@ async fn others_never_take_an_unused_granted_slot() {
 async fn a_grant_takes_in_running_instances_at_its_start_and_hands_them_over_at_its_end() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let a = create_instance(&s, t, "acme", &p.pool, "a", json!({}))
-        .await
-        .ok();
+    let a = InstanceBuilder::new(&p).key("a").send(&s).await.ok();
     let a_id = a["instance"]["instanceId"].as_str().unwrap().to_owned();
     assert_eq!(placement(&a["instance"]).0, "reservation");
     let g = create_grant(&s, grant_body(&p, 1, T0 + HOUR, T0 + 2 * HOUR, "g"))
@@ -103,21 +99,15 @@ async fn a_grant_takes_in_running_instances_at_its_start_and_hands_them_over_at_
     // Nothing has settled; reading the instance after the start settles nothing by itself,
     // but any decision on the reservation does. A get reports the stored placement.
     s.set_clock(T0 + HOUR + 5).await;
-    create_instance(&s, t, "acme", &p.pool, "b", json!({}))
-        .await
-        .ok();
+    InstanceBuilder::new(&p).key("b").send(&s).await.ok();
     let got = instance_op(&s, t, "acme", "get", &a_id).await.ok();
     assert_eq!(placement(&got["instance"]), ("grant".into(), Some(gid)));
     s.set_clock(T0 + 2 * HOUR + 5).await;
-    create_instance(&s, t, "acme", &p.pool, "c", json!({}))
-        .await
-        .ok();
+    InstanceBuilder::new(&p).key("c").send(&s).await.ok();
     let got = instance_op(&s, t, "acme", "get", &a_id).await.ok();
     assert_eq!(placement(&got["instance"]), ("grant".into(), Some(rid)));
     s.set_clock(T0 + 3 * HOUR + 5).await;
-    create_instance(&s, t, "acme", &p.pool, "d", json!({}))
-        .await
-        .ok();
+    InstanceBuilder::new(&p).key("d").send(&s).await.ok();
     let got = instance_op(&s, t, "acme", "get", &a_id).await.ok();
     assert_eq!(placement(&got["instance"]).0, "reservation");
 }
@@ -130,9 +120,7 @@ async fn stop_keeps_a_grant_slot_start_returns_to_it_and_delete_releases_quota()
         .await
         .ok();
     let gid = g["grant"]["grantId"].as_str().unwrap().to_owned();
-    let a = create_instance(&s, t, "acme", &p.pool, "a", json!({}))
-        .await
-        .ok();
+    let a = InstanceBuilder::new(&p).key("a").send(&s).await.ok();
     let a_id = a["instance"]["instanceId"].as_str().unwrap().to_owned();
     let stopped = instance_op(&s, t, "acme", "stop", &a_id).await.ok();
     assert_eq!(stopped["instance"]["state"], "stopped");
@@ -141,9 +129,7 @@ async fn stop_keeps_a_grant_slot_start_returns_to_it_and_delete_releases_quota()
         ("grant".into(), Some(gid.clone()))
     );
     // The stopped instance still holds the grant: a new one goes to the ordinary slot.
-    let b = create_instance(&s, t, "acme", &p.pool, "b", json!({}))
-        .await
-        .ok();
+    let b = InstanceBuilder::new(&p).key("b").send(&s).await.ok();
     assert_eq!(placement(&b["instance"]).0, "reservation");
     let started = instance_op(&s, t, "acme", "start", &a_id).await.ok();
     assert_eq!(started["instance"]["state"], "running");

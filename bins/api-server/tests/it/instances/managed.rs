@@ -3,29 +3,18 @@
 //! steps, billed from the observed RUNNING, failures, drift and orphans, and
 //! a ledger pool that never reaches the provider.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
+use crate::support::builders::{InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::fixtures::{
-    create_instance, create_instance_ok, id, instance_op, instance_op_ok, platform, used,
-};
-use crate::support::gce::{FLAVOR, ZONE};
+use crate::support::fixtures::{id, instance_op, instance_op_ok, used};
+use crate::support::gce::{Gce, ZONE};
 use crate::support::meter::usage_of_instance;
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
-use crate::support::vms::{IMAGE, managed_platform, managed_pool_body, vm_pass};
+use crate::support::vms::{
+    IMAGE, acme_instance, managed_platform, managed_pool_body, state, vm_name, vm_pass,
+};
 use crate::support::worker;
-
-fn state(inst: &Value) -> &str {
-    inst["state"].as_str().unwrap_or_default()
-}
-
-fn vm_name(inst: &Value) -> String {
-    inst["vm"]["name"].as_str().expect("vm.name").to_owned()
-}
-
-async fn get(s: &Server, token: &str, inst: &str) -> Value {
-    instance_op_ok(s, token, "acme", "get", inst).await
-}
 
 /// `(meter, periodStart, quantity)` of an instance's records.
 async fn meters(s: &Server, token: &str, inst: &str) -> Vec<(String, i64, String)> {
@@ -50,7 +39,7 @@ async fn a_vm_is_billed_from_seen_running_to_the_stop_request_per_hour_bucket() 
     s.set_clock(T0).await;
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "vm-1", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("vm-1").create(&s).await;
     assert_eq!(state(&inst), "provisioning");
     assert_eq!(inst["placement"]["kind"], "reservation");
     let name = vm_name(&inst);
@@ -66,7 +55,7 @@ async fn a_vm_is_billed_from_seen_running_to_the_stop_request_per_hour_bucket() 
     // The worker sees it running ten minutes later.
     s.set_clock(T0 + 10 * MIN).await;
     vm_pass(&s).await;
-    let running = get(&s, t, &id(&inst)).await;
+    let running = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(state(&running), "running");
     assert_eq!(running["vm"]["status"], "RUNNING");
     assert_eq!(running["vm"]["observedAt"], T0 + 10 * MIN);
@@ -90,7 +79,7 @@ async fn a_vm_is_billed_from_seen_running_to_the_stop_request_per_hour_bucket() 
     assert_eq!(state(&stopping), "stopping");
     s.set_clock(T0 + 75 * MIN).await;
     vm_pass(&s).await;
-    let stopped = get(&s, t, &id(&inst)).await;
+    let stopped = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(state(&stopped), "stopped");
     assert_eq!(p.gce.vm(&name).await.expect("vm").status, "TERMINATED");
     s.set_clock(T0 + 3 * HOUR).await;
@@ -140,17 +129,17 @@ async fn a_deleted_vm_releases_its_slot_and_quota_only_when_the_provider_confirm
     s.set_clock(T0).await;
     let p = managed_platform(&s, 1).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     vm_pass(&s).await;
     // Deleting: the slot is still the old VM's, so a new instance of the
     // reservation's only slot is refused.
     let deleting = instance_op_ok(&s, t, "acme", "delete", &id(&a)).await;
     assert_eq!(state(&deleting), "deleting");
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(1));
-    let b = create_instance(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").send(&s).await;
     b.err(409, "CAPACITY_UNAVAILABLE");
     vm_pass(&s).await;
-    let gone = get(&s, t, &id(&a)).await;
+    let gone = acme_instance(&s, t, &id(&a)).await;
     assert_eq!(state(&gone), "deleted");
     assert_eq!(gone["deletedReason"], "requested");
     assert!(p.gce.vm(&vm_name(&a)).await.is_none(), "the vm is gone");
@@ -160,7 +149,7 @@ async fn a_deleted_vm_releases_its_slot_and_quota_only_when_the_provider_confirm
     assert_eq!(state(&again), "deleted");
     vm_pass(&s).await;
     assert_eq!(p.gce.requests().await.len(), before);
-    let c = create_instance_ok(&s, t, "acme", &p.pool, "c", json!({})).await;
+    let c = InstanceBuilder::new(&p).key("c").create(&s).await;
     assert_eq!(
         c["placement"]["kind"], "reservation",
         "the slot is free again"
@@ -174,11 +163,11 @@ async fn a_refused_create_fails_with_the_providers_code_and_bills_nothing() {
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
     p.gce.fail_creates(1, "QUOTA_EXCEEDED").await;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "f", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("f").create(&s).await;
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(1));
     s.set_clock(T0 + 5 * MIN).await;
     vm_pass(&s).await;
-    let failed = get(&s, t, &id(&inst)).await;
+    let failed = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(state(&failed), "failed");
     assert_eq!(failed["failure"]["code"], "QUOTA_EXCEEDED");
     assert_eq!(
@@ -213,9 +202,9 @@ async fn a_physically_full_reservation_fails_the_create_with_condition_not_met()
     // A VM outside the platform takes the reservation's only slot after the
     // last scan: the platform admits, the provider refuses.
     p.gce.put("res-a", 1, 1, "READY").await;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "x", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("x").create(&s).await;
     vm_pass(&s).await;
-    let failed = get(&s, t, &id(&inst)).await;
+    let failed = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(state(&failed), "failed", "{failed}");
     assert_eq!(failed["failure"]["code"], "CONDITION_NOT_MET");
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(0));
@@ -227,12 +216,12 @@ async fn drift_the_provider_view_wins_and_orphans_are_deleted() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 3).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
-    let c = create_instance_ok(&s, t, "acme", &p.pool, "c", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
+    let c = InstanceBuilder::new(&p).key("c").create(&s).await;
     vm_pass(&s).await;
     for i in [&a, &b, &c] {
-        assert_eq!(state(&get(&s, t, &id(i)).await), "running");
+        assert_eq!(state(&acme_instance(&s, t, &id(i)).await), "running");
     }
     // a: stopped outside; b: deleted outside; an orphan labelled VM.
     p.gce.outside(ZONE, &vm_name(&a), "stop").await;
@@ -245,14 +234,14 @@ async fn drift_the_provider_view_wins_and_orphans_are_deleted() {
         .await;
     s.set_clock(T0 + 20 * MIN).await;
     vm_pass(&s).await;
-    let a1 = get(&s, t, &id(&a)).await;
+    let a1 = acme_instance(&s, t, &id(&a)).await;
     assert_eq!(state(&a1), "stopped");
     let stopped = s.events_of(t, "acme", "instance.stopped").await;
     assert_eq!(stopped.len(), 1);
     assert_eq!(stopped[0]["data"]["reason"], "provider");
     assert_eq!(stopped[0]["occurredAt"], T0 + 20 * MIN);
     assert_eq!(
-        state(&get(&s, t, &id(&b)).await),
+        state(&acme_instance(&s, t, &id(&b)).await),
         "running",
         "missed once is not lost"
     );
@@ -264,7 +253,7 @@ async fn drift_the_provider_view_wins_and_orphans_are_deleted() {
     p.gce.outside(ZONE, &vm_name(&a), "start").await;
     s.set_clock(T0 + 40 * MIN).await;
     vm_pass(&s).await;
-    let b2 = get(&s, t, &id(&b)).await;
+    let b2 = acme_instance(&s, t, &id(&b)).await;
     assert_eq!(state(&b2), "deleted");
     assert_eq!(b2["deletedReason"], "lost");
     let lost = s.events_of(t, "acme", "instance.lost").await;
@@ -285,7 +274,7 @@ async fn drift_the_provider_view_wins_and_orphans_are_deleted() {
     assert_eq!(orphans[0]["data"]["vmName"], "bc-orphan");
     assert_eq!(orphans[0]["data"]["instanceId"], "inst_gone");
     vm_pass(&s).await;
-    assert_eq!(state(&get(&s, t, &id(&a)).await), "stopped");
+    assert_eq!(state(&acme_instance(&s, t, &id(&a)).await), "stopped");
     assert_eq!(
         p.gce.vm(&vm_name(&a)).await.expect("vm a").status,
         "TERMINATED"
@@ -317,9 +306,9 @@ async fn drift_the_provider_view_wins_and_orphans_are_deleted() {
 async fn a_ledger_pool_never_reaches_the_provider() {
     let s = Server::start().await;
     s.set_clock(T0).await;
-    let p = platform(&s, 2).await;
+    let p = PlatformBuilder::new().slots(2).build(&s).await;
     let t = &p.tenant_token;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "l", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("l").create(&s).await;
     assert_eq!(state(&inst), "running");
     assert!(inst.get("vm").is_none());
     instance_op_ok(&s, t, "acme", "stop", &id(&inst)).await;
@@ -384,10 +373,12 @@ async fn pools_create_checks_vm_and_tenants_name_no_vm_settings() {
     assert_eq!(vm["diskGb"], 20);
     assert_eq!(vm["network"], "global/networks/default");
     // A tenant can name no VM setting.
-    let t = &p.tenant_token;
-    let a = create_instance(&s, t, "acme", &p.pool, "k", json!({ "image": IMAGE })).await;
+    let a = InstanceBuilder::new(&p)
+        .key("k")
+        .field("image", json!(IMAGE))
+        .send(&s)
+        .await;
     assert_eq!(a.err(400, "INVALID_INPUT")["field"], "image");
-    let _ = FLAVOR;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -396,7 +387,7 @@ async fn stop_or_start_during_a_step_is_invalid_state_and_delete_waits_its_turn(
     s.set_clock(T0).await;
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "s", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("s").create(&s).await;
     let d = instance_op(&s, t, "acme", "stop", &id(&inst)).await;
     assert_eq!(d.err(409, "INVALID_STATE")["state"], "provisioning");
     // A delete while the create is in flight deletes the VM once made.
@@ -405,7 +396,7 @@ async fn stop_or_start_during_a_step_is_invalid_state_and_delete_waits_its_turn(
         "deleting"
     );
     vm_pass(&s).await;
-    let gone = get(&s, t, &id(&inst)).await;
+    let gone = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(state(&gone), "deleted");
     assert!(p.gce.vm(&vm_name(&inst)).await.is_none());
     s.set_clock(T0 + 2 * HOUR).await;
@@ -426,7 +417,7 @@ async fn until_state(
     since: std::time::Instant,
 ) -> std::time::Duration {
     loop {
-        let now = get(s, t, inst).await;
+        let now = acme_instance(s, t, inst).await;
         if state(&now) == want {
             return since.elapsed();
         }
@@ -454,7 +445,10 @@ async fn a_recorded_step_wakes_the_worker_at_once_not_an_interval_later() {
     let (mut running, mut deleted) = (Vec::new(), Vec::new());
     for k in 0..12 {
         let since = std::time::Instant::now();
-        let inst = create_instance_ok(&s, t, "acme", &p.pool, &format!("n-{k}"), json!({})).await;
+        let inst = InstanceBuilder::new(&p)
+            .key(&format!("n-{k}"))
+            .create(&s)
+            .await;
         running.push(until_state(&s, t, &id(&inst), "running", since).await);
         let since = std::time::Instant::now();
         instance_op_ok(&s, t, "acme", "delete", &id(&inst)).await;
@@ -480,18 +474,18 @@ async fn a_create_past_its_deadline_fails_with_timeout_and_its_vm_is_deleted() {
     let s = Server::start().await;
     s.set_clock(T0).await;
     // Every operation ends on its 20th read (about 5 s of polling).
-    let p = crate::support::vms::managed_platform_on(
-        &s,
-        crate::support::gce::Gce::start_polls(20).await,
-        2,
-    )
-    .await;
+    let p = PlatformBuilder::new()
+        .slots(2)
+        .managed()
+        .gce(Gce::start_polls(20).await)
+        .build(&s)
+        .await;
     let t = &p.tenant_token;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "slow", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("slow").create(&s).await;
     let env = [("BC_VM_LIST_INTERVAL", "0"), ("BC_VM_STEP_TIMEOUT", "1s")];
     let (status, err) = worker::once_with(&s, &["vps.instances"], &env).await;
     assert!(status.success(), "{err}");
-    let failed = get(&s, t, &id(&inst)).await;
+    let failed = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(state(&failed), "failed", "{failed}");
     assert_eq!(failed["failure"]["code"], "timeout");
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(0));

@@ -10,30 +10,21 @@ use diesel::sql_types::{Nullable, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
+use crate::support::builders::InstanceBuilder;
 use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, T0};
-use crate::support::db::{db, quotas_in_db};
+use crate::support::db::{db, open_steps, quotas_in_db};
 use crate::support::fixtures::{
-    bind, create_instance, create_instance_ok, default_quotas, grant, id, in_grant, instance_op,
-    instance_op_ok, offer, placement, plain, root_can_use, scan, used,
+    bind, default_quotas, grant, id, in_grant, instance_op, instance_op_ok, offer, placement,
+    plain, root_can_use, scan, used,
 };
 use crate::support::gce::{FLAVOR, Gce};
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
-use crate::support::vms::{IMAGE, managed_platform, managed_pool_body, vm_pass};
+use crate::support::vms::{
+    IMAGE, acme_instance, managed_platform, managed_pool_body, state, vm_name, vm_pass,
+};
 
 const ZONE_B: &str = "us-central1-b";
-
-fn state(inst: &Value) -> &str {
-    inst["state"].as_str().unwrap_or_default()
-}
-
-fn vm_name(inst: &Value) -> String {
-    inst["vm"]["name"].as_str().expect("vm.name").to_owned()
-}
-
-async fn get(s: &Server, token: &str, inst: &str) -> Value {
-    instance_op_ok(s, token, "acme", "get", inst).await
-}
 
 #[derive(Debug, QueryableByName)]
 struct StepRow {
@@ -85,17 +76,7 @@ async fn made(gce: &Gce, name: &str) -> u64 {
 async fn settle_steps(s: &Server) {
     for _ in 0..5 {
         vm_pass(s).await;
-        let mut conn = db(s).await;
-        #[derive(QueryableByName)]
-        struct N {
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
-            n: i64,
-        }
-        let n: N = diesel::sql_query("SELECT count(*) AS n FROM vm_steps WHERE state = 'open'")
-            .get_result(&mut conn)
-            .await
-            .expect("count");
-        if n.n == 0 {
+        if open_steps(s).await == 0 {
             return;
         }
     }
@@ -108,14 +89,14 @@ async fn a_deleted_tenants_vms_are_deleted_at_the_provider_and_its_slots_freed()
     s.set_clock(T0).await;
     let p = managed_platform(&s, 3).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     vm_pass(&s).await;
     instance_op_ok(&s, t, "acme", "stop", &id(&b)).await;
     vm_pass(&s).await;
-    assert_eq!(state(&get(&s, t, &id(&b)).await), "stopped");
+    assert_eq!(state(&acme_instance(&s, t, &id(&b)).await), "stopped");
     // One still provisioning when the tenant goes.
-    let c = create_instance_ok(&s, t, "acme", &p.pool, "c", json!({})).await;
+    let c = InstanceBuilder::new(&p).key("c").create(&s).await;
     assert_eq!(p.gce.vms().await.len(), 2);
     delete_tenant(&s, "acme").await.ok();
     for i in [&a, &b, &c] {
@@ -148,8 +129,11 @@ async fn a_deleted_tenants_vms_are_deleted_at_the_provider_and_its_slots_freed()
     // The reservation's three slots are free again.
     root_can_use(&s, &p.pool).await;
     for k in 0..3 {
-        let r =
-            create_instance_ok(&s, ROOT_TOKEN, ROOT, &p.pool, &format!("r{k}"), json!({})).await;
+        let r = InstanceBuilder::new(&p)
+            .by(ROOT, ROOT_TOKEN)
+            .key(&format!("r{k}"))
+            .create(&s)
+            .await;
         assert_eq!(r["placement"]["kind"], "reservation", "{r}");
     }
 }
@@ -160,9 +144,9 @@ async fn an_account_behind_live_managed_instances_cannot_be_deleted() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     vm_pass(&s).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     let del = || s.root("providerAccounts/delete", json!({ "accountId": p.account }));
     let mut want = vec![id(&a), id(&b)];
     want.sort();
@@ -178,7 +162,7 @@ async fn an_account_behind_live_managed_instances_cannot_be_deleted() {
     settle_steps(&s).await;
     assert!(p.gce.vms().await.is_empty());
     assert_eq!(del().await.ok()["deleted"], true);
-    let d = create_instance(&s, t, "acme", &p.pool, "late", json!({})).await;
+    let d = InstanceBuilder::new(&p).key("late").send(&s).await;
     assert_eq!(d.err(409, "INVALID_STATE")["reason"], "no-account");
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(0));
 }
@@ -189,11 +173,10 @@ async fn a_replayed_create_records_one_step_and_makes_one_vm() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 4).await;
     let t = &p.tenant_token;
-    let first = create_instance_ok(&s, t, "acme", &p.pool, "same", json!({})).await;
-    let again = futures::future::join_all(
-        (0..5).map(|_| create_instance_ok(&s, t, "acme", &p.pool, "same", json!({}))),
-    )
-    .await;
+    let first = InstanceBuilder::new(&p).key("same").create(&s).await;
+    let again =
+        futures::future::join_all((0..5).map(|_| InstanceBuilder::new(&p).key("same").create(&s)))
+            .await;
     for a in &again {
         assert_eq!(id(a), id(&first));
     }
@@ -202,7 +185,7 @@ async fn a_replayed_create_records_one_step_and_makes_one_vm() {
         vec![("create".to_owned(), "open".to_owned())]
     );
     vm_pass(&s).await;
-    let replay = create_instance_ok(&s, t, "acme", &p.pool, "same", json!({})).await;
+    let replay = InstanceBuilder::new(&p).key("same").create(&s).await;
     assert_eq!(id(&replay), id(&first));
     vm_pass(&s).await;
     assert_eq!(
@@ -233,8 +216,8 @@ async fn start_stays_on_the_vms_reservation() {
     let res_c = Gce::reservation_in(ZONE_B, "res-c");
     bind(&s, &p.account, &res_c, &p.pool).await.ok();
     let g = grant(&s, &p, "acme", 1, T0, T0 + 10 * HOUR).await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));
     assert_eq!(placement(&b), plain("reservation"));
     vm_pass(&s).await;
@@ -245,14 +228,14 @@ async fn start_stays_on_the_vms_reservation() {
     instance_op_ok(&s, t, "acme", "stop", &id(&b)).await;
     vm_pass(&s).await;
     // b's ordinary slot went with its stop; c takes it.
-    let c = create_instance_ok(&s, t, "acme", &p.pool, "c", json!({})).await;
+    let c = InstanceBuilder::new(&p).key("c").create(&s).await;
     assert_eq!(placement(&c), plain("reservation"));
     assert_eq!(c["placement"]["reservationId"], json!(p.reservation));
     vm_pass(&s).await;
     let refused = instance_op(&s, t, "acme", "start", &id(&b)).await;
     let d = refused.err(409, "CAPACITY_UNAVAILABLE");
     assert_eq!(d["reservationId"], json!(p.reservation), "{d}");
-    let b1 = get(&s, t, &id(&b)).await;
+    let b1 = acme_instance(&s, t, &id(&b)).await;
     assert_eq!(state(&b1), "stopped");
     assert_eq!(b1["vm"]["zone"], "us-central1-a");
     assert_eq!(steps(&s, &id(&b)).await.len(), 2, "create and stop only");
@@ -261,7 +244,7 @@ async fn start_stays_on_the_vms_reservation() {
     assert_eq!(state(&starting), "starting");
     assert_eq!(placement(&starting), in_grant(&g));
     vm_pass(&s).await;
-    let a1 = get(&s, t, &id(&a)).await;
+    let a1 = acme_instance(&s, t, &id(&a)).await;
     assert_eq!(state(&a1), "running");
     assert_eq!(placement(&a1), in_grant(&g));
     assert_eq!(a1["vm"]["zone"], a["vm"]["zone"]);
@@ -292,19 +275,25 @@ async fn on_demand_vms_try_the_pools_zones_in_order() {
         .expect("poolId")
         .to_owned();
     offer(&s, &pool, "acme", default_quotas()).await;
-    let x = create_instance_ok(&s, t, "acme", &pool, "x", json!({})).await;
+    let x = InstanceBuilder::on(&pool, "acme", t)
+        .key("x")
+        .create(&s)
+        .await;
     assert_eq!(placement(&x), plain("ondemand"));
     assert_eq!(x["vm"]["zone"], "us-central1-a");
     vm_pass(&s).await;
-    assert_eq!(state(&get(&s, t, &id(&x)).await), "running");
+    assert_eq!(state(&acme_instance(&s, t, &id(&x)).await), "running");
     let vm = p.gce.vm(&vm_name(&x)).await.expect("x's vm");
     assert_eq!(vm.zone, "us-central1-a");
     assert_eq!(vm.affinity["consumeReservationType"], "NO_RESERVATION");
     // The first zone exhausted: the next one.
     p.gce.fail_creates(1, "ZONE_RESOURCE_POOL_EXHAUSTED").await;
-    let y = create_instance_ok(&s, t, "acme", &pool, "y", json!({})).await;
+    let y = InstanceBuilder::on(&pool, "acme", t)
+        .key("y")
+        .create(&s)
+        .await;
     settle_steps(&s).await;
-    let y1 = get(&s, t, &id(&y)).await;
+    let y1 = acme_instance(&s, t, &id(&y)).await;
     assert_eq!(state(&y1), "running", "{y1}");
     assert_eq!(y1["vm"]["zone"], ZONE_B);
     let vm = p.gce.vm(&vm_name(&y)).await.expect("y's vm");
@@ -313,13 +302,16 @@ async fn on_demand_vms_try_the_pools_zones_in_order() {
     // Its later steps go to the zone it is in.
     instance_op_ok(&s, t, "acme", "delete", &id(&y)).await;
     settle_steps(&s).await;
-    assert_eq!(state(&get(&s, t, &id(&y)).await), "deleted");
+    assert_eq!(state(&acme_instance(&s, t, &id(&y)).await), "deleted");
     assert!(p.gce.vm(&vm_name(&y)).await.is_none(), "y's VM is deleted");
     // Both exhausted: it fails with the code.
     p.gce.fail_creates(2, "ZONE_RESOURCE_POOL_EXHAUSTED").await;
-    let z = create_instance_ok(&s, t, "acme", &pool, "z", json!({})).await;
+    let z = InstanceBuilder::on(&pool, "acme", t)
+        .key("z")
+        .create(&s)
+        .await;
     settle_steps(&s).await;
-    let z1 = get(&s, t, &id(&z)).await;
+    let z1 = acme_instance(&s, t, &id(&z)).await;
     assert_eq!(state(&z1), "failed", "{z1}");
     assert_eq!(z1["failure"]["code"], "ZONE_RESOURCE_POOL_EXHAUSTED");
     assert!(p.gce.vm(&vm_name(&z)).await.is_none());
@@ -332,8 +324,8 @@ async fn a_vm_already_made_for_the_instance_is_adopted_and_anothers_name_fails_i
     s.set_clock(T0).await;
     let p = managed_platform(&s, 3).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     // Made before the worker ran (as by a replica that died after sending).
     p.gce
         .insert_outside(
@@ -346,14 +338,14 @@ async fn a_vm_already_made_for_the_instance_is_adopted_and_anothers_name_fails_i
         .insert_outside(&vm_name(&b), json!({ "bc-instance": "inst_someoneelse" }))
         .await;
     vm_pass(&s).await;
-    let a1 = get(&s, t, &id(&a)).await;
+    let a1 = acme_instance(&s, t, &id(&a)).await;
     assert_eq!(state(&a1), "running", "{a1}");
     assert_eq!(
         made(&p.gce, &vm_name(&a)).await,
         1,
         "adopted, not made again"
     );
-    let b1 = get(&s, t, &id(&b)).await;
+    let b1 = acme_instance(&s, t, &id(&b)).await;
     assert_eq!(state(&b1), "failed", "{b1}");
     assert_eq!(b1["failure"]["code"], "name-taken");
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(1));
@@ -369,7 +361,7 @@ async fn racing_stop_delete_and_start_open_no_two_steps_of_a_kind() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "r", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("r").create(&s).await;
     vm_pass(&s).await;
     let ops = ["stop", "start", "stop", "delete", "stop"];
     let iid = id(&inst);
@@ -397,7 +389,7 @@ async fn racing_stop_delete_and_start_open_no_two_steps_of_a_kind() {
     );
     assert_eq!(recorded.len(), open.len() + 1, "{recorded:?}");
     settle_steps(&s).await;
-    let end = get(&s, t, &id(&inst)).await;
+    let end = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(state(&end), "deleted", "{end}");
     assert!(p.gce.vms().await.is_empty());
     assert_eq!(made(&p.gce, &vm_name(&inst)).await, 1);
@@ -416,7 +408,7 @@ async fn another_tenant_cannot_see_or_touch_a_managed_instance() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "mine", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("mine").create(&s).await;
     vm_pass(&s).await;
     let beta = s.tenant("beta").await;
     offer(&s, &p.pool, "beta", default_quotas()).await;
@@ -428,7 +420,7 @@ async fn another_tenant_cannot_see_or_touch_a_managed_instance() {
     vm_pass(&s).await;
     assert_eq!(p.gce.requests().await.len(), sent, "nothing sent");
     assert_eq!(steps(&s, &id(&inst)).await.len(), 1);
-    let mine = get(&s, t, &id(&inst)).await;
+    let mine = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(state(&mine), "running");
     assert_eq!(
         p.gce.vm(&vm_name(&inst)).await.expect("vm").status,
@@ -444,7 +436,7 @@ async fn a_vm_confirmed_running_is_recorded_while_the_tenants_quota_rows_are_hel
     s.set_clock(T0).await;
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     let mut holder = db(&s).await;
     diesel::sql_query("BEGIN")
         .execute(&mut holder)
@@ -461,7 +453,7 @@ async fn a_vm_confirmed_running_is_recorded_while_the_tenants_quota_rows_are_hel
     tokio::time::timeout(std::time::Duration::from_secs(60), vm_pass(&s))
         .await
         .expect("the worker's pass does not wait for the quota rows");
-    assert_eq!(state(&get(&s, t, &id(&a)).await), "running");
+    assert_eq!(state(&acme_instance(&s, t, &id(&a)).await), "running");
     diesel::sql_query("ROLLBACK")
         .execute(&mut holder)
         .await

@@ -6,13 +6,13 @@
 use serde_json::json;
 
 use crate::support::bodies::{GrantBody, InstanceBody};
+use crate::support::builders::InstanceBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
-    bind, create_grant_ok, create_instance, create_instance_ok, create_pool, gce_account,
-    get_instance, grant, grant_id, id, in_grant, instance_op, instance_op_ok, list_instances,
-    placement, placement_of, plain, platform_at_t0, project, root_can_use, scan, tenant_with_pool,
-    unbind, used,
+    bind, create_grant_ok, create_pool, gce_account, get_instance, grant, grant_id, id, in_grant,
+    instance_op, instance_op_ok, list_instances, placement, placement_of, plain, platform_at_t0,
+    project, root_can_use, scan, tenant_with_pool, unbind, used,
 };
 use crate::support::gce::Gce;
 use crate::support::server::Server;
@@ -24,21 +24,21 @@ async fn the_grantee_enters_its_grant_while_its_instances_leave_a_slot_free_then
     let t = &p.tenant_token;
     let g = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
 
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));
     assert_eq!(a["placement"]["reservationId"], p.reservation.as_str());
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     assert_eq!(placement(&b), in_grant(&g));
     // The grant is full: ordinary slots (5 - 2 granted = 3 of them).
     let mut ordinary = Vec::new();
     for key in ["c", "d", "e"] {
-        let i = create_instance_ok(&s, t, "acme", &p.pool, key, json!({})).await;
+        let i = InstanceBuilder::new(&p).key(key).create(&s).await;
         ordinary.push(id(&i));
         assert_eq!(placement(&i), plain("reservation"), "{key}");
         assert_eq!(i["placement"]["reservationId"], p.reservation.as_str());
         assert!(i["placement"].get("grantId").is_none());
     }
-    let full = create_instance(&s, t, "acme", &p.pool, "f", json!({})).await;
+    let full = InstanceBuilder::new(&p).key("f").send(&s).await;
     let d = full.err(409, "CAPACITY_UNAVAILABLE");
     assert_eq!(
         d,
@@ -61,43 +61,52 @@ async fn the_grantee_enters_its_grant_while_its_instances_leave_a_slot_free_then
         };
         assert_eq!(placement(&now), expected, "{instance}");
     }
-    let g2 = create_instance_ok(&s, t, "acme", &p.pool, "g", json!({})).await;
+    let g2 = InstanceBuilder::new(&p).key("g").create(&s).await;
     assert_eq!(placement(&g2), plain("reservation"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn others_share_total_minus_in_use_minus_unused_granted_slots() {
     let (s, p) = platform_at_t0(6).await;
-    let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let g = grant(&s, &p, "acme", 3, T0, T0 + 10 * HOUR).await;
     // acme uses one of its three granted slots.
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));
 
     // Others get 6 - 1 in use - 2 unused granted slots = 3 ordinary slots.
     for key in ["x", "y", "z"] {
-        let i = create_instance_ok(&s, &globex, "globex", &p.pool, key, json!({})).await;
+        let i = InstanceBuilder::new(&p)
+            .by("globex", &globex)
+            .key(key)
+            .create(&s)
+            .await;
         assert_eq!(placement(&i), plain("reservation"), "{key}");
     }
-    let refused = create_instance(&s, &globex, "globex", &p.pool, "w", json!({})).await;
+    let refused = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("w")
+        .send(&s)
+        .await;
     assert_eq!(
         refused.err(409, "CAPACITY_UNAVAILABLE"),
         &json!({ "reservationId": p.reservation, "total": 6, "inUse": 4, "available": 0 })
     );
     // The idle granted slots are still acme's.
     for key in ["b", "c"] {
-        let i = create_instance_ok(&s, t, "acme", &p.pool, key, json!({})).await;
+        let i = InstanceBuilder::new(&p).key(key).create(&s).await;
         assert_eq!(placement(&i), in_grant(&g), "{key}");
     }
     // Now the reservation is physically full for everyone.
-    create_instance(&s, t, "acme", &p.pool, "d", json!({}))
+    InstanceBuilder::new(&p)
+        .key("d")
+        .send(&s)
         .await
         .err(409, "CAPACITY_UNAVAILABLE");
     // An ordinary slot freed by globex is shared again, by anyone.
     let x = list_instances(&s, &globex, "globex", None).await;
     instance_op_ok(&s, &globex, "globex", "delete", &id(&x[0])).await;
-    let d = create_instance_ok(&s, t, "acme", &p.pool, "d", json!({})).await;
+    let d = InstanceBuilder::new(&p).key("d").create(&s).await;
     assert_eq!(placement(&d), plain("reservation"));
 }
 
@@ -107,7 +116,11 @@ async fn the_grant_slot_is_not_shared_even_while_the_grantee_holds_none() {
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     grant(&s, &p, "acme", 2, T0, T0 + HOUR).await;
     // Every slot is granted to acme and idle: nobody else gets one.
-    let r = create_instance(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let r = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .send(&s)
+        .await;
     assert_eq!(
         r.err(409, "CAPACITY_UNAVAILABLE"),
         &json!({ "reservationId": p.reservation, "total": 2, "inUse": 0, "available": 0 })
@@ -118,7 +131,11 @@ async fn the_grant_slot_is_not_shared_even_while_the_grantee_holds_none() {
         .err(409, "CAPACITY_UNAVAILABLE");
     // Once the term is over, the slots are ordinary again.
     s.set_clock(T0 + HOUR).await;
-    let x = create_instance_ok(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let x = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .create(&s)
+        .await;
     assert_eq!(placement(&x), plain("reservation"));
 }
 
@@ -137,16 +154,28 @@ async fn a_grant_with_a_project_serves_only_that_projects_instances() {
 
     // Another project's instance, and one without a project: ordinary slots,
     // although the web grant has a free slot.
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({ "projectId": batch })).await;
+    let b = InstanceBuilder::new(&p)
+        .key("b")
+        .project(&batch)
+        .create(&s)
+        .await;
     assert_eq!(placement(&b), plain("reservation"));
-    let n = create_instance_ok(&s, t, "acme", &p.pool, "n", json!({})).await;
+    let n = InstanceBuilder::new(&p).key("n").create(&s).await;
     assert_eq!(placement(&n), plain("reservation"));
     // The web project's instance enters it.
-    let w = create_instance_ok(&s, t, "acme", &p.pool, "w", json!({ "projectId": web })).await;
+    let w = InstanceBuilder::new(&p)
+        .key("w")
+        .project(&web)
+        .create(&s)
+        .await;
     assert_eq!(placement(&w), in_grant(&gw));
     assert_eq!(w["projectId"], web.as_str());
     // Full: the next web instance takes an ordinary slot.
-    let w2 = create_instance_ok(&s, t, "acme", &p.pool, "w2", json!({ "projectId": web })).await;
+    let w2 = InstanceBuilder::new(&p)
+        .key("w2")
+        .project(&web)
+        .create(&s)
+        .await;
     assert_eq!(placement(&w2), plain("reservation"));
 
     // With a tenant-wide grant too (created once the ordinary instances are
@@ -156,13 +185,29 @@ async fn a_grant_with_a_project_serves_only_that_projects_instances() {
         instance_op_ok(&s, t, "acme", "delete", &id(i)).await;
     }
     let wide = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let w3 = create_instance_ok(&s, t, "acme", &p.pool, "w3", json!({ "projectId": web })).await;
+    let w3 = InstanceBuilder::new(&p)
+        .key("w3")
+        .project(&web)
+        .create(&s)
+        .await;
     assert_eq!(placement(&w3), in_grant(&gw));
-    let b2 = create_instance_ok(&s, t, "acme", &p.pool, "b2", json!({ "projectId": batch })).await;
+    let b2 = InstanceBuilder::new(&p)
+        .key("b2")
+        .project(&batch)
+        .create(&s)
+        .await;
     assert_eq!(placement(&b2), in_grant(&wide));
-    let w4 = create_instance_ok(&s, t, "acme", &p.pool, "w4", json!({ "projectId": web })).await;
+    let w4 = InstanceBuilder::new(&p)
+        .key("w4")
+        .project(&web)
+        .create(&s)
+        .await;
     assert_eq!(placement(&w4), in_grant(&wide));
-    let w5 = create_instance_ok(&s, t, "acme", &p.pool, "w5", json!({ "projectId": web })).await;
+    let w5 = InstanceBuilder::new(&p)
+        .key("w5")
+        .project(&web)
+        .create(&s)
+        .await;
     assert_eq!(placement(&w5), plain("reservation"));
 }
 
@@ -179,9 +224,13 @@ async fn a_physically_full_reservation_refuses_everyone_the_grantee_included() {
     scan(&s, &p.account).await;
     let expected =
         json!({ "reservationId": p.reservation, "total": 3, "inUse": 3, "available": 0 });
-    let refused = create_instance(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let refused = InstanceBuilder::new(&p).key("a").send(&s).await;
     assert_eq!(refused.err(409, "CAPACITY_UNAVAILABLE"), &expected);
-    let refused = create_instance(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let refused = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .send(&s)
+        .await;
     assert_eq!(refused.err(409, "CAPACITY_UNAVAILABLE"), &expected);
     let refused = s
         .root(
@@ -195,16 +244,20 @@ async fn a_physically_full_reservation_refuses_everyone_the_grantee_included() {
     // The provider's count drops: the grantee gets into its grant again.
     p.gce.put("res-a", 3, 0, "READY").await;
     scan(&s, &p.account).await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));
     // Full again by the provider's count, which includes VMs that are not
     // ours: `inUse` is the larger of the two counts, and `available` is
     // bounded by the physical room (ordinary slots: 3 - 2 granted = 1).
     p.gce.put("res-a", 3, 3, "READY").await;
     scan(&s, &p.account).await;
-    let refused = create_instance(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let refused = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .send(&s)
+        .await;
     assert_eq!(refused.err(409, "CAPACITY_UNAVAILABLE"), &expected);
-    let refused = create_instance(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let refused = InstanceBuilder::new(&p).key("b").send(&s).await;
     assert_eq!(refused.err(409, "CAPACITY_UNAVAILABLE"), &expected);
     assert_eq!(list_instances(&s, t, "acme", None).await.len(), 1);
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(1));
@@ -219,7 +272,10 @@ async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_sl
     let g = grant(&s, &p, "root", 2, T0, T0 + 10 * HOUR).await;
 
     // A tenant may not ask for billing "none".
-    create_instance(&s, t, "acme", &p.pool, "n", json!({ "billing": "none" }))
+    InstanceBuilder::new(&p)
+        .key("n")
+        .billing("none")
+        .send(&s)
         .await
         .err(403, "ACCESS_DENIED");
     assert!(list_instances(&s, t, "acme", None).await.is_empty());
@@ -256,9 +312,9 @@ async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_sl
 
     // The unbilled instance counts as running outside grants: 4 - 2 granted
     // - 1 = 1 ordinary slot left, which acme takes.
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), plain("reservation"));
-    let b = create_instance(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").send(&s).await;
     assert_eq!(
         b.err(409, "CAPACITY_UNAVAILABLE"),
         &json!({ "reservationId": p.reservation, "total": 4, "inUse": 3, "available": 0 })
@@ -294,14 +350,20 @@ async fn without_a_bound_ready_reservation_an_instance_is_ondemand() {
     let t = tenant_with_pool(&s, "acme", &pool).await;
 
     // No reservation at all.
-    let a = create_instance_ok(&s, &t, "acme", &pool, "a", json!({})).await;
+    let a = InstanceBuilder::on(&pool, "acme", &t)
+        .key("a")
+        .create(&s)
+        .await;
     assert_eq!(placement(&a), plain("ondemand"));
     assert!(a["placement"].get("reservationId").is_none());
 
     // A reservation known but not bound to the pool.
     gce.put("res-b", 4, 0, "READY").await;
     scan(&s, &account).await;
-    let b = create_instance_ok(&s, &t, "acme", &pool, "b", json!({})).await;
+    let b = InstanceBuilder::on(&pool, "acme", &t)
+        .key("b")
+        .create(&s)
+        .await;
     assert_eq!(placement(&b), plain("ondemand"));
 
     // Bound, but not ready.
@@ -309,13 +371,19 @@ async fn without_a_bound_ready_reservation_an_instance_is_ondemand() {
     scan(&s, &account).await;
     let rid = Gce::reservation_id("res-b");
     bind(&s, &account, &rid, &pool).await.ok();
-    let c = create_instance_ok(&s, &t, "acme", &pool, "c", json!({})).await;
+    let c = InstanceBuilder::on(&pool, "acme", &t)
+        .key("c")
+        .create(&s)
+        .await;
     assert_eq!(placement(&c), plain("ondemand"));
 
     // Ready: new instances take its slots; on-demand ones stay where they are.
     gce.put("res-b", 4, 0, "READY").await;
     scan(&s, &account).await;
-    let d = create_instance_ok(&s, &t, "acme", &pool, "d", json!({})).await;
+    let d = InstanceBuilder::on(&pool, "acme", &t)
+        .key("d")
+        .create(&s)
+        .await;
     assert_eq!(placement(&d), plain("reservation"));
     assert_eq!(d["placement"]["reservationId"], rid.as_str());
     assert_eq!(
@@ -325,7 +393,10 @@ async fn without_a_bound_ready_reservation_an_instance_is_ondemand() {
 
     // Unbound again: on-demand; the instance already on it keeps its slot.
     unbind(&s, &account, &rid).await.ok();
-    let e = create_instance_ok(&s, &t, "acme", &pool, "e", json!({})).await;
+    let e = InstanceBuilder::on(&pool, "acme", &t)
+        .key("e")
+        .create(&s)
+        .await;
     assert_eq!(placement(&e), plain("ondemand"));
     assert_eq!(
         placement_of(&s, &t, "acme", &id(&d)).await,
@@ -362,7 +433,7 @@ async fn a_stopped_instance_keeps_its_grant_slot_from_everyone_and_start_returns
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let g = grant(&s, &p, "acme", 1, T0, T0 + 10 * HOUR).await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));
 
     s.set_clock(T0 + MIN).await;
@@ -375,14 +446,22 @@ async fn a_stopped_instance_keeps_its_grant_slot_from_everyone_and_start_returns
     );
 
     // Others get the one ordinary slot, never the slot the grant pays for.
-    let x = create_instance_ok(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let x = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .create(&s)
+        .await;
     assert_eq!(placement(&x), plain("reservation"));
     let expected =
         json!({ "reservationId": p.reservation, "total": 2, "inUse": 1, "available": 0 });
-    let y = create_instance(&s, &globex, "globex", &p.pool, "y", json!({})).await;
+    let y = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("y")
+        .send(&s)
+        .await;
     assert_eq!(y.err(409, "CAPACITY_UNAVAILABLE"), &expected);
     // Nor does the grantee's new instance: the stopped one holds the slot.
-    let b = create_instance(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").send(&s).await;
     assert_eq!(b.err(409, "CAPACITY_UNAVAILABLE"), &expected);
 
     s.set_clock(T0 + 2 * MIN).await;
@@ -404,7 +483,7 @@ async fn stopping_an_instance_on_an_ordinary_slot_releases_it_and_start_places_i
     let (s, p) = platform_at_t0(1).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), plain("reservation"));
 
     s.set_clock(T0 + MIN).await;
@@ -414,7 +493,11 @@ async fn stopping_an_instance_on_an_ordinary_slot_releases_it_and_start_places_i
     assert!(stopped["placement"].get("reservationId").is_none());
 
     // The freed slot is anyone's.
-    let x = create_instance_ok(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let x = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .create(&s)
+        .await;
     assert_eq!(placement(&x), plain("reservation"));
     // Starting needs a slot again: none is free.
     s.set_clock(T0 + 2 * MIN).await;
@@ -453,7 +536,6 @@ async fn stopping_an_instance_on_an_ordinary_slot_releases_it_and_start_places_i
 #[tokio::test(flavor = "multi_thread")]
 async fn grants_come_first_across_candidates_then_ordinary_slots_in_id_order() {
     let (s, p) = platform_at_t0(1).await;
-    let t = &p.tenant_token;
     p.gce.put("res-b", 2, 0, "READY").await;
     scan(&s, &p.account).await;
     let res_b = Gce::reservation_id("res-b");
@@ -471,18 +553,18 @@ async fn grants_come_first_across_candidates_then_ordinary_slots_in_id_order() {
 
     // Grants first across every candidate (contract 4, r2): acme's grant on
     // res-b takes the instance although res-a comes first and has room.
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), in_grant(&gb));
     assert_eq!(a["placement"]["reservationId"], res_b.as_str());
     // The grant is full: ordinary slots in reservation id order, res-a first.
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     assert_eq!(placement(&b), plain("reservation"));
     assert_eq!(b["placement"]["reservationId"], p.reservation.as_str());
-    let c = create_instance_ok(&s, t, "acme", &p.pool, "c", json!({})).await;
+    let c = InstanceBuilder::new(&p).key("c").create(&s).await;
     assert_eq!(placement(&c), plain("reservation"));
     assert_eq!(c["placement"]["reservationId"], res_b.as_str());
     // Both refuse: the details are res-a's.
-    let d = create_instance(&s, t, "acme", &p.pool, "d", json!({})).await;
+    let d = InstanceBuilder::new(&p).key("d").send(&s).await;
     assert_eq!(
         d.err(409, "CAPACITY_UNAVAILABLE"),
         &json!({ "reservationId": p.reservation, "total": 1, "inUse": 1, "available": 0 })

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use diesel::QueryableByName;
 use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::support::builders::{InstanceBuilder, PlatformBuilder};
 use crate::support::db::db;
-use crate::support::fixtures::{Platform, create_instance, id, set_quota, tenant_with_pool};
+use crate::support::fixtures::{Platform, id, set_quota, tenant_with_pool};
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::server::Server;
-use crate::support::vms::managed_platform_on;
 use crate::support::worker::{self, Running};
 
 #[derive(QueryableByName)]
@@ -59,7 +59,10 @@ fn replica(s: &Server, env: &[(&str, &str)]) -> Running {
 async fn create_many(s: &Server, token: &str, tenant: &str, pool: &str, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for k in 0..n {
-        let a = create_instance(s, token, tenant, pool, &format!("{tenant}-{k}"), json!({})).await;
+        let a = InstanceBuilder::on(pool, tenant, token)
+            .key(&format!("{tenant}-{k}"))
+            .send(s)
+            .await;
         assert_eq!(a.status, 200, "{:?}", a.body);
         ids.push(id(&a.body["instance"]));
     }
@@ -123,7 +126,12 @@ fn slow(min_ms: u64, max_ms: u64) -> fake_gce::FakeGce {
 /// A managed platform on `fake` whose reservation and acme's quotas take
 /// `n` instances.
 async fn paced_platform(s: &Server, fake: fake_gce::FakeGce, n: i64) -> Platform {
-    let p = managed_platform_on(s, Gce::start_fake(fake).await, n).await;
+    let p = PlatformBuilder::new()
+        .slots(n)
+        .managed()
+        .gce(Gce::start_fake(fake).await)
+        .build(s)
+        .await;
     set_quota(s, "acme", &p.pool, "instances", n).await;
     set_quota(s, "acme", &p.pool, "vcpus", 4 * n).await;
     set_quota(s, "acme", &p.pool, "memoryGib", 16 * n).await;

@@ -5,12 +5,12 @@
 
 use serde_json::json;
 
+use crate::support::builders::InstanceBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::instances_in_db;
 use crate::support::fixtures::{
-    create_instance, create_instance_ok, create_pool, default_quotas, grant, id, in_grant,
-    instance_op_ok, list_instances, offer, placement, plain, platform_at_t0, quotas, set_quota,
-    used,
+    create_pool, default_quotas, grant, id, in_grant, instance_op_ok, list_instances, offer,
+    placement, plain, platform_at_t0, quotas, set_quota, used,
 };
 use crate::support::server::Server;
 
@@ -20,7 +20,7 @@ async fn create_charges_instances_vcpus_and_memory_of_the_flavor_and_no_zero_amo
     let t = &p.tenant_token;
     // acme has no gpus row (a missing row grants 0): a zero amount is not
     // charged, so the create succeeds and no gpus row appears.
-    create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(
         quotas(&s, t, "acme", &p.pool).await,
         vec![
@@ -29,7 +29,7 @@ async fn create_charges_instances_vcpus_and_memory_of_the_flavor_and_no_zero_amo
             ("vcpus".to_owned(), 40, 4),
         ]
     );
-    create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    InstanceBuilder::new(&p).key("b").create(&s).await;
     assert_eq!(
         quotas(&s, t, "acme", &p.pool).await,
         vec![
@@ -79,7 +79,11 @@ async fn a_gpu_flavor_charges_gpus_and_a_missing_gpus_row_is_quota_exceeded() {
     )
     .await;
     let gpu = json!({ "flavor": "a2-highgpu-1g" });
-    let r = create_instance(&s, t, "acme", &pool, "g1", gpu.clone()).await;
+    let r = InstanceBuilder::on(&pool, "acme", t)
+        .key("g1")
+        .fields(gpu.clone())
+        .send(&s)
+        .await;
     assert_eq!(
         r.err(429, "QUOTA_EXCEEDED"),
         &json!({ "poolId": pool, "resource": "gpus", "max": 0, "used": 0, "requested": 1 })
@@ -91,7 +95,11 @@ async fn a_gpu_flavor_charges_gpus_and_a_missing_gpus_row_is_quota_exceeded() {
             .all(|(_, _, u)| *u == 0)
     );
     set_quota(&s, "acme", &pool, "gpus", 1).await;
-    let i = create_instance_ok(&s, t, "acme", &pool, "g1", gpu.clone()).await;
+    let i = InstanceBuilder::on(&pool, "acme", t)
+        .key("g1")
+        .fields(gpu.clone())
+        .create(&s)
+        .await;
     assert_eq!(placement(&i), plain("ondemand"));
     assert_eq!(
         quotas(&s, t, "acme", &pool).await,
@@ -102,7 +110,11 @@ async fn a_gpu_flavor_charges_gpus_and_a_missing_gpus_row_is_quota_exceeded() {
             ("vcpus".to_owned(), 100, 12),
         ]
     );
-    let r = create_instance(&s, t, "acme", &pool, "g2", gpu).await;
+    let r = InstanceBuilder::on(&pool, "acme", t)
+        .key("g2")
+        .fields(gpu)
+        .send(&s)
+        .await;
     assert_eq!(
         r.err(429, "QUOTA_EXCEEDED"),
         &json!({ "poolId": pool, "resource": "gpus", "max": 1, "used": 1, "requested": 1 })
@@ -114,10 +126,10 @@ async fn quota_exceeded_charges_nothing_creates_nothing_and_keeps_the_key_free()
     let (s, p) = platform_at_t0(10).await;
     let t = &p.tenant_token;
     set_quota(&s, "acme", &p.pool, "vcpus", 8).await;
-    create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
-    create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    InstanceBuilder::new(&p).key("a").create(&s).await;
+    InstanceBuilder::new(&p).key("b").create(&s).await;
     let before = quotas(&s, t, "acme", &p.pool).await;
-    let r = create_instance(&s, t, "acme", &p.pool, "c", json!({})).await;
+    let r = InstanceBuilder::new(&p).key("c").send(&s).await;
     assert_eq!(
         r.err(429, "QUOTA_EXCEEDED"),
         &json!({ "poolId": p.pool, "resource": "vcpus", "max": 8, "used": 8, "requested": 4 })
@@ -131,14 +143,14 @@ async fn quota_exceeded_charges_nothing_creates_nothing_and_keeps_the_key_free()
     );
     // The failed request did not consume its key.
     set_quota(&s, "acme", &p.pool, "vcpus", 12).await;
-    let c = create_instance_ok(&s, t, "acme", &p.pool, "c", json!({})).await;
+    let c = InstanceBuilder::new(&p).key("c").create(&s).await;
     assert_eq!(placement(&c), plain("reservation"));
     assert_eq!(used(&s, t, "acme", &p.pool, "vcpus").await, Some(12));
 
     // The instance count is a quota too.
     set_quota(&s, "acme", &p.pool, "vcpus", 100).await;
     set_quota(&s, "acme", &p.pool, "instances", 3).await;
-    let r = create_instance(&s, t, "acme", &p.pool, "d", json!({})).await;
+    let r = InstanceBuilder::new(&p).key("d").send(&s).await;
     assert_eq!(
         r.err(429, "QUOTA_EXCEEDED"),
         &json!({ "poolId": p.pool, "resource": "instances", "max": 3, "used": 3, "requested": 1 })
@@ -157,10 +169,12 @@ async fn instance_rows_of(s: &Server, tenant: &str) -> usize {
 async fn capacity_unavailable_charges_nothing() {
     let (s, p) = platform_at_t0(1).await;
     let t = &p.tenant_token;
-    create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    InstanceBuilder::new(&p).key("a").create(&s).await;
     let before = quotas(&s, t, "acme", &p.pool).await;
     for key in ["b", "c", "d"] {
-        create_instance(&s, t, "acme", &p.pool, key, json!({}))
+        InstanceBuilder::new(&p)
+            .key(key)
+            .send(&s)
             .await
             .err(409, "CAPACITY_UNAVAILABLE");
     }
@@ -174,8 +188,8 @@ async fn stopped_instances_stay_charged_and_delete_releases_once() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
     let g = grant(&s, &p, "acme", 1, T0, T0 + HOUR).await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await; // in the grant
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await; // ordinary
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await; // in the grant
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await; // ordinary
     assert_eq!(placement(&a), in_grant(&g));
     let charged = quotas(&s, t, "acme", &p.pool).await;
     assert_eq!(used(&s, t, "acme", &p.pool, "vcpus").await, Some(8));
@@ -223,15 +237,7 @@ async fn quotas_set_below_used_is_raised_to_used() {
     let t = &p.tenant_token;
     let mut ids = Vec::new();
     for key in ["a", "b", "c"] {
-        ids.push(id(&create_instance_ok(
-            &s,
-            t,
-            "acme",
-            &p.pool,
-            key,
-            json!({}),
-        )
-        .await));
+        ids.push(id(&InstanceBuilder::new(&p).key(key).create(&s).await));
     }
     let q = set_quota(&s, "acme", &p.pool, "vcpus", 4).await;
     assert_eq!(
@@ -242,7 +248,7 @@ async fn quotas_set_below_used_is_raised_to_used() {
         ),
         (Some(12), Some(12), Some(0))
     );
-    let r = create_instance(&s, t, "acme", &p.pool, "d", json!({})).await;
+    let r = InstanceBuilder::new(&p).key("d").send(&s).await;
     assert_eq!(
         r.err(429, "QUOTA_EXCEEDED"),
         &json!({ "poolId": p.pool, "resource": "vcpus", "max": 12, "used": 12, "requested": 4 })
@@ -254,7 +260,7 @@ async fn quotas_set_below_used_is_raised_to_used() {
             .await
             .contains(&("vcpus".to_owned(), 12, 8))
     );
-    create_instance_ok(&s, t, "acme", &p.pool, "d", json!({})).await;
+    InstanceBuilder::new(&p).key("d").create(&s).await;
     // Setting it again once released shrinks it to what was asked.
     for i in &ids[1..] {
         instance_op_ok(&s, t, "acme", "delete", i).await;

@@ -11,16 +11,15 @@ use std::time::{Duration, Instant};
 use diesel::QueryableByName;
 use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use crate::support::builders::InstanceBuilder;
 use crate::support::clock::T0;
-use crate::support::db::db;
-use crate::support::fixtures::{
-    create_instance_ok, default_quotas, id, instance_op_ok, offer, used,
-};
+use crate::support::db::{db, open_steps};
+use crate::support::fixtures::{default_quotas, id, instance_op_ok, offer, used};
 use crate::support::gce::ZONE;
 use crate::support::server::Server;
-use crate::support::vms::{managed_platform, managed_pool_body};
+use crate::support::vms::{acme_instance, managed_platform, managed_pool_body};
 use crate::support::worker;
 
 #[derive(QueryableByName)]
@@ -44,15 +43,6 @@ async fn stuck(s: &Server) -> i64 {
     c.n
 }
 
-async fn open_steps(s: &Server) -> i64 {
-    let mut conn = db(s).await;
-    let c: Count = diesel::sql_query("SELECT count(*) AS n FROM vm_steps WHERE state = 'open'")
-        .get_result(&mut conn)
-        .await
-        .expect("count");
-    c.n
-}
-
 /// `vps.instances` passes (`--once`) until no step is open; a step put off
 /// with backoff (at most a second here) is due again after a pause.
 async fn settle(s: &Server) {
@@ -73,10 +63,6 @@ async fn settle(s: &Server) {
     }
 }
 
-async fn get(s: &Server, token: &str, inst: &str) -> Value {
-    instance_op_ok(s, token, "acme", "get", inst).await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_create_refused_with_404_fails_with_the_providers_reason_and_holds_nothing() {
     let s = Server::start().await;
@@ -94,10 +80,13 @@ async fn a_create_refused_with_404_fails_with_the_providers_reason_and_holds_not
         .expect("poolId")
         .to_owned();
     offer(&s, &pool, "acme", default_quotas()).await;
-    let inst = create_instance_ok(&s, t, "acme", &pool, "img", json!({})).await;
+    let inst = InstanceBuilder::on(&pool, "acme", t)
+        .key("img")
+        .create(&s)
+        .await;
     assert_eq!(used(&s, t, "acme", &pool, "instances").await, Some(1));
     settle(&s).await;
-    let failed = get(&s, t, &id(&inst)).await;
+    let failed = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(failed["state"], "failed", "{failed}");
     assert_eq!(failed["failure"]["code"], "notFound");
     assert_eq!(used(&s, t, "acme", &pool, "instances").await, Some(0));
@@ -110,9 +99,9 @@ async fn a_vm_gone_during_a_stop_makes_its_instance_lost() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "gone", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("gone").create(&s).await;
     settle(&s).await;
-    let running = get(&s, t, &id(&inst)).await;
+    let running = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(running["state"], "running");
     let name = running["vm"]["name"].as_str().expect("vm.name").to_owned();
     // Deleted behind the platform's back, then stopped before any listing
@@ -121,7 +110,7 @@ async fn a_vm_gone_during_a_stop_makes_its_instance_lost() {
     let stopping = instance_op_ok(&s, t, "acme", "stop", &id(&inst)).await;
     assert_eq!(stopping["state"], "stopping");
     settle(&s).await;
-    let lost = get(&s, t, &id(&inst)).await;
+    let lost = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(lost["state"], "deleted", "{lost}");
     assert_eq!(lost["deletedReason"], "lost");
     assert_eq!(used(&s, t, "acme", &p.pool, "instances").await, Some(0));
@@ -134,9 +123,9 @@ async fn a_delete_refused_by_the_provider_is_sent_again_until_the_vm_is_gone() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 2).await;
     let t = &p.tenant_token;
-    let inst = create_instance_ok(&s, t, "acme", &p.pool, "del", json!({})).await;
+    let inst = InstanceBuilder::new(&p).key("del").create(&s).await;
     settle(&s).await;
-    let name = get(&s, t, &id(&inst)).await["vm"]["name"]
+    let name = acme_instance(&s, t, &id(&inst)).await["vm"]["name"]
         .as_str()
         .expect("vm.name")
         .to_owned();
@@ -151,7 +140,7 @@ async fn a_delete_refused_by_the_provider_is_sent_again_until_the_vm_is_gone() {
     let deleting = instance_op_ok(&s, t, "acme", "delete", &id(&inst)).await;
     assert_eq!(deleting["state"], "deleting");
     settle(&s).await;
-    let gone = get(&s, t, &id(&inst)).await;
+    let gone = acme_instance(&s, t, &id(&inst)).await;
     assert_eq!(gone["state"], "deleted", "{gone}");
     assert_eq!(gone["deletedReason"], "requested");
     assert!(p.gce.vm(&name).await.is_none(), "the vm is gone");

@@ -81,6 +81,22 @@ pub async fn db(s: &Server) -> AsyncPgConnection {
         .expect("connect to the test database")
 }
 
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// How many VM steps are open.
+pub async fn open_steps(s: &Server) -> i64 {
+    let mut conn = db(s).await;
+    let c: Count = diesel::sql_query("SELECT count(*) AS n FROM vm_steps WHERE state = 'open'")
+        .get_result(&mut conn)
+        .await
+        .expect("count");
+    c.n
+}
+
 /// The placement segments of an instance, in time order.
 pub async fn segments(s: &Server, instance: &str) -> Vec<Segment> {
     let mut conn = db(s).await;

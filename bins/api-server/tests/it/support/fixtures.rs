@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::bodies::{GrantBody, InstanceBody, QuotaBody};
+use super::bodies::{GrantBody, QuotaBody};
+use super::builders::{InstanceBuilder, PlatformBuilder};
 use super::calls::get_quotas;
 use super::clock::{HOUR, T0};
 use super::gce::{FLAVOR, Gce, PROJECT};
@@ -293,6 +294,7 @@ pub async fn project(s: &Server, token: &str, tenant: &str, name: &str) -> Strin
 
 /// A platform set up for grants: a root account on the fake, a pool, a
 /// scanned reservation bound to it, and a tenant the pool is offered to.
+/// Built by [`PlatformBuilder`].
 pub struct Platform {
     /// The fake.
     pub gce: Gce,
@@ -308,33 +310,12 @@ pub struct Platform {
     pub tenant_token: String,
 }
 
-/// A platform with one reservation of `total` slots, bound and ready,
-/// offered to tenant `acme` with the default quotas.
-pub async fn platform(s: &Server, total: i64) -> Platform {
-    let gce = Gce::start().await;
-    gce.put("res-a", total, 0, "READY").await;
-    let account = gce_account(s, &gce).await;
-    let pool = create_pool(s, &account).await;
-    scan(s, &account).await;
-    let reservation = Gce::reservation_id("res-a");
-    bind(s, &account, &reservation, &pool).await.ok();
-    let tenant_token = tenant_with_pool(s, "acme", &pool).await;
-    Platform {
-        gce,
-        account,
-        pool,
-        reservation,
-        tenant: "acme".into(),
-        tenant_token,
-    }
-}
-
-/// A fresh server with its clock at [`T0`] and a [`platform`] of `total`
-/// slots.
+/// A fresh server with its clock at [`T0`] and a default platform
+/// ([`PlatformBuilder`]) of `total` slots.
 pub async fn platform_at_t0(total: i64) -> (Server, Platform) {
     let s = Server::start().await;
     s.set_clock(T0).await;
-    let p = platform(&s, total).await;
+    let p = PlatformBuilder::new().slots(total).build(&s).await;
     (s, p)
 }
 
@@ -488,7 +469,7 @@ pub async fn poke(s: &Server, p: &Platform) {
 
 /// `instances.create` by `token` in `tenant` on `pool` with the test flavor
 /// and `key`; `extra` fields (an object) are merged into the body and
-/// override the defaults.
+/// override the defaults. [`InstanceBuilder`] names them instead.
 pub async fn create_instance(
     s: &Server,
     token: &str,
@@ -497,13 +478,11 @@ pub async fn create_instance(
     key: &str,
     extra: Value,
 ) -> Answer {
-    let mut body = InstanceBody::new(pool, key).tenant(tenant).json();
-    if let Some(fields) = extra.as_object() {
-        for (k, v) in fields {
-            body[k] = v.clone();
-        }
-    }
-    s.call(token, "instances/create", body).await
+    InstanceBuilder::on(pool, tenant, token)
+        .key(key)
+        .fields(extra)
+        .send(s)
+        .await
 }
 
 /// `instances.create` that must succeed; returns the instance object.
@@ -515,16 +494,16 @@ pub async fn create_instance_ok(
     key: &str,
     extra: Value,
 ) -> Value {
-    create_instance(s, token, tenant, pool, key, extra)
+    InstanceBuilder::on(pool, tenant, token)
+        .key(key)
+        .fields(extra)
+        .create(s)
         .await
-        .ok()["instance"]
-        .clone()
 }
 
 /// A new running instance of `tenant` in `pool` under a fresh key.
 pub async fn instance(s: &Server, token: &str, tenant: &str, pool: &str) -> Value {
-    let key = format!("i-{}", rand_suffix());
-    create_instance_ok(s, token, tenant, pool, &key, json!({})).await
+    InstanceBuilder::on(pool, tenant, token).create(s).await
 }
 
 /// `instances.{method}` on one instance (`stop`, `start`, `delete`, `get`).

@@ -22,7 +22,7 @@ pub struct Gce {
     /// `http://127.0.0.1:PORT`
     pub url: String,
     /// The installation of the platform built on it
-    /// ([`super::vms::managed_platform_on`]): VMs made "outside" with
+    /// ([`super::builders::PlatformBuilder::gce`]): VMs made "outside" with
     /// `bc-managed` are labelled with it, as the platform labels its own.
     pub installation: Option<String>,
     client: reqwest::Client,

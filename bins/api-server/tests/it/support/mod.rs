@@ -1,10 +1,12 @@
 //! What the end-to-end tests share: the api-server under test and its
 //! clock, the fake Compute Engine, the reconciler-worker process, the
-//! platform fixtures built through the API, typed builders of the request
-//! bodies used most (`bodies`), the methods called most (`calls`), rows
-//! read from the database, metering checks and a seeded PRNG.
+//! platform and its instances built through the API (`builders`, and the
+//! smaller `fixtures`), typed builders of the request bodies used most
+//! (`bodies`), the methods called most (`calls`), rows read from the
+//! database, metering checks and a seeded PRNG.
 
 pub mod bodies;
+pub mod builders;
 pub mod calls;
 pub mod clock;
 pub mod db;

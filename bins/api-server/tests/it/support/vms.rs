@@ -4,7 +4,8 @@
 
 use serde_json::{Value, json};
 
-use super::fixtures::{Platform, bind, gce_account, scan, tenant_with_pool};
+use super::builders::PlatformBuilder;
+use super::fixtures::{Platform, instance_op_ok};
 use super::gce::{FLAVOR, Gce, PROJECT, ZONE};
 use super::server::{Server, rand_suffix};
 use super::worker;
@@ -26,39 +27,25 @@ pub fn managed_pool_body(account: &str, vm: Value) -> Value {
     })
 }
 
-/// A platform as [`super::fixtures::platform`] but with a managed pool
-/// (`vm` with the test image and zones `us-central1-a`, `-b`).
+/// A platform ([`PlatformBuilder`]) with a managed pool (`vm` with the
+/// test image and zones `us-central1-a`, `-b`) on a fresh fake.
 pub async fn managed_platform(s: &Server, total: i64) -> Platform {
-    managed_platform_on(s, Gce::start().await, total).await
+    PlatformBuilder::new().slots(total).managed().build(s).await
 }
 
-/// [`managed_platform`] on the fake `gce`, which learns the server's
-/// installation ([`Gce::installation`]).
-pub async fn managed_platform_on(s: &Server, mut gce: Gce, total: i64) -> Platform {
-    gce.installation = Some(super::db::installation(s).await);
-    gce.put("res-a", total, 0, "READY").await;
-    let account = gce_account(s, &gce).await;
-    let body = managed_pool_body(
-        &account,
-        json!({ "image": IMAGE, "zones": ["us-central1-a", "us-central1-b"],
-                "labels": { "team": "infra" } }),
-    );
-    let pool = s.root("pools/create", body).await.ok()["pool"]["poolId"]
-        .as_str()
-        .expect("poolId")
-        .to_owned();
-    scan(s, &account).await;
-    let reservation = Gce::reservation_id("res-a");
-    bind(s, &account, &reservation, &pool).await.ok();
-    let tenant_token = tenant_with_pool(s, "acme", &pool).await;
-    Platform {
-        gce,
-        account,
-        pool,
-        reservation,
-        tenant: "acme".into(),
-        tenant_token,
-    }
+/// `state` of an instance object (empty if it has none).
+pub fn state(inst: &Value) -> &str {
+    inst["state"].as_str().unwrap_or_default()
+}
+
+/// `vm.name` of a managed instance object.
+pub fn vm_name(inst: &Value) -> String {
+    inst["vm"]["name"].as_str().expect("vm.name").to_owned()
+}
+
+/// An instance of tenant `acme` as `instances.get` with `token` answers it.
+pub async fn acme_instance(s: &Server, token: &str, inst: &str) -> Value {
+    instance_op_ok(s, token, "acme", "get", inst).await
 }
 
 /// The worker environment of the managed tests: listings at every pass.

@@ -11,8 +11,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
+use crate::support::builders::PlatformBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::fixtures::{Platform, grant, id, instance, platform, platform_at_t0};
+use crate::support::fixtures::{Platform, grant, id, instance, platform_at_t0};
 use crate::support::gce::Gce;
 use crate::support::meter::{micros, total, usage};
 use crate::support::server::{ROOT_TOKEN, Server, sibling_binary};
@@ -606,7 +607,7 @@ async fn call_reaches_every_method_typed_by_the_servers_schema() {
 async fn exit_codes_follow_the_class_of_failure() {
     let s = Server::start().await;
     s.set_clock(T0).await;
-    let p: Platform = platform(&s, 2).await;
+    let p: Platform = PlatformBuilder::new().slots(2).build(&s).await;
     let root = Ctl::new(&s, ROOT_TOKEN);
     let full = |slots: &'static str| {
         vec![
@@ -788,7 +789,7 @@ async fn secrets_are_put_from_stdin_or_a_file_and_never_shown() {
         ..Default::default()
     })
     .await;
-    let p = platform(&s, 2).await;
+    let p = PlatformBuilder::new().slots(2).build(&s).await;
     let acme = Ctl::new(&s, &p.tenant_token);
     let fp = acme
         .run_with(

@@ -25,11 +25,12 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::support::bodies::GrantBody;
+use crate::support::builders::PlatformBuilder;
 use crate::support::clock::{HOUR, MIN};
 use crate::support::db::contents;
 use crate::support::fixtures::{
-    Platform, end_grant, grant, grant_of, id, instance, list_grants, platform, project,
-    reservations, tenant_with_pool,
+    Platform, end_grant, grant, grant_of, id, instance, list_grants, project, reservations,
+    tenant_with_pool,
 };
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -395,7 +396,7 @@ async fn next_hour(s: &Server) -> i64 {
 async fn world(s: &Server) -> World {
     let start = next_hour(s).await;
     s.set_clock(start).await;
-    let p = platform(s, 8).await;
+    let p = PlatformBuilder::new().slots(8).build(s).await;
     let globex_token = tenant_with_pool(s, "globex", &p.pool).await;
     grant(s, &p, "acme", 3, start, start + 10 * DAY).await;
     grant(s, &p, "globex", 2, start + 2 * DAY, start + 20 * DAY).await;
@@ -927,6 +928,30 @@ async fn the_demo_world_reads_in_the_console() {
 
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-demo.png");
     chrome.screenshot(&target).await;
+
+    // demo-m, the managed pool's reservation: its instances with the VMs
+    // the worker made for them and the status the provider reports.
+    let managed = "[data-testid=reservation-row][data-reservation-id$='/demo-m']";
+    chrome.open_timeline(managed).await;
+    chrome
+        .wait_for(
+            "[...document.querySelectorAll('[data-testid=instances-table] td')]\
+             .some((td) => td.textContent === 'RUNNING')",
+            "a managed instance's VM running",
+        )
+        .await;
+    let vms: Vec<String> = chrome
+        .eval(
+            "[...document.querySelectorAll('[data-testid=instances-table] \
+             td[data-field=vm]')].map((td) => td.textContent)",
+        )
+        .await;
+    assert!(
+        vms.iter().any(|v| v.starts_with("bc-")),
+        "the managed instances show their VMs: {vms:?}"
+    );
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-managed.png");
+    chrome.screenshot(&target).await;
     chrome.assert_clean(&s.url, &[ROOT_TOKEN], &[]).await;
     chrome.close().await;
 }
@@ -1007,7 +1032,7 @@ struct Noticed {
 async fn noticed_world(s: &Server) -> Noticed {
     let start = next_hour(s).await;
     s.set_clock(start).await;
-    let p = platform(s, 8).await;
+    let p = PlatformBuilder::new().slots(8).build(s).await;
     let g = grant(s, &p, "acme", 2, start, start + 26 * HOUR).await;
     let renewal = grant(s, &p, "acme", 1, start + 26 * HOUR, start + 50 * HOUR).await;
     s.set_clock(start + 20 * HOUR).await;
@@ -1312,7 +1337,7 @@ async fn an_operator_previews_a_grant_that_fits_and_one_that_does_not() {
     let s = Server::start().await;
     let start = next_hour(&s).await;
     s.set_clock(start).await;
-    let p = platform(&s, 4).await;
+    let p = PlatformBuilder::new().slots(4).build(&s).await;
     let web = project(&s, &p.tenant_token, "acme", "web").await;
     // acme runs two instances on ordinary slots; globex holds 3 of the 4
     // slots from hour 2 to hour 6.

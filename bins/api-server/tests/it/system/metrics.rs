@@ -12,10 +12,11 @@ use serde_json::{Value, json};
 
 use crate::accounts::google_auth::account_on;
 use crate::support::bodies::GrantBody;
+use crate::support::builders::PlatformBuilder;
 use crate::support::calls::create_project;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
-use crate::support::fixtures::{grant, instance, platform, platform_at_t0, reservations};
+use crate::support::fixtures::{grant, instance, platform_at_t0, reservations};
 use crate::support::gce::Gce;
 use crate::support::server::{ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -147,7 +148,7 @@ pub(crate) async fn scrape_until(
 async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
     let s = Server::start_with_env("BC_DB_POOL_SIZE", "2").await;
     s.set_clock(T0).await;
-    let p = platform(&s, 8).await;
+    let p = PlatformBuilder::new().slots(8).build(&s).await;
     let url = format!("{}/metrics", s.url);
 
     // Denials by class: a root-only method from a tenant, a viewer writing.

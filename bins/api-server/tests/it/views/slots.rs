@@ -6,10 +6,11 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::PlatformBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
     Platform, bind, create_instance_ok, get_grant, grant, id, instance_op_ok, placement_of, plain,
-    platform, platform_at_t0, reservations, scan, tenant_with_pool, unbind,
+    platform_at_t0, reservations, scan, tenant_with_pool, unbind,
 };
 use crate::support::gce::Gce;
 use crate::support::server::Server;
@@ -44,7 +45,7 @@ async fn slot_accounts_follow_the_grants_terms_and_the_instances_at_now() {
     let s = Server::start().await;
     s.set_clock(T0).await;
     // 6 slots; globex holds a grant of 1 from now, acme one of 2 from T0+1h.
-    let p = platform(&s, 6).await;
+    let p = PlatformBuilder::new().slots(6).build(&s).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let g_acme = grant(&s, &p, "acme", 2, T0 + HOUR, T0 + 10 * HOUR).await;

@@ -4,9 +4,10 @@
 use serde_json::{Value, json};
 
 use crate::accounts::google_auth::SECRETS_KEY;
+use crate::support::builders::PlatformBuilder;
 use crate::support::clock::{MIN, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{platform, set_quota};
+use crate::support::fixtures::set_quota;
 use crate::support::receiver::{Received, Receiver, signed_by};
 use crate::support::server::{Options, ROOT, ROOT_TOKEN, Server, rand_suffix};
 use crate::support::worker;
@@ -82,11 +83,11 @@ pub(super) async fn deliver_with(s: &Server, env: &[(&str, &str)]) {
 async fn events_arrive_signed_once_each_in_log_order_filtered_by_type() {
     let s = server().await;
     // The pool's quota rows publish quota.updated before any webhook exists.
-    let p = platform(&s, 2).await;
+    let p = PlatformBuilder::new().slots(2).build(&s).await;
     let r = Receiver::start().await;
     let quotas_only = Receiver::start().await;
     let (id, secret) = webhook(&s, &r.url, None).await;
-    let (other, _) = webhook(&s, &quotas_only.url, Some(json!(["quota.updated"]))).await;
+    webhook(&s, &quotas_only.url, Some(json!(["quota.updated"]))).await;
     let mut sent = Vec::new();
     for _ in 0..3 {
         sent.push(test_event(&s, &id).await);
@@ -140,7 +141,6 @@ async fn events_arrive_signed_once_each_in_log_order_filtered_by_type() {
             .iter()
             .all(|i| i["outcome"] == "delivered" && i["attempt"] == 1)
     );
-    let _ = other;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -18,12 +18,13 @@ use storage::ops::gauges;
 use storage::ops::scans::{self, ClaimRules};
 
 use crate::accounts::google_auth::SECRETS_KEY;
+use crate::support::builders::PlatformBuilder;
 use crate::support::calls::{delete_tenant, list_accounts, put_secret, scan_as};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::root_id;
 use crate::support::fixtures::{
-    account_body, bind, create_account, gce_account, grant, instance, items, platform,
-    platform_at_t0, reservations, scan,
+    account_body, bind, create_account, gce_account, grant, instance, items, platform_at_t0,
+    reservations, scan,
 };
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::meter::usage;
@@ -316,7 +317,7 @@ async fn metering_and_notices_of_others_happen_while_200_stalled_accounts_are_be
     let s = server_with_max(200).await;
     s.set_clock(T0).await;
     // Acme holds a grant for two hours on the platform's reservation.
-    let p = platform(&s, 4).await;
+    let p = PlatformBuilder::new().slots(4).build(&s).await;
     let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 2 * HOUR).await;
     // A hostile tenant's 200 accounts, all on an endpoint that never answers.
     let stall = Stall::start().await;

@@ -15,6 +15,7 @@ use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
+use crate::support::builders::PlatformBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{create_instance, id, instance_op};
@@ -22,7 +23,6 @@ use crate::support::gce::Gce;
 use crate::support::meter::usage_of_instance;
 use crate::support::rng::Rng;
 use crate::support::server::Server;
-use crate::support::vms::managed_platform_on;
 use crate::support::worker::{self, Running};
 
 /// Phases: each sets the clock, makes a few changes, kills replicas while
@@ -64,7 +64,12 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
     let started = Instant::now();
     let s = Server::start().await;
     s.set_clock(T0).await;
-    let p = managed_platform_on(&s, Gce::start_polls(3).await, 6).await;
+    let p = PlatformBuilder::new()
+        .slots(6)
+        .managed()
+        .gce(Gce::start_polls(3).await)
+        .build(&s)
+        .await;
     p.gce.set_clock(T0).await;
     let t = p.tenant_token.clone();
     let mut rng = Rng::from_env("vm-crash");

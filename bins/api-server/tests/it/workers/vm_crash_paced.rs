@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::vm_crash::{check_books, unsettled};
+use crate::support::builders::PlatformBuilder;
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{create_instance, id, instance_op, set_quota};
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::rng::Rng;
 use crate::support::server::Server;
-use crate::support::vms::managed_platform_on;
 use crate::support::worker::{self, Running};
 
 const INSTANCES: usize = 120;
@@ -76,7 +76,12 @@ async fn replicas_killed_during_a_paced_burst_make_no_second_vm_and_bill_what_ra
         .with_writes_per_min(80)
         .with_concurrent_operations(30);
     let total = i64::try_from(INSTANCES).unwrap_or(0);
-    let p = managed_platform_on(&s, Gce::start_fake(fake).await, total).await;
+    let p = PlatformBuilder::new()
+        .slots(total)
+        .managed()
+        .gce(Gce::start_fake(fake).await)
+        .build(&s)
+        .await;
     p.gce.set_clock(T0).await;
     set_quota(&s, "acme", &p.pool, "instances", total).await;
     set_quota(&s, "acme", &p.pool, "vcpus", 4 * total).await;

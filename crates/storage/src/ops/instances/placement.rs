@@ -14,7 +14,7 @@ use crate::error::{Result, StorageError};
 use crate::model::grant::GrantRow;
 use crate::model::instance::{InstanceRow, Subject};
 use crate::model::reservation::ReservationRow;
-use crate::model::states::{InstanceBilling, InstanceState};
+use crate::model::states::{InstanceBilling, InstanceState, PlacementKind};
 use crate::ops::settlement;
 use crate::schema::{instances, placement_segments as seg};
 
@@ -41,6 +41,56 @@ pub enum Target {
     OnDemand,
     /// Nowhere (stopped without a slot, or deleted).
     None,
+}
+
+impl Target {
+    /// Where a row says its instance is.
+    pub fn of(inst: &InstanceRow) -> Target {
+        match (
+            inst.placement_kind,
+            &inst.grant_id,
+            &inst.account_id,
+            &inst.reservation_id,
+        ) {
+            (PlacementKind::Grant, Some(g), Some(a), Some(r)) => Target::Grant {
+                grant_id: g.clone(),
+                account_id: a.clone(),
+                reservation_id: r.clone(),
+            },
+            (PlacementKind::Reservation, _, Some(a), Some(r)) => Target::Reservation {
+                account_id: a.clone(),
+                reservation_id: r.clone(),
+            },
+            (PlacementKind::OnDemand, ..) => Target::OnDemand,
+            _ => Target::None,
+        }
+    }
+
+    /// The account and reservation it is on, if any.
+    pub fn reservation(&self) -> Option<(&str, &str)> {
+        match self {
+            Target::Grant {
+                account_id,
+                reservation_id,
+                ..
+            }
+            | Target::Reservation {
+                account_id,
+                reservation_id,
+            } => Some((account_id, reservation_id)),
+            Target::OnDemand | Target::None => None,
+        }
+    }
+
+    /// Its kind, as stored and shown.
+    pub fn kind(&self) -> PlacementKind {
+        match self {
+            Target::Grant { .. } => PlacementKind::Grant,
+            Target::Reservation { .. } => PlacementKind::Reservation,
+            Target::OnDemand => PlacementKind::OnDemand,
+            Target::None => PlacementKind::None,
+        }
+    }
 }
 
 impl Target {
@@ -74,24 +124,19 @@ impl Target {
         }
     }
 
-    fn columns(&self) -> (&'static str, Option<&str>, Option<&str>, Option<&str>) {
+    /// Its grant, account and reservation columns.
+    pub(super) fn columns(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
         match self {
             Target::Grant {
                 grant_id,
                 account_id,
                 reservation_id,
-            } => (
-                "grant",
-                Some(grant_id),
-                Some(account_id),
-                Some(reservation_id),
-            ),
+            } => (Some(grant_id), Some(account_id), Some(reservation_id)),
             Target::Reservation {
                 account_id,
                 reservation_id,
-            } => ("reservation", None, Some(account_id), Some(reservation_id)),
-            Target::OnDemand => ("ondemand", None, None, None),
-            Target::None => ("none", None, None, None),
+            } => (None, Some(account_id), Some(reservation_id)),
+            Target::OnDemand | Target::None => (None, None, None),
         }
     }
 }
@@ -119,7 +164,7 @@ pub async fn place_at(
 /// Records `inst`'s new placement, state and power from instant `at`:
 /// updates the row and closes its open segment at `at`, opening the next
 /// one (unless it is gone). A segment that would be empty is dropped. The
-/// segment holds a running slot when `powered`, and is billed when it does
+/// segment holds a running slot when `holds_slot`, and is billed when it does
 /// and the instance is a ledger one or a managed one whose VM was seen
 /// running (contract 3.12).
 pub async fn place_with<'a>(
@@ -127,14 +172,15 @@ pub async fn place_with<'a>(
     inst: impl Into<Subject<'a>>,
     target: &Target,
     state: InstanceState,
-    powered: bool,
+    holds_slot: bool,
     at: i64,
 ) -> Result<()> {
     let inst: Subject<'_> = inst.into();
     // Billed history is never rewritten: a transition settled after its
     // instant was metered takes effect at the first unmetered instant.
     let at = at.max(inst.usage_metered_through);
-    let (kind, grant_id, account_id, reservation_id) = target.columns();
+    let kind = target.kind();
+    let (grant_id, account_id, reservation_id) = target.columns();
     // The four writes depend on nothing they answer: pipelined, in order,
     // one round trip.
     let (mut c1, mut c2, mut c3, mut c4) = (conn, conn, conn, conn);
@@ -146,7 +192,7 @@ pub async fn place_with<'a>(
             instances::account_id.eq(account_id),
             instances::reservation_id.eq(reservation_id),
             instances::state.eq(state),
-            instances::powered.eq(powered && !state.is_final()),
+            instances::powered.eq(holds_slot && !state.is_final()),
             instances::deleted_at.eq(if state == InstanceState::Deleted {
                 Some(at)
             } else {
@@ -173,7 +219,7 @@ pub async fn place_with<'a>(
     .execute(&mut c3);
     // billing "none" instances bill nothing wherever they are.
     let seg_kind = if inst.billing == InstanceBilling::None {
-        "none"
+        PlacementKind::None
     } else {
         kind
     };
@@ -186,7 +232,7 @@ pub async fn place_with<'a>(
                 seg::instance_id.eq(inst.instance_id),
                 seg::from_ms.eq(at),
                 seg::kind.eq(seg_kind),
-                seg::running.eq(powered),
+                seg::running.eq(holds_slot),
                 seg::billed.eq(!inst.managed || state == InstanceState::Running),
                 seg::grant_id.eq(grant_id),
                 seg::account_id.eq(account_id),
@@ -211,7 +257,7 @@ pub async fn apply_move(
         .await?
         .ok_or_else(|| StorageError::internal(format!("move of unknown instance {instance_id}")))?;
     let target = Target::from_destination(to, res);
-    place_with(conn, &inst, &target, inst.state, inst.powered, at).await
+    place_with(conn, &inst, &target, inst.state, inst.holds_slot, at).await
 }
 
 /// Moves instances taken into a grant at `at`.

@@ -1,6 +1,6 @@
 //! `instances.start`: a ledger instance back into its grant or placed again
 //! like a new one, under the lock order; a managed one on its own
-//! reservation ([`super::managed`]).
+//! reservation ([`start_managed`]).
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use grants_core::PlacementRequest;
@@ -12,8 +12,15 @@ use crate::ids::{InstanceId, TenantId};
 use crate::locks;
 use crate::model::events;
 use crate::model::instance::InstanceRow;
+use crate::model::pool_vm::PoolVm;
 use crate::model::reservation::ReservationRow;
-use crate::model::states::InstanceState;
+use crate::model::states::{InstanceState, ReservationStatus};
+use crate::ops::settlement;
+use crate::schema::provider_accounts;
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+use grants_core::vm::Cause;
+use managed::Change;
 
 /// `instances.start`: back into its grant if that grant is still live,
 /// otherwise placed again like a new instance.
@@ -40,7 +47,7 @@ pub async fn start(
     .await?
     .is_some_and(|r| r.tenant_id == tenant && r.managed);
     if managed {
-        return managed::start(conn, tenant, instance_id, now).await;
+        return start_managed(conn, tenant, instance_id, now).await;
     }
     match start_once(conn, tenant, instance_id, now, false).await {
         Err(StartError::NeedsPool) => {}
@@ -138,6 +145,83 @@ async fn start_once(
         place_at(conn, &inst, &target, InstanceState::Running, now).await?;
         events::publish(conn, now, events).await?;
         Ok(find(conn, tenant, instance_id).await?)
+    })
+    .await
+}
+
+/// Whether a provider account still exists.
+pub(super) async fn account_exists(conn: &mut AsyncPgConnection, account_id: &str) -> Result<bool> {
+    let n: i64 = provider_accounts::table
+        .find(account_id)
+        .count()
+        .get_result(conn)
+        .await?;
+    Ok(n > 0)
+}
+
+/// The zone of a new managed instance's VM: its reservation's for a slot
+/// on one, else the pool's first zone (contract 3.12).
+pub(super) async fn vm_zone(
+    conn: &mut AsyncPgConnection,
+    target: &Target,
+    vm: &PoolVm,
+) -> Result<String> {
+    match target.reservation() {
+        Some((account_id, reservation_id)) => {
+            Ok(ReservationRow::find(conn, account_id, reservation_id)
+                .await?
+                .ok_or_else(|| StorageError::internal("placed on an unknown reservation"))?
+                .zone)
+        }
+        None => <[String]>::first(&vm.zones)
+            .cloned()
+            .ok_or_else(|| StorageError::internal("a managed pool without zones")),
+    }
+}
+
+/// [`start`] of a managed instance: its VM never moves, so only the
+/// reservation it was created on decides (a live grant of the tenant that
+/// serves it, else an ordinary slot, else `CAPACITY_UNAVAILABLE`); an
+/// on-demand VM, or one whose reservation is gone, starts on-demand.
+async fn start_managed(
+    conn: &mut AsyncPgConnection,
+    tenant: &str,
+    instance_id: &str,
+    now: i64,
+) -> Result<InstanceRow> {
+    conn.transaction::<_, StorageError, _>(async move |conn| {
+        let mut events = Vec::new();
+        let peek = find(conn, tenant, instance_id).await?;
+        // The VM's reservation first (the lock order), settled.
+        let vm_res = match (&peek.vm_account_id, &peek.vm_reservation_id) {
+            (Some(a), Some(r)) => locks::reservation(conn, a, r).await?,
+            _ => None,
+        };
+        if let Some(r) = &vm_res {
+            settlement::settle(conn, r, now, &mut events).await?;
+        }
+        let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
+        let placed = match (inst.state, &vm_res) {
+            (InstanceState::Stopped, Some(r)) if r.status != ReservationStatus::Gone => {
+                let mut request =
+                    PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
+                request.held_grant = inst.grant_id.clone();
+                let open = locks::started_grants(conn, r, now).await?;
+                let view = view(conn, r, now, open).await?;
+                let seat =
+                    grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
+                Some(Target::from_seat(seat, r))
+            }
+            (InstanceState::Stopped, _) => Some(Target::OnDemand),
+            _ => None,
+        };
+        let change = Change {
+            placed,
+            ..Change::of(Cause::StartRequested)
+        };
+        managed::apply(conn, &inst, res.as_ref(), change, now, &mut events).await?;
+        crate::model::events::publish(conn, now, events).await?;
+        find(conn, tenant, instance_id).await
     })
     .await
 }

@@ -14,6 +14,7 @@ use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::vm::{Cause, StepFailure, VmStatus};
 
+use crate::clock::DB_NOW_MS;
 use crate::error::{Result, StorageError};
 use crate::model::event_data::{EventData, OrphanDeleted, OrphanFound};
 use crate::model::events::{self, NewEvent};
@@ -21,7 +22,7 @@ use crate::model::instance::InstanceRow;
 use crate::model::states::{DeletedReason, InstanceState};
 use crate::ops::accounts::{self, Account};
 use crate::ops::installation;
-use crate::ops::instances::managed::{self, DB_NOW_MS, Observation};
+use crate::ops::instances::managed::{self, Change, Observation};
 use crate::ops::instances::{lock_for_worker, lock_quota_of};
 use crate::schema::{instances, pools as pools_t, vm_listings, vm_orphans};
 
@@ -322,18 +323,27 @@ async fn drift_one(
         let Some(peek) = InstanceRow::find(conn, instance_id).await? else {
             return Ok(None);
         };
+        // A step settled since the listing began, or an instance gone for
+        // good: the listing says nothing of it. Both only become true, so
+        // the unlocked read decides before any lock is waited for (the
+        // quota rows a lost VM needs are the ones every create of the
+        // tenant takes).
+        let settled_since = |i: &InstanceRow| {
+            i.vm_changed_wall
+                .is_some_and(|w| w >= listing.claim.started_wall)
+        };
+        if settled_since(&peek) || peek.state.is_final() {
+            return Ok(None);
+        }
         if vm.is_none() {
             lock_quota_of(conn, &peek).await?;
         }
         let mut events = Vec::new();
         let (inst, res) = lock_for_worker(conn, instance_id, now, &mut events).await?;
-        let settled_since = inst
-            .vm_changed_wall
-            .is_some_and(|w| w >= listing.claim.started_wall);
-        if settled_since
+        if settled_since(&inst)
             || inst.state.to_vm().step().is_some()
             || inst.state.is_final()
-            || managed::has_open_step(conn, instance_id).await?
+            || super::outbox::has_open_step(conn, instance_id).await?
         {
             events::publish(conn, now, events).await?;
             return Ok(None);
@@ -407,9 +417,7 @@ async fn drift_one(
             conn,
             &inst,
             res.as_ref(),
-            cause,
-            None,
-            seen,
+            Change::of(cause).seen(seen),
             at,
             &mut events,
         )
