@@ -113,13 +113,8 @@ struct CreateTenant {
 
 async fn create_tenant(call: Call, input: CreateTenant) -> Result<CreatedTenant, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
-    let (tenant, key) = tenancy::create_tenant(
-        &mut conn,
-        input.name.as_str(),
-        input.display_name.as_deref(),
-        now,
-    )
-    .await?;
+    let (tenant, key) =
+        tenancy::create_tenant(&mut conn, &input.name, input.display_name.as_deref(), now).await?;
     tracing::info!(tenant = %tenant.tenant_id, "tenant created");
     Ok(CreatedTenant {
         tenant: tenant.into(),

@@ -9,6 +9,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Deserialize;
 use serde_json::json;
 use storage::cursor::Reader;
+use storage::ids::WebhookId;
 use storage::model::events::EventData;
 use storage::ops::webhooks::{self, NewWebhook, WebhookChange, WebhookState};
 
@@ -23,7 +24,7 @@ use crate::wire::{
 };
 
 /// Webhook ids (at most 56 characters).
-const WEBHOOK_ID: &str = "^whk_[0-9a-hjkmnp-tv-z]{26,52}$";
+const WEBHOOK_ID: &str = WebhookId::PATTERN;
 /// An example webhook id.
 const WEBHOOK: &str = "whk_01jd8x3m5q7r9t1v3w5y7z9b2k";
 /// The longest URL.
@@ -208,7 +209,7 @@ async fn create(call: Call, input: Create) -> Result<WebhookCreated, ApiError> {
         }
     };
     let new = NewWebhook {
-        tenant_id: call.tenant().as_str(),
+        tenant_id: call.tenant(),
         url: &url,
         types: &input.types,
         description: input.description.as_deref(),
@@ -216,6 +217,20 @@ async fn create(call: Call, input: Create) -> Result<WebhookCreated, ApiError> {
     let (mut conn, now) = call.conn_now().await?;
     let created = webhooks::create(&mut conn, &call.app.keyring, new, key, now).await?;
     Ok(call.created(created).into())
+}
+
+/// `webhookId` as the type storage takes. The schema has checked the
+/// pattern already; a value it let through that does not parse is refused
+/// as the schema refuses one (`INVALID_INPUT`, reason `pattern`).
+fn webhook_id(raw: &str) -> Result<WebhookId, ApiError> {
+    WebhookId::parse(raw).map_err(|_| {
+        ApiError::invalid(
+            "webhookId",
+            "pattern",
+            format!("webhookId must match {WEBHOOK_ID}"),
+        )
+        .with("pattern", WEBHOOK_ID)
+    })
 }
 
 /// A method on one webhook.
@@ -227,9 +242,10 @@ struct WebhookRef {
 }
 
 async fn get(call: Call, input: WebhookRef) -> Result<WebhookReply, ApiError> {
+    let id = webhook_id(&input.webhook_id)?;
     let mut conn = call.conn().await?;
     Ok(storage::db::read_only(&mut conn, async |conn| {
-        webhooks::get(conn, call.tenant(), &input.webhook_id).await
+        webhooks::get(conn, call.tenant(), &id).await
     })
     .await?
     .into())
@@ -264,6 +280,7 @@ struct Update {
 }
 
 async fn update(call: Call, input: Update) -> Result<WebhookReply, ApiError> {
+    let id = webhook_id(&input.webhook_id)?;
     let url = input.url.as_deref().map(|u| url_of(&call, u)).transpose()?;
     let state = match input.state.as_deref() {
         None => None,
@@ -278,38 +295,35 @@ async fn update(call: Call, input: Update) -> Result<WebhookReply, ApiError> {
         state,
     };
     let (mut conn, now) = call.conn_now().await?;
-    Ok(
-        webhooks::update(&mut conn, call.tenant(), &input.webhook_id, change, now)
-            .await?
-            .into(),
-    )
+    Ok(webhooks::update(&mut conn, call.tenant(), &id, change, now)
+        .await?
+        .into())
 }
 
 async fn delete(call: Call, input: WebhookRef) -> Result<WebhookDeleted, ApiError> {
+    let id = webhook_id(&input.webhook_id)?;
     let (mut conn, now) = call.conn_now().await?;
-    webhooks::delete(&mut conn, call.tenant(), &input.webhook_id, now).await?;
+    webhooks::delete(&mut conn, call.tenant(), &id, now).await?;
     Ok(WebhookDeleted {
-        webhook_id: input.webhook_id,
+        webhook_id: id.into_string(),
         deleted: true,
     })
 }
 
 async fn rotate_secret(call: Call, input: WebhookRef) -> Result<WebhookWithSecret, ApiError> {
+    let id = webhook_id(&input.webhook_id)?;
     let (mut conn, now) = call.conn_now().await?;
-    Ok(webhooks::rotate_secret(
-        &mut conn,
-        &call.app.keyring,
-        call.tenant(),
-        &input.webhook_id,
-        now,
+    Ok(
+        webhooks::rotate_secret(&mut conn, &call.app.keyring, call.tenant(), &id, now)
+            .await?
+            .into(),
     )
-    .await?
-    .into())
 }
 
 async fn test(call: Call, input: WebhookRef) -> Result<WebhookTested, ApiError> {
+    let id = webhook_id(&input.webhook_id)?;
     let (mut conn, now) = call.conn_now().await?;
-    let event_id = webhooks::test(&mut conn, call.tenant(), &input.webhook_id, now).await?;
+    let event_id = webhooks::test(&mut conn, call.tenant(), &id, now).await?;
     Ok(WebhookTested { event_id })
 }
 
@@ -330,7 +344,8 @@ async fn deliveries(
     call: Call,
     input: Deliveries,
 ) -> Result<Page<wire::WebhookDelivery>, ApiError> {
-    let reader = Reader::Webhook(&input.webhook_id);
+    let id = webhook_id(&input.webhook_id)?;
+    let reader = Reader::Webhook(id.as_str());
     // Another webhook's cursor does not open: the same answer as a
     // malformed one.
     let after = match &input.after {
@@ -345,7 +360,7 @@ async fn deliveries(
     };
     let mut conn = call.conn().await?;
     let page = storage::db::read_only(&mut conn, async |conn| {
-        webhooks::deliveries(conn, call.tenant(), &input.webhook_id, after, input.limit).await
+        webhooks::deliveries(conn, call.tenant(), &id, after, input.limit).await
     })
     .await?;
     Ok(Page {

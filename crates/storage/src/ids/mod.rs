@@ -5,6 +5,7 @@ mod typed;
 
 pub use typed::{
     AccountId, GrantId, IdError, InstanceId, KeyId, PoolId, ProjectId, ReservationId, TenantId,
+    WebhookId,
 };
 
 use rand::RngCore;

@@ -189,6 +189,10 @@ id_type!(
     /// An API key: `key_...`.
     KeyId, "key id", typeid_pattern!("key"), max typeid_max("key")
 );
+id_type!(
+    /// A webhook: `whk_...`.
+    WebhookId, "webhook id", typeid_pattern!("whk"), max typeid_max("whk")
+);
 
 #[cfg(test)]
 mod tests {
@@ -217,6 +221,7 @@ mod tests {
         assert!(PoolId::parse(&super::super::new_id("pool", at)).is_ok());
         assert!(ProjectId::parse(&super::super::new_id("prj", at)).is_ok());
         assert!(KeyId::parse(&super::super::new_id("key", at)).is_ok());
+        assert!(WebhookId::parse(&super::super::new_id("whk", at)).is_ok());
     }
 
     #[test]

@@ -509,7 +509,8 @@ pub async fn stop(
                 now,
                 &mut events,
             )
-            .await?;
+            .await?
+            .locked()?;
             events::publish(conn, now, events).await?;
             return find(conn, tenant, instance_id).await;
         }
@@ -578,11 +579,14 @@ async fn delete_locked(
             conn,
             inst,
             None,
-            Change::of(Cause::DeleteRequested).seen(seen),
+            Change::of(Cause::DeleteRequested)
+                .seen(seen)
+                .quota_locked(true),
             now,
             events,
         )
-        .await?;
+        .await?
+        .locked()?;
         return Ok(());
     }
     release_quota(conn, inst).await?;
@@ -629,11 +633,14 @@ pub async fn delete(
                 conn,
                 &inst,
                 res.as_ref(),
-                Change::of(Cause::DeleteRequested).seen(seen),
+                Change::of(Cause::DeleteRequested)
+                    .seen(seen)
+                    .quota_locked(true),
                 now,
                 &mut events,
             )
-            .await?;
+            .await?
+            .locked()?;
         } else if inst.state != InstanceState::Deleted {
             delete_locked(conn, &inst, DeletedReason::Requested, now, &mut events).await?;
             tracing::info!(instance = %instance_id, "instance deleted");

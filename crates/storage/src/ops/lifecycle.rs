@@ -27,6 +27,7 @@ pub async fn delete_tenant(
     tenant_id: &TenantId,
     now: i64,
 ) -> Result<Tenant> {
+    let target = tenant_id;
     let root = root.as_str();
     let tenant_id = tenant_id.as_str();
     if tenant_id == root {
@@ -67,9 +68,9 @@ pub async fn delete_tenant(
         // again), then the secrets they could name.
         let accounts =
             accounts::delete_accounts_of_tenant(conn, &accounts, now, &mut batch).await?;
-        let tenant = tenancy::mark_tenant_deleted(conn, tenant_id, now).await?;
-        let secrets = secrets::delete_all_of_tenant(conn, tenant_id).await?;
-        let webhooks = webhooks::delete_all_of_tenant(conn, tenant_id, now).await?;
+        let tenant = tenancy::mark_tenant_deleted(conn, target, now).await?;
+        let secrets = secrets::delete_all_of_tenant(conn, target).await?;
+        let webhooks = webhooks::delete_all_of_tenant(conn, target, now).await?;
         events::publish(conn, now, batch).await?;
         tracing::info!(
             tenant = %tenant_id,

@@ -280,7 +280,7 @@ pub async fn list(conn: &mut AsyncPgConnection, actor: &Actor) -> Result<Vec<Poo
 /// Sets one quota row's maximum as `quotas.set` does (a max below `used` is
 /// raised to `used`), creating the row if needed. Returns the row and whether
 /// it was created or changed.
-pub async fn set_quota_row(
+async fn set_quota_row(
     conn: &mut AsyncPgConnection,
     tenant: &str,
     pool_id: &str,

@@ -188,9 +188,12 @@ pub async fn delete(conn: &mut AsyncPgConnection, tenant: &TenantId, name: &str)
 
 /// Deletes every secret of a tenant being deleted (inside `tenants.delete`,
 /// under its tenant row lock): a departed tenant's credentials are not kept.
-pub async fn delete_all_of_tenant(conn: &mut AsyncPgConnection, tenant: &str) -> Result<usize> {
+pub async fn delete_all_of_tenant(
+    conn: &mut AsyncPgConnection,
+    tenant: &TenantId,
+) -> Result<usize> {
     Ok(
-        diesel::delete(secrets::table.filter(secrets::tenant_id.eq(tenant)))
+        diesel::delete(secrets::table.filter(secrets::tenant_id.eq(tenant.as_str())))
             .execute(conn)
             .await?,
     )

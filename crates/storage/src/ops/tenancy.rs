@@ -177,26 +177,25 @@ pub async fn get_tenant(conn: &AsyncPgConnection, tenant_id: &str) -> Result<Opt
 }
 
 /// Loads an active tenant or answers `NOT_FOUND`.
-pub async fn active_tenant(conn: &mut AsyncPgConnection, tenant_id: &str) -> Result<Tenant> {
-    match get_tenant(conn, tenant_id).await? {
+pub async fn active_tenant(conn: &mut AsyncPgConnection, tenant_id: &TenantId) -> Result<Tenant> {
+    match get_tenant(conn, tenant_id.as_str()).await? {
         Some(t) if t.state == TenantState::Active => Ok(t),
-        _ => Err(StorageError::not_found("tenant", tenant_id)),
+        _ => Err(StorageError::not_found("tenant", tenant_id.as_str())),
     }
 }
 
 /// `tenants.create`: a new tenant and its first admin key.
 pub async fn create_tenant(
     conn: &mut AsyncPgConnection,
-    name: &str,
+    name: &TenantId,
     display_name: Option<&str>,
     now: i64,
 ) -> Result<(Tenant, IssuedKey)> {
-    let name = name.to_owned();
-    let display = display_name.unwrap_or(&name).to_owned();
+    let display = display_name.unwrap_or(name.as_str()).to_owned();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let inserted = diesel::insert_into(tenants::table)
             .values((
-                tenants::tenant_id.eq(&name),
+                tenants::tenant_id.eq(name.as_str()),
                 tenants::display_name.eq(&display),
                 tenants::state.eq(TenantState::Active),
                 tenants::created_at.eq(now),
@@ -209,10 +208,10 @@ pub async fn create_tenant(
                 ErrorKind::Conflict,
                 format!("tenant name {name} is taken (names are never reused)"),
             )
-            .with(Detail::TenantId(name.clone())));
+            .with(Detail::TenantId(name.as_str().to_owned())));
         }
-        let key = insert_key(conn, &name, "admin", Role::Admin, None, now).await?;
-        let tenant = active_tenant(conn, &name).await?;
+        let key = insert_key(conn, name.as_str(), "admin", Role::Admin, None, now).await?;
+        let tenant = active_tenant(conn, name).await?;
         Ok((tenant, key))
     })
     .await
@@ -223,9 +222,10 @@ pub async fn create_tenant(
 /// active.
 pub async fn mark_tenant_deleted(
     conn: &mut AsyncPgConnection,
-    tenant_id: &str,
+    tenant_id: &TenantId,
     now: i64,
 ) -> Result<Tenant> {
+    let tenant_id = tenant_id.as_str();
     diesel::update(
         api_keys::table
             .filter(api_keys::tenant_id.eq(tenant_id))

@@ -20,6 +20,7 @@ use crate::error::{Result, StorageError};
 use crate::model::events;
 use crate::model::instance::InstanceRow;
 use crate::model::states::{DeletedReason, StepState};
+use crate::more_locks::{self, Try};
 use crate::ops::accounts::{self, Account};
 use crate::ops::instances::managed::{self, Change, Observation};
 use crate::ops::instances::{lock_for_worker, lock_quota_of};
@@ -339,24 +340,16 @@ pub enum Outcome {
     },
 }
 
-/// Why a finish did not apply.
-enum Finish {
+/// Why a finish stopped without applying.
+enum Stop {
+    /// The claim's lease is lost: nothing is written.
     LeaseLost,
-    /// The locked instance's change may release its quota, whose rows were
-    /// not locked (they come first in the lock order): start again with them.
-    NeedsQuota,
     Storage(StorageError),
 }
 
-impl From<StorageError> for Finish {
+impl From<StorageError> for Stop {
     fn from(e: StorageError) -> Self {
-        Finish::Storage(e)
-    }
-}
-
-impl From<diesel::result::Error> for Finish {
-    fn from(e: diesel::result::Error) -> Self {
-        Finish::Storage(e.into())
+        Stop::Storage(e)
     }
 }
 
@@ -396,20 +389,16 @@ pub async fn finish(
 ) -> Result<bool> {
     let kind = claim.step()?;
     let cause = cause_of(kind, outcome);
-    let mut with_quota = false;
-    loop {
-        match finish_once(conn, claim, outcome, (kind, cause), with_quota, now).await {
-            Ok(()) => return Ok(true),
-            Err(Finish::LeaseLost) => return Ok(false),
-            Err(Finish::NeedsQuota) if !with_quota => with_quota = true,
-            Err(Finish::NeedsQuota) => {
-                return Err(StorageError::internal(
-                    "quota rows locked yet reported missing",
-                ));
-            }
-            Err(Finish::Storage(e)) => return Err(e),
+    for with_quota in more_locks::TRIES {
+        let tried = finish_once(conn, claim, outcome, (kind, cause), with_quota, now).await;
+        match more_locks::ended(tried) {
+            None => {}
+            Some(Ok(())) => return Ok(true),
+            Some(Err(Stop::LeaseLost)) => return Ok(false),
+            Some(Err(Stop::Storage(e))) => return Err(e),
         }
     }
+    Err(more_locks::exhausted("a step's finish"))
 }
 
 async fn finish_once(
@@ -419,8 +408,8 @@ async fn finish_once(
     (kind, cause): (StepKind, Cause),
     with_quota: bool,
     now: i64,
-) -> std::result::Result<(), Finish> {
-    conn.transaction::<_, Finish, _>(async |conn| {
+) -> std::result::Result<(), Try<Stop>> {
+    conn.transaction::<_, Try<Stop>, _>(async |conn| {
         let peek = InstanceRow::find(conn, &claim.instance_id)
             .await?
             .ok_or_else(|| StorageError::internal("a step of an unknown instance"))?;
@@ -431,9 +420,6 @@ async fn finish_once(
         }
         let mut events = Vec::new();
         let (inst, res) = lock_for_worker(conn, &claim.instance_id, now, &mut events).await?;
-        if !quota && may_release_quota(&inst, cause) {
-            return Err(Finish::NeedsQuota);
-        }
         let changed_wall = crate::clock::db_now_ms(conn).await?;
         let seen = match outcome {
             Outcome::Confirmed { vm_status } => Observation {
@@ -453,15 +439,11 @@ async fn finish_once(
                 ..Observation::default()
             },
         };
-        let applied = managed::apply(
-            conn,
-            &inst,
-            res.as_ref(),
-            Change::of(cause).seen(seen),
-            now,
-            &mut events,
-        )
-        .await?;
+        let change = Change::of(cause).seen(seen).quota_locked(quota);
+        let applied = managed::apply(conn, &inst, res.as_ref(), change, now, &mut events).await?;
+        if applied == managed::Applied::NeedsQuota {
+            return Err(Try::MoreLocks);
+        }
         let failed_create = matches!(
             applied,
             managed::Applied::Changed(t) if t.state == grants_core::vm::VmState::Failed
@@ -499,7 +481,7 @@ async fn finish_once(
         .execute(conn)
         .await?;
         if n != 1 {
-            return Err(Finish::LeaseLost);
+            return Err(Try::Stop(Stop::LeaseLost));
         }
         events::publish(conn, now, events).await?;
         Ok(())

@@ -17,7 +17,7 @@ use rand::RngCore;
 
 use crate::crypto::{KeyError, Keyring, Sealed};
 use crate::error::{Detail, ErrorKind, Limited, Reason, Result, StorageError};
-use crate::ids::{self, TenantId};
+use crate::ids::{self, TenantId, WebhookId};
 use crate::locks;
 use crate::model::event_data::WebhookTest;
 use crate::model::events::{self, EventData, NewEvent};
@@ -110,7 +110,7 @@ pub struct CreatedWebhook {
 #[derive(Debug, Clone)]
 pub struct NewWebhook<'a> {
     /// Owning (acting) tenant.
-    pub tenant_id: &'a str,
+    pub tenant_id: &'a TenantId,
     /// The endpoint.
     pub url: &'a str,
     /// The event types to send (empty: every type).
@@ -206,7 +206,7 @@ pub async fn create(
     key: KeyedRequest<'_>,
     now: i64,
 ) -> Result<Created<CreatedWebhook>> {
-    let tenant = new.tenant_id;
+    let tenant = new.tenant_id.as_str();
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(WEBHOOK_PREFIX, now);
         match idempotency::claim(conn, key, &id, now).await? {
@@ -353,8 +353,12 @@ async fn lock(conn: &mut AsyncPgConnection, tenant: &str, id: &str) -> Result<We
 
 /// `webhooks.get`: another tenant's, a deleted or an unknown webhook is
 /// `NOT_FOUND`.
-pub async fn get(conn: &mut AsyncPgConnection, tenant: &TenantId, id: &str) -> Result<Webhook> {
-    Ok(find(conn, tenant.as_str(), id).await?.into())
+pub async fn get(
+    conn: &mut AsyncPgConnection,
+    tenant: &TenantId,
+    id: &WebhookId,
+) -> Result<Webhook> {
+    Ok(find(conn, tenant.as_str(), id.as_str()).await?.into())
 }
 
 /// `webhooks.list`: the tenant's webhooks, newest first (contract 1.6; at
@@ -379,11 +383,11 @@ pub async fn list(conn: &mut AsyncPgConnection, tenant: &TenantId) -> Result<Vec
 pub async fn update(
     conn: &mut AsyncPgConnection,
     tenant: &TenantId,
-    id: &str,
+    id: &WebhookId,
     change: WebhookChange<'_>,
     now: i64,
 ) -> Result<Webhook> {
-    let tenant = tenant.as_str();
+    let (tenant, id) = (tenant.as_str(), id.as_str());
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let row = lock(conn, tenant, id).await?;
         let url = change.url.unwrap_or(&row.url).to_owned();
@@ -447,10 +451,10 @@ pub async fn update(
 pub async fn delete(
     conn: &mut AsyncPgConnection,
     tenant: &TenantId,
-    id: &str,
+    id: &WebhookId,
     now: i64,
 ) -> Result<()> {
-    let tenant = tenant.as_str();
+    let (tenant, id) = (tenant.as_str(), id.as_str());
     conn.transaction::<_, StorageError, _>(async move |conn| {
         lock(conn, tenant, id).await?;
         let ended = erase(conn, id, now).await?;
@@ -493,11 +497,11 @@ async fn erase(conn: &mut AsyncPgConnection, id: &str, now: i64) -> Result<usize
 /// UPDATE` by `tenants.delete`), each as [`delete`] does. Answers how many.
 pub async fn delete_all_of_tenant(
     conn: &mut AsyncPgConnection,
-    tenant: &str,
+    tenant: &TenantId,
     now: i64,
 ) -> Result<usize> {
     let ids: Vec<String> = wh::table
-        .filter(wh::tenant_id.eq(tenant))
+        .filter(wh::tenant_id.eq(tenant.as_str()))
         .filter(wh::deleted_at.is_null())
         .order(wh::webhook_id.asc())
         .select(wh::webhook_id)
@@ -517,10 +521,10 @@ pub async fn rotate_secret(
     conn: &mut AsyncPgConnection,
     keyring: &Keyring,
     tenant: &TenantId,
-    id: &str,
+    id: &WebhookId,
     now: i64,
 ) -> Result<WithSecret> {
-    let tenant = tenant.as_str();
+    let (tenant, id) = (tenant.as_str(), id.as_str());
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let row = lock(conn, tenant, id).await?;
         let current = sealed_of(&row)?;
@@ -559,10 +563,10 @@ pub async fn rotate_secret(
 pub async fn test(
     conn: &mut AsyncPgConnection,
     tenant: &TenantId,
-    id: &str,
+    id: &WebhookId,
     now: i64,
 ) -> Result<String> {
-    let tenant = tenant.as_str();
+    let (tenant, id) = (tenant.as_str(), id.as_str());
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let row = lock(conn, tenant, id).await?;
         let data = EventData::WebhookTest(WebhookTest {
@@ -598,10 +602,11 @@ pub struct AttemptPage {
 pub async fn deliveries(
     conn: &mut AsyncPgConnection,
     tenant: &TenantId,
-    id: &str,
+    id: &WebhookId,
     after: i64,
     limit: i64,
 ) -> Result<AttemptPage> {
+    let id = id.as_str();
     find(conn, tenant.as_str(), id).await?;
     let mut items: Vec<AttemptRow> = wa::table
         .filter(wa::webhook_id.eq(id))
@@ -630,9 +635,10 @@ pub async fn deliveries(
 pub async fn signing_secrets(
     conn: &mut AsyncPgConnection,
     keyring: &Keyring,
-    id: &str,
+    id: &WebhookId,
     now: i64,
 ) -> Result<Vec<String>> {
+    let id = id.as_str();
     let row: WebhookRow = crate::db::read_only(conn, async |conn| {
         wh::table
             .find(id)

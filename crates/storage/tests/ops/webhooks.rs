@@ -4,7 +4,7 @@
 //! webhook; and an attempt's start, which reads the webhook again.
 
 use storage::crypto::Keyring;
-use storage::ids::TenantId;
+use storage::ids::{TenantId, WebhookId};
 use storage::ops::deliveries::{self, Batch, ClaimRules, Start, Stopped};
 use storage::ops::webhooks::{self, NewWebhook, WebhookChange, WebhookState};
 
@@ -17,17 +17,17 @@ fn keyring() -> Keyring {
 }
 
 /// A webhook of `tenant`, with `events` `webhook.test` events due to it.
-async fn webhook_with_events(w: &mut World, tenant: &TenantId, events: usize) -> String {
+async fn webhook_with_events(w: &mut World, tenant: &TenantId, events: usize) -> WebhookId {
     let key = Key::new();
     let new = NewWebhook {
-        tenant_id: tenant.as_str(),
+        tenant_id: tenant,
         url: "https://hooks.example.com/x",
         types: &[],
         description: None,
     };
     let keyed = key.of(tenant.as_str(), "webhooks.create");
     let created = ok(webhooks::create(&mut w.conn, &keyring(), new, keyed, NOW).await);
-    let id = created.value.webhook.webhook_id;
+    let id = WebhookId::parse(&created.value.webhook.webhook_id).unwrap_or_else(|e| panic!("{e}"));
     for _ in 0..events {
         ok(webhooks::test(&mut w.conn, tenant, &id, NOW).await);
     }

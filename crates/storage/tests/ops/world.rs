@@ -128,8 +128,8 @@ impl World {
         let c = &mut conn;
         let root = tenant("root");
         ok(tenancy::bootstrap(c, &root, None, NOW).await);
-        let (acme, _) = ok(tenancy::create_tenant(c, "acme", Some("Acme"), NOW).await);
-        let (globex, _) = ok(tenancy::create_tenant(c, "globex", None, NOW).await);
+        let (acme, _) = ok(tenancy::create_tenant(c, &tenant("acme"), Some("Acme"), NOW).await);
+        let (globex, _) = ok(tenancy::create_tenant(c, &tenant("globex"), None, NOW).await);
         let (acme, globex) = (tenant(&acme.tenant_id), tenant(&globex.tenant_id));
         let account = root_account(c, &root).await;
         let reservation = scan(c, &root, &account, total).await;

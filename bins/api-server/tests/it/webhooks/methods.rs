@@ -290,12 +290,13 @@ async fn rotation_update_and_deliveries() {
     let mut conn = storage::db::establish(s.db.url()).await.expect("connect");
     let clock = s.root("clock/get", json!({ "tenantId": ROOT })).await.ok();
     let now = clock["now"].as_i64().expect("now");
-    let signing = storage::ops::webhooks::signing_secrets(&mut conn, &keyring, &id, now)
+    let whk = storage::ids::WebhookId::parse(&id).expect("webhook id");
+    let signing = storage::ops::webhooks::signing_secrets(&mut conn, &keyring, &whk, now)
         .await
         .expect("secrets");
     assert_eq!(signing, [second.clone(), first.clone()]);
     let later = now + 24 * 3_600_000 + 1;
-    let signing = storage::ops::webhooks::signing_secrets(&mut conn, &keyring, &id, later)
+    let signing = storage::ops::webhooks::signing_secrets(&mut conn, &keyring, &whk, later)
         .await
         .expect("secrets");
     assert_eq!(signing, [second]);

@@ -60,6 +60,22 @@ pub enum Applied {
     /// Nothing to change (a repeated request, or an outcome that no longer
     /// matters).
     Unchanged,
+    /// Nothing applied: the change releases the instance's quota, and its
+    /// quota rows, which come first in the lock order, are not locked.
+    NeedsQuota,
+}
+
+impl Applied {
+    /// The outcome of a caller that locked what the change may need: a
+    /// [`Applied::NeedsQuota`] there is a bug.
+    pub fn locked(self) -> Result<Applied> {
+        match self {
+            Applied::NeedsQuota => Err(StorageError::internal(
+                "a change that releases the quota, with its rows unlocked",
+            )),
+            applied => Ok(applied),
+        }
+    }
 }
 
 /// What else an applied change records.
@@ -87,6 +103,9 @@ pub struct Change {
     pub seen: Observation,
     /// The placement a start request decided.
     pub placed: Option<Target>,
+    /// Whether the caller holds the instance's quota rows (a change that
+    /// releases the quota needs them).
+    pub quota_locked: bool,
 }
 
 impl Change {
@@ -96,6 +115,7 @@ impl Change {
             cause,
             seen: Observation::default(),
             placed: None,
+            quota_locked: false,
         }
     }
 
@@ -103,11 +123,20 @@ impl Change {
     pub fn seen(self, seen: Observation) -> Change {
         Change { seen, ..self }
     }
+
+    /// Made by a caller that holds the instance's quota rows.
+    pub fn quota_locked(self, quota_locked: bool) -> Change {
+        Change {
+            quota_locked,
+            ..self
+        }
+    }
 }
 
 /// Applies `change` at `at` to the locked managed instance `inst` (its
 /// reservation `res`, if any, locked and settled; its quota rows locked
-/// when the cause may release them): placement segments, quota, a refill of
+/// when the cause may release them, and said so in the change, else
+/// [`Applied::NeedsQuota`]): placement segments, quota, a refill of
 /// a freed grant slot, the step it starts and its event (in `events`).
 pub async fn apply(
     conn: &mut AsyncPgConnection,
@@ -121,6 +150,7 @@ pub async fn apply(
         cause,
         seen,
         placed,
+        quota_locked,
     } = change;
     let t = match grants_core::vm::next(inst.state.to_vm(), inst.holds_slot, cause) {
         Ok(t) if t.state == inst.state.to_vm() && t.step.is_none() && seen.vm_status.is_none() => {
@@ -130,6 +160,9 @@ pub async fn apply(
         Err(Refused::InvalidState(_)) => return Err(refused(inst.state)),
         Err(Refused::NotApplicable) => return Ok(Applied::Unchanged),
     };
+    if t.release == Release::All && !quota_locked {
+        return Ok(Applied::NeedsQuota);
+    }
     let state = InstanceState::from_vm(t.state);
     let before = Target::of(inst);
     let target = match t.release {

@@ -15,6 +15,7 @@ use crate::model::instance::InstanceRow;
 use crate::model::pool_vm::PoolVm;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceState, ReservationStatus};
+use crate::more_locks::{self, Try};
 use crate::ops::settlement;
 use crate::schema::provider_accounts;
 use diesel::prelude::*;
@@ -49,39 +50,13 @@ pub async fn start(
     if managed {
         return start_managed(conn, tenant, instance_id, now).await;
     }
-    match start_once(conn, tenant, instance_id, now, false).await {
-        Err(StartError::NeedsPool) => {}
-        Err(StartError::Storage(e)) => return Err(e),
-        Ok(inst) => return Ok(inst),
+    for lock_pool in more_locks::TRIES {
+        let tried = start_once(conn, tenant, instance_id, now, lock_pool).await;
+        if let Some(done) = more_locks::ended(tried) {
+            return done;
+        }
     }
-    match start_once(conn, tenant, instance_id, now, true).await {
-        Err(StartError::NeedsPool) => Err(StorageError::internal(
-            "the instance needed a placement with its pool's reservations unlocked",
-        )),
-        Err(StartError::Storage(e)) => Err(e),
-        Ok(inst) => Ok(inst),
-    }
-}
-
-/// Why one try of [`start`] gave up.
-enum StartError {
-    /// It needs a placement over its pool but did not lock the candidates
-    /// first: roll back and try again locking them.
-    NeedsPool,
-    /// A failure of the operation.
-    Storage(StorageError),
-}
-
-impl From<StorageError> for StartError {
-    fn from(e: StorageError) -> Self {
-        StartError::Storage(e)
-    }
-}
-
-impl From<diesel::result::Error> for StartError {
-    fn from(e: diesel::result::Error) -> Self {
-        StartError::Storage(e.into())
-    }
+    Err(more_locks::exhausted("instances.start"))
 }
 
 /// One try of [`start`]; with `lock_pool`, the pool's candidates and the
@@ -92,8 +67,8 @@ async fn start_once(
     instance_id: &str,
     now: i64,
     lock_pool: bool,
-) -> std::result::Result<InstanceRow, StartError> {
-    conn.transaction::<_, StartError, _>(async move |conn| {
+) -> std::result::Result<InstanceRow, Try<StorageError>> {
+    conn.transaction::<_, Try<StorageError>, _>(async move |conn| {
         let mut events = Vec::new();
         let mut pool_locked = false;
         if let Some(peek) = InstanceRow::find(conn, instance_id)
@@ -133,7 +108,7 @@ async fn start_once(
                     grants_core::place_on(&view, &request).map_err(|_| capacity_error(&view))?;
                 Target::from_seat(seat, r)
             }
-            _ if !pool_locked => return Err(StartError::NeedsPool),
+            _ if !pool_locked => return Err(Try::MoreLocks),
             _ => {
                 let found =
                     super::candidates(conn, &inst.pool_id, &inst.flavor, &request, now).await?;
@@ -219,7 +194,9 @@ async fn start_managed(
             placed,
             ..Change::of(Cause::StartRequested)
         };
-        managed::apply(conn, &inst, res.as_ref(), change, now, &mut events).await?;
+        managed::apply(conn, &inst, res.as_ref(), change, now, &mut events)
+            .await?
+            .locked()?;
         crate::model::events::publish(conn, now, events).await?;
         find(conn, tenant, instance_id).await
     })

@@ -417,11 +417,12 @@ async fn drift_one(
             conn,
             &inst,
             res.as_ref(),
-            Change::of(cause).seen(seen),
+            Change::of(cause).seen(seen).quota_locked(vm.is_none()),
             at,
             &mut events,
         )
-        .await?;
+        .await?
+        .locked()?;
         events::publish(conn, now, events).await?;
         tracing::warn!(
             instance = %instance_id,
