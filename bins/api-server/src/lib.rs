@@ -124,28 +124,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     {
         println!("api-server listening on http://{addr}");
     }
-    server::serve(app, listener, shutdown_signal()).await;
+    server::serve(app, listener, telemetry::signals::shutdown()).await;
     Ok(())
-}
-
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
 }

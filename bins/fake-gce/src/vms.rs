@@ -10,10 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use crate::store::{API_ROOT, SlotError, Store};
+use crate::store::{SlotError, Store};
 
+mod hooks;
 mod list;
 mod pace;
 mod persist;
@@ -22,7 +23,7 @@ mod shapes;
 pub(crate) use list::ListQuery;
 pub(crate) use pace::Pace;
 use pace::{Quotas, due};
-use shapes::{op_json, vm_json};
+use shapes::{op_json, rfc3339, vm_json};
 
 /// The kinds of zone operation the fake runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,101 +161,10 @@ fn key(project: &str, zone: &str, name: &str) -> Key {
     (project.to_owned(), zone.to_owned(), name.to_owned())
 }
 
-fn zone_url(project: &str, zone: &str) -> String {
-    format!("{API_ROOT}/projects/{project}/zones/{zone}")
-}
-
-/// The HTTP status GCE reports with an operation's error code.
-fn http_error(code: &str) -> (u16, &'static str) {
-    match code {
-        "RESOURCE_NOT_FOUND" => (404, "NOT FOUND"),
-        "CONDITION_NOT_MET" => (412, "PRECONDITION FAILED"),
-        "QUOTA_EXCEEDED" => (403, "FORBIDDEN"),
-        c if c.ends_with("_EXHAUSTED") => (503, "SERVICE UNAVAILABLE"),
-        _ => (400, "BAD REQUEST"),
-    }
-}
-
 impl Vms {
-    /// Sets the clock the running intervals are measured on.
-    pub fn set_clock(&mut self, now_ms: i64) {
-        self.clock = Some(now_ms);
-    }
-
-    /// How many VMs of each name were ever made.
-    pub fn created(&self) -> Value {
-        json!(self.created)
-    }
-
-    /// Every VM name's running intervals, as `GET /fake/vm-runs` shows them.
-    pub fn runs(&self) -> Value {
-        let runs: Map<String, Value> = self
-            .runs
-            .iter()
-            .map(|(name, spans)| {
-                let spans: Vec<Value> = spans.iter().map(|(f, t)| json!([f, t])).collect();
-                (name.clone(), Value::Array(spans))
-            })
-            .collect();
-        Value::Object(runs)
-    }
-
-    /// Notes that the VM `name` started (`running`) or stopped running.
-    fn ran(&mut self, name: &str, was: &str, now: &str) {
-        let at = self
-            .clock
-            .unwrap_or_else(|| i64::try_from(now_millis()).unwrap_or(i64::MAX));
-        let spans = self.runs.entry(name.to_owned()).or_default();
-        match (was == "RUNNING", now == "RUNNING") {
-            (false, true) => spans.push((at, None)),
-            (true, false) => {
-                if let Some(last) = spans.last_mut()
-                    && last.1.is_none()
-                {
-                    last.1 = Some(at);
-                }
-            }
-            _ => {}
-        }
-    }
-
     fn fresh_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
-    }
-
-    /// Notes a mutating request as `GET /fake/requests` shows it.
-    pub fn record(&mut self, method: &str, path: &str, request_id: Option<&str>) {
-        self.requests.push(json!({
-            "method": method,
-            "path": path,
-            "requestId": request_id,
-        }));
-    }
-
-    pub fn requests(&self) -> &[Value] {
-        &self.requests
-    }
-
-    pub fn reset_requests(&mut self) {
-        self.requests.clear();
-    }
-
-    /// The zones whose creates end with `ZONE_RESOURCE_POOL_EXHAUSTED`.
-    pub fn stockout(&self) -> &BTreeSet<String> {
-        &self.stockout
-    }
-
-    /// Makes the creates in `zones` fail for want of resources (none: no
-    /// zone).
-    pub fn set_stockout(&mut self, zones: BTreeSet<String>) {
-        self.stockout = zones;
-    }
-
-    /// Makes the next `count` creates' operations end with `code`.
-    pub fn fail_next(&mut self, count: u64, code: &str) {
-        self.failures_left = count;
-        code.clone_into(&mut self.failure_code);
     }
 
     /// The operation a `requestId` already started, if any.
@@ -552,53 +462,6 @@ impl Vms {
         let vm = self.vms.get(&key(project, zone, name))?;
         Some(vm_json(project, zone, name, vm))
     }
-
-    /// A change made outside the platform (`POST /fake/instances/...`), to
-    /// the VM of that zone and name in any project; answers it afterwards
-    /// (`Null` once deleted).
-    pub fn outside(
-        &mut self,
-        store: &mut Store,
-        zone: &str,
-        name: &str,
-        action: &str,
-    ) -> Result<Value, Refusal> {
-        let k = self
-            .vms
-            .keys()
-            .find(|(_, z, n)| z == zone && n == name)
-            .cloned()
-            .ok_or(Refusal::NotFound)?;
-        let vm = self.vms.get_mut(&k).ok_or(Refusal::NotFound)?;
-        let was = vm.status;
-        match action {
-            "stop" => {
-                vm.status = "TERMINATED";
-                release(store, &k, vm);
-            }
-            "start" => {
-                if !vm.counted
-                    && let Some(r) = &vm.spec.reservation
-                {
-                    store
-                        .take_slot(&k.0, zone, r)
-                        .map_err(|_| Refusal::NotReady)?;
-                    vm.counted = true;
-                }
-                vm.status = "RUNNING";
-            }
-            _ => {
-                release(store, &k, vm);
-                self.vms.remove(&k);
-                self.ran(name, was, "GONE");
-                return Ok(Value::Null);
-            }
-        }
-        let now = vm.status;
-        let shown = vm_json(&k.0, &k.1, &k.2, vm);
-        self.ran(name, was, now);
-        Ok(shown)
-    }
 }
 
 /// The last path segment of a machine type given as a name or a URL.
@@ -620,25 +483,4 @@ fn now_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// `2026-12-02T15:04:05.123+00:00`, as GCE writes its timestamps.
-fn rfc3339(millis: u64) -> String {
-    let at = i64::try_from(millis)
-        .ok()
-        .and_then(chrono::DateTime::from_timestamp_millis)
-        .unwrap_or_default();
-    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000+00:00");
-        assert_eq!(rfc3339(1_796_224_645_123), "2026-12-02T15:17:25.123+00:00");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000+00:00");
-    }
 }

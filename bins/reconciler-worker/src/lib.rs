@@ -6,18 +6,16 @@
 //!
 //! The pieces: the configuration ([`config`]), the passes ([`passes`], the
 //! managed instances' [`vms`], the [`webhooks`]), running them ([`runner`]),
-//! the metrics and the gauges read for them ([`metrics`], [`gauges`]) and
-//! the signals that stop the worker ([`signals`]).
+//! and the metrics and the gauges read for them ([`metrics`], [`gauges`]);
+//! SIGTERM stops it (`telemetry::signals`).
 
 pub mod config;
 pub mod gauges;
 pub mod metrics;
 pub mod passes;
 pub mod runner;
-pub mod signals;
 pub mod vms;
 pub mod webhooks;
 
 pub use config::Config;
 pub use runner::{run, select};
-pub use signals::shutdown_signal;

@@ -22,7 +22,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(BAD_CONFIGURATION);
         }
     };
-    match reconciler_worker::run(config, reconciler_worker::shutdown_signal()).await {
+    match reconciler_worker::run(config, telemetry::signals::shutdown()).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

@@ -24,12 +24,9 @@
 //! the host is itself listed by IP or as `localhost`: see the crate docs.
 
 use std::fmt;
-use std::io::Read;
-use std::net::IpAddr;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::ProviderError;
 use crate::gce::{ConfigError, ConfigReason, Credentials, DEFAULT_ENDPOINT, GceConfig};
 
 /// The variable listing the origins other tenants' accounts may name.
@@ -48,10 +45,6 @@ const RESERVED_ENV: &[&str] = &[
     "BC_SECRETS_KEY",
     "BC_SECRETS_OLD_KEYS",
 ];
-
-/// The largest credential file read (a token or a service-account key is a
-/// few KiB).
-const MAX_CREDENTIAL_FILE_BYTES: u64 = 64 * 1024;
 
 const CREDENTIALS_FIELD: &str = "config.credentials";
 const ENDPOINT_FIELD: &str = "config.endpoint";
@@ -108,27 +101,6 @@ fn policy_error(variable: &'static str, problem: impl Into<String>) -> PolicyErr
     PolicyError {
         variable,
         problem: problem.into(),
-    }
-}
-
-/// An origin listed in `BC_PROVIDER_ENDPOINTS`.
-#[derive(Clone, PartialEq, Eq)]
-struct Origin {
-    /// `http` or `https`.
-    scheme: String,
-    /// As the URL parser normalises it: lower-case, IPv6 in brackets.
-    host: String,
-    /// `None` for `*` (any port); otherwise the port, the scheme's default
-    /// filled in.
-    port: Option<u16>,
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.port {
-            Some(port) => write!(f, "{}://{}:{port}", self.scheme, self.host),
-            None => write!(f, "{}://{}:*", self.scheme, self.host),
-        }
     }
 }
 
@@ -375,115 +347,12 @@ impl ProviderPolicy {
         }
     }
 
-    /// Whether `file:/path` may be read (root accounts), as far as the path
-    /// exists now; the reason if not.
-    fn file_allowed(&self, path: &Path) -> Result<(), String> {
-        let Some(dir) = &self.credential_dir else {
-            return Err(format!(
-                "file: references need {CREDENTIAL_DIR_VAR}, which is not set"
-            ));
-        };
-        if !path.is_absolute() {
-            return Err("the path is not absolute".into());
-        }
-        let resolved = resolve_existing(&normalize(path));
-        if resolved.starts_with(dir) && resolved != *dir {
-            Ok(())
-        } else {
-            Err(format!("the path is not inside {CREDENTIAL_DIR_VAR}"))
-        }
-    }
-
-    /// Reads a `file:` credential at use: the path fully resolved must be a
-    /// regular file inside `BC_CREDENTIAL_DIR`; the resolved path is what is
-    /// opened (so a symlink swapped in after the check is not followed out),
-    /// and on Linux the opened file's own path is checked again. Errors name
-    /// the path, never the content.
-    pub(crate) fn read_credential_file(&self, path: &Path) -> Result<String, ProviderError> {
-        let shown = path.display();
-        let Some(dir) = &self.credential_dir else {
-            return Err(ProviderError::NotAllowed(format!(
-                "file:{shown}: file: references need {CREDENTIAL_DIR_VAR}, which is not set"
-            )));
-        };
-        let unreadable = |e: std::io::Error| {
-            ProviderError::Credentials(format!("cannot read token file {shown}: {}", e.kind()))
-        };
-        let outside = || {
-            ProviderError::NotAllowed(format!(
-                "file:{shown}: the path resolves outside {CREDENTIAL_DIR_VAR}"
-            ))
-        };
-        let canonical = std::fs::canonicalize(path).map_err(unreadable)?;
-        if !canonical.starts_with(dir) || canonical == *dir {
-            return Err(outside());
-        }
-        // Before opening: opening a FIFO would block.
-        if !std::fs::metadata(&canonical).map_err(unreadable)?.is_file() {
-            return Err(ProviderError::Credentials(format!(
-                "token file {shown} is not a regular file"
-            )));
-        }
-        let file = std::fs::File::open(&canonical).map_err(unreadable)?;
-        if !file.metadata().map_err(unreadable)?.is_file() {
-            return Err(ProviderError::Credentials(format!(
-                "token file {shown} is not a regular file"
-            )));
-        }
-        if let Some(opened) = opened_path(&file)
-            && !opened.starts_with(dir)
-        {
-            return Err(outside());
-        }
-        let mut content = String::new();
-        file.take(MAX_CREDENTIAL_FILE_BYTES + 1)
-            .read_to_string(&mut content)
-            .map_err(unreadable)?;
-        if content.len() as u64 > MAX_CREDENTIAL_FILE_BYTES {
-            return Err(ProviderError::Credentials(format!(
-                "token file {shown} is larger than {MAX_CREDENTIAL_FILE_BYTES} bytes"
-            )));
-        }
-        Ok(content)
-    }
-
     /// Whether the connect-time address guard lets a tenant account reach
     /// `host` whatever its addresses: the host is itself listed in
     /// `BC_PROVIDER_ENDPOINTS`, by IP or as `localhost`.
     pub(crate) fn guard_exempt(&self, host: &str) -> bool {
         host_exempt(&self.endpoints, host)
     }
-}
-
-/// Whether `origins` list the origin (`scheme`, `host` compared
-/// case-insensitively, `port` with the scheme's default filled in; a `*`
-/// port matches any).
-fn origin_listed(origins: &[Origin], scheme: &str, host: &str, port: u16) -> bool {
-    origins.iter().any(|o| {
-        o.scheme == scheme && o.host.eq_ignore_ascii_case(host) && o.port.is_none_or(|p| p == port)
-    })
-}
-
-/// Whether `host` is itself listed in `origins`, by IP or as `localhost`:
-/// the connect-time address guard lets it through whatever its addresses.
-fn host_exempt(origins: &[Origin], host: &str) -> bool {
-    let ip = ip_of_host(host);
-    if ip.is_none() && !host.eq_ignore_ascii_case("localhost") {
-        return false;
-    }
-    origins.iter().any(|o| match ip {
-        Some(ip) => ip_of_host(&o.host) == Some(ip),
-        None => o.host.eq_ignore_ascii_case(host),
-    })
-}
-
-/// The address of an IP-literal host (`127.0.0.1`, `[::1]`), `None` for a name.
-pub(crate) fn ip_of_host(host: &str) -> Option<IpAddr> {
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    bare.parse().ok()
 }
 
 /// The non-empty trimmed items of a comma-separated list, numbered from 1.
@@ -494,39 +363,6 @@ fn items(value: &str) -> impl Iterator<Item = (usize, &str)> {
         .filter(|item| !item.is_empty())
         .enumerate()
         .map(|(i, item)| (i + 1, item))
-}
-
-/// `scheme://host[:port]`, `*` allowed as the port. The reason names no part
-/// of the item.
-fn parse_origin(item: &str) -> Result<Origin, &'static str> {
-    let (base, any_port) = match item.strip_suffix(":*") {
-        Some(base) => (base, true),
-        None => (item, false),
-    };
-    let url = reqwest::Url::parse(base).map_err(|_| "expected scheme://host[:port]")?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err("the scheme must be http or https");
-    }
-    let host = url.host_str().filter(|h| !h.is_empty()).ok_or("no host")?;
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err("an origin carries no user or password");
-    }
-    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
-        return Err("an origin has no path, query or fragment");
-    }
-    if any_port && url.port().is_some() {
-        return Err("both a port and *");
-    }
-    let port = if any_port {
-        None
-    } else {
-        Some(url.port_or_known_default().ok_or("no port")?)
-    };
-    Ok(Origin {
-        scheme: url.scheme().to_owned(),
-        host: host.to_ascii_lowercase(),
-        port,
-    })
 }
 
 /// `NAME` or `PREFIX*`; the reason names no part of the item.
@@ -556,84 +392,12 @@ fn parse_env_pattern(item: &str) -> Result<EnvPattern, &'static str> {
     }
 }
 
-fn parse_dir(value: &str) -> Result<PathBuf, PolicyError> {
-    let path = Path::new(value);
-    if !path.is_absolute() {
-        return Err(policy_error(CREDENTIAL_DIR_VAR, "is not an absolute path"));
-    }
-    let canonical = std::fs::canonicalize(path).map_err(|e| {
-        policy_error(
-            CREDENTIAL_DIR_VAR,
-            format!("cannot be resolved ({})", e.kind()),
-        )
-    })?;
-    if !canonical.is_dir() {
-        return Err(policy_error(CREDENTIAL_DIR_VAR, "is not a directory"));
-    }
-    if canonical.parent().is_none() {
-        return Err(policy_error(
-            CREDENTIAL_DIR_VAR,
-            "is the root directory, which would expose every file",
-        ));
-    }
-    Ok(canonical)
-}
-
-/// `path` with `.` and `..` resolved lexically (`..` above the root stays at
-/// the root). Symlinks are not looked at.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::Prefix(_) | Component::RootDir | Component::Normal(_) => {
-                out.push(component.as_os_str());
-            }
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-        }
-    }
-    out
-}
-
-/// A normalised absolute path with its longest existing ancestor resolved
-/// (symlinks followed) and the rest appended as written.
-fn resolve_existing(path: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut current = path;
-    loop {
-        if let Ok(canonical) = std::fs::canonicalize(current) {
-            let mut resolved = canonical;
-            resolved.extend(rest.iter().rev());
-            return resolved;
-        }
-        match (current.parent(), current.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name);
-                current = parent;
-            }
-            // The root itself did not resolve: nothing to follow.
-            _ => return path.to_path_buf(),
-        }
-    }
-}
-
-/// The path of an open file as the kernel sees it (Linux `/proc/self/fd`);
-/// `None` where that is not available.
-#[cfg(target_os = "linux")]
-fn opened_path(file: &std::fs::File) -> Option<PathBuf> {
-    use std::os::fd::AsRawFd;
-    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
-}
-
-#[cfg(not(target_os = "linux"))]
-fn opened_path(_file: &std::fs::File) -> Option<PathBuf> {
-    None
-}
-
+mod files;
 mod origins;
 
+use files::parse_dir;
+pub(crate) use origins::ip_of_host;
+use origins::{Origin, host_exempt, origin_listed, parse_origin};
 pub use origins::{Origins, is_internal};
 
 #[cfg(test)]

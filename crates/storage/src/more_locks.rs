@@ -1,9 +1,9 @@
 //! A transaction that finds, once it holds some locks, that it needs rows
 //! which come earlier in the lock order ([`crate::locks`]) cannot take them
 //! then: it rolls back and tries again with them taken first. This is that
-//! retry, written once ([`TRIES`], [`ended`], [`exhausted`]): a managed step's outcome that releases its quota
-//! (the tenant's quota rows), a ledger start that needs a new placement (its
-//! pool's reservations).
+//! retry, written once ([`TRIES`], [`ended`], [`exhausted`]): a managed
+//! step's outcome that releases its quota (the tenant's quota rows), a
+//! ledger start that needs a new placement (its pool's reservations).
 
 use crate::error::StorageError;
 

@@ -18,6 +18,7 @@ pub mod config;
 mod exposition;
 pub mod listener;
 pub mod logging;
+pub mod signals;
 
 pub use exposition::{Format, TEXT_CONTENT_TYPE, to_text};
 

@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Operation, Vm, http_error, zone_url};
+use super::{Operation, Vm};
+use crate::store::API_ROOT;
 
 pub(super) fn vm_json(project: &str, zone: &str, name: &str, vm: &Vm) -> Value {
     let zone_url = zone_url(project, zone);
@@ -54,4 +55,40 @@ pub(super) fn op_json(project: &str, zone: &str, name: &str, op: &Operation) -> 
         }
     }
     shown
+}
+
+fn zone_url(project: &str, zone: &str) -> String {
+    format!("{API_ROOT}/projects/{project}/zones/{zone}")
+}
+
+/// The HTTP status GCE reports with an operation's error code.
+fn http_error(code: &str) -> (u16, &'static str) {
+    match code {
+        "RESOURCE_NOT_FOUND" => (404, "NOT FOUND"),
+        "CONDITION_NOT_MET" => (412, "PRECONDITION FAILED"),
+        "QUOTA_EXCEEDED" => (403, "FORBIDDEN"),
+        c if c.ends_with("_EXHAUSTED") => (503, "SERVICE UNAVAILABLE"),
+        _ => (400, "BAD REQUEST"),
+    }
+}
+
+/// `2026-12-02T15:04:05.123+00:00`, as GCE writes its timestamps.
+pub(super) fn rfc3339(millis: u64) -> String {
+    let at = i64::try_from(millis)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .unwrap_or_default();
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000+00:00");
+        assert_eq!(rfc3339(1_796_224_645_123), "2026-12-02T15:17:25.123+00:00");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000+00:00");
+    }
 }

@@ -1,13 +1,15 @@
 use super::*;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::guard::{GuardedResolver, check_ip_literal};
 use crate::policy::CREDENTIAL_DIR_VAR;
+use crate::{ProviderReservation, ReservationProvider};
 
 const ROOT: AccountOwner = AccountOwner::Root;
 const TENANT: AccountOwner = AccountOwner::Tenant;

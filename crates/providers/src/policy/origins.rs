@@ -1,11 +1,13 @@
-//! A list of origins in `BC_PROVIDER_ENDPOINTS`' syntax for other
-//! endpoints the platform calls out to (`BC_WEBHOOK_ENDPOINTS`), with the
-//! same matching and the same exemption from the address guard.
+//! Origins `scheme://host[:port]`: their syntax and matching, as
+//! `BC_PROVIDER_ENDPOINTS` lists them, and [`Origins`], a list in that
+//! syntax for other endpoints the platform calls out to
+//! (`BC_WEBHOOK_ENDPOINTS`), with the same matching and the same exemption
+//! from the address guard.
 
 use std::fmt;
 use std::net::IpAddr;
 
-use super::{Origin, PolicyError, host_exempt, items, origin_listed, parse_origin, policy_error};
+use super::{PolicyError, items, policy_error};
 
 /// Origins `scheme://host[:port]` (`*` as the port matches any), parsed as
 /// `BC_PROVIDER_ENDPOINTS` is: comma-separated, items trimmed, empty items
@@ -60,6 +62,91 @@ impl Origins {
     pub fn exempts(&self, host: &str) -> bool {
         host_exempt(&self.0, host)
     }
+}
+
+/// An origin listed in `BC_PROVIDER_ENDPOINTS`.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct Origin {
+    /// `http` or `https`.
+    scheme: String,
+    /// As the URL parser normalises it: lower-case, IPv6 in brackets.
+    host: String,
+    /// `None` for `*` (any port); otherwise the port, the scheme's default
+    /// filled in.
+    port: Option<u16>,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.port {
+            Some(port) => write!(f, "{}://{}:{port}", self.scheme, self.host),
+            None => write!(f, "{}://{}:*", self.scheme, self.host),
+        }
+    }
+}
+
+/// Whether `origins` list the origin (`scheme`, `host` compared
+/// case-insensitively, `port` with the scheme's default filled in; a `*`
+/// port matches any).
+pub(super) fn origin_listed(origins: &[Origin], scheme: &str, host: &str, port: u16) -> bool {
+    origins.iter().any(|o| {
+        o.scheme == scheme && o.host.eq_ignore_ascii_case(host) && o.port.is_none_or(|p| p == port)
+    })
+}
+
+/// Whether `host` is itself listed in `origins`, by IP or as `localhost`:
+/// the connect-time address guard lets it through whatever its addresses.
+pub(super) fn host_exempt(origins: &[Origin], host: &str) -> bool {
+    let ip = ip_of_host(host);
+    if ip.is_none() && !host.eq_ignore_ascii_case("localhost") {
+        return false;
+    }
+    origins.iter().any(|o| match ip {
+        Some(ip) => ip_of_host(&o.host) == Some(ip),
+        None => o.host.eq_ignore_ascii_case(host),
+    })
+}
+
+/// The address of an IP-literal host (`127.0.0.1`, `[::1]`), `None` for a name.
+pub(crate) fn ip_of_host(host: &str) -> Option<IpAddr> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse().ok()
+}
+
+/// `scheme://host[:port]`, `*` allowed as the port. The reason names no part
+/// of the item.
+pub(super) fn parse_origin(item: &str) -> Result<Origin, &'static str> {
+    let (base, any_port) = match item.strip_suffix(":*") {
+        Some(base) => (base, true),
+        None => (item, false),
+    };
+    let url = reqwest::Url::parse(base).map_err(|_| "expected scheme://host[:port]")?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("the scheme must be http or https");
+    }
+    let host = url.host_str().filter(|h| !h.is_empty()).ok_or("no host")?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("an origin carries no user or password");
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err("an origin has no path, query or fragment");
+    }
+    if any_port && url.port().is_some() {
+        return Err("both a port and *");
+    }
+    let port = if any_port {
+        None
+    } else {
+        Some(url.port_or_known_default().ok_or("no port")?)
+    };
+    Ok(Origin {
+        scheme: url.scheme().to_owned(),
+        host: host.to_ascii_lowercase(),
+        port,
+    })
 }
 
 /// Whether the platform must not connect to `ip` on a tenant's behalf:

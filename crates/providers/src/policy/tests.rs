@@ -2,6 +2,8 @@ use super::*;
 
 use std::collections::HashMap;
 
+use crate::ProviderError;
+
 const ROOT: AccountOwner = AccountOwner::Root;
 const TENANT: AccountOwner = AccountOwner::Tenant;
 

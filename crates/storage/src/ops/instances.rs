@@ -1,5 +1,6 @@
-//! Instances: admission (quota, then placement), stop/start/delete, and the
-//! placement segments billing reads (contract 3.7, 4, 5.1).
+//! Instances: admission (`create`: quota, then placement), stop/start/delete,
+//! the quota they hold (`quota`) and the placement segments billing reads
+//! (contract 3.7, 4, 5.1).
 //!
 //! The rows are locked in the one order of [`crate::locks`], so no operation
 //! here can deadlock another.
@@ -9,36 +10,32 @@ use std::collections::HashSet;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::{Billing, PlacementRequest, ReservationView, Seat};
-use quotas_core::{Charge, QuotaRow};
 
-use crate::error::{Detail, ErrorKind, Field, Limited, Reason, Result, StorageError};
-use crate::ids;
+use crate::error::{Detail, ErrorKind, Result, StorageError};
 use crate::ids::{InstanceId, TenantId};
 use crate::locks;
 use crate::model::events::{self, NewEvent};
 use crate::model::grant::GrantRow;
-use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
-use crate::model::instance::{InstanceFilter, InstanceRow, NewInstanceRow, NewVm};
+use crate::model::instance::{InstanceFilter, InstanceRow};
 use crate::model::keyset::{Page, Position};
-use crate::model::quota;
 use crate::model::reservation::ReservationRow;
-use crate::model::states::{
-    DeletedReason, InstanceBilling, InstanceState, ReservationStatus, SettledState,
-};
-use crate::ops::pools::{self, Pool};
+use crate::model::states::{DeletedReason, InstanceState, ReservationStatus, SettledState};
 use crate::ops::settlement;
-use crate::ops::tenancy;
 use crate::schema::{grants, instances};
 
+mod create;
 pub mod managed;
 mod placement;
+mod quota;
 mod start;
 
-use crate::ops::vms::outbox;
+pub use create::{NewInstance, create};
 use grants_core::vm::Cause;
 use managed::{Change, Observation, vm_name};
 use placement::view;
 pub use placement::{Seats, Target, apply_move, place_at, place_with, seats, take_in};
+pub(crate) use quota::lock_quota_of;
+use quota::{charges_for, lock_quota_rows, pool_of, release_quota};
 pub use start::start;
 
 fn capacity_error(view: &ReservationView) -> StorageError {
@@ -164,223 +161,6 @@ pub(super) async fn candidates(
     let granted: HashSet<(String, String)> = granted.unwrap_or_default().into_iter().collect();
     let hinted = candidates.iter().map(|c| granted.contains(c)).collect();
     Ok(Candidates { candidates, hinted })
-}
-
-/// Locks the tenant's quota rows of the pool for `charges` (by resource).
-async fn lock_quota_rows(
-    conn: &AsyncPgConnection,
-    tenant: &str,
-    pool_id: &str,
-    charges: &[Charge],
-) -> Result<Vec<QuotaRow>> {
-    let resources: Vec<&str> = charges.iter().map(|c| c.resource.as_str()).collect();
-    let rows = locks::quota_rows(conn, tenant, pool_id, &resources).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(r, m, u)| QuotaRow::new(r, m, u))
-        .collect())
-}
-
-async fn write_quota_rows(
-    conn: &AsyncPgConnection,
-    tenant: &str,
-    pool_id: &str,
-    before: &[QuotaRow],
-    after: &[QuotaRow],
-) -> Result<()> {
-    // The rows whose use changes, pipelined: one round trip.
-    let writes = after
-        .iter()
-        .filter(|row| {
-            !before
-                .iter()
-                .any(|b| b.resource == row.resource && b.used == row.used)
-        })
-        .map(|row| quota::set_used(conn, tenant, pool_id, &row.resource, row.used));
-    futures::future::try_join_all(writes).await?;
-    Ok(())
-}
-
-fn charges_for(pool: &Pool, flavor: &str) -> Result<Vec<Charge>> {
-    let f = pool
-        .flavor(flavor)
-        .ok_or_else(|| StorageError::internal("flavor vanished"))?;
-    Ok(quotas_core::instance_charges(f.vcpus, f.memory_gib, f.gpus))
-}
-
-/// Input of `instances.create`.
-#[derive(Debug, Clone)]
-pub struct NewInstance<'a> {
-    /// The acting tenant.
-    pub tenant_id: &'a TenantId,
-    /// Pool.
-    pub pool_id: &'a ids::PoolId,
-    /// Flavor.
-    pub flavor: &'a str,
-    /// Project.
-    pub project_id: Option<&'a ids::ProjectId>,
-    /// Name (defaults to the id).
-    pub name: Option<&'a str>,
-    /// Billing.
-    pub billing: Billing,
-}
-
-/// [`NewInstance`] with its ids as the rows keep them.
-#[derive(Debug, Clone, Copy)]
-struct NewInstanceRefs<'a> {
-    tenant_id: &'a str,
-    pool_id: &'a str,
-    flavor: &'a str,
-    project_id: Option<&'a str>,
-    name: Option<&'a str>,
-    billing: Billing,
-}
-
-/// `instances.create`: quota charged, then placed, atomically; idempotent.
-pub async fn create(
-    conn: &mut AsyncPgConnection,
-    root: &TenantId,
-    new: NewInstance<'_>,
-    key: KeyedRequest<'_>,
-    now: i64,
-) -> Result<Created<InstanceRow>> {
-    let root = root.as_str();
-    let new = NewInstanceRefs {
-        tenant_id: new.tenant_id.as_str(),
-        pool_id: new.pool_id.as_str(),
-        flavor: new.flavor,
-        project_id: new.project_id.map(ids::ProjectId::as_str),
-        name: new.name,
-        billing: new.billing,
-    };
-    conn.transaction::<_, StorageError, _>(async move |conn| {
-        let id = ids::new_id(INSTANCE_PREFIX, now);
-        // Default plans here: generic plans made one tenant's burst of
-        // creates twice as slow (docs/benchmarks.md, figure 2b).
-        let claimed = idempotency::claim(conn, key, &id, now).await?;
-        if let Claim::Replay(existing) = claimed {
-            return find(conn, new.tenant_id, &existing)
-                .await
-                .map(Created::replay);
-        }
-        // The tenant row first (the lock order): a deletion that committed
-        // since the key was authenticated refuses the admission instead of
-        // leaving a live instance behind; one that starts now waits for it.
-        locks::acting_tenant(conn, new.tenant_id).await?;
-        let pool = pools::find(conn, new.tenant_id, root, new.pool_id).await?;
-        if pool.flavor(new.flavor).is_none() {
-            return Err(StorageError::invalid(
-                Field::Flavor,
-                Reason::UnknownFlavor,
-                format!("pool {} has no flavor {}", pool.pool_id, new.flavor),
-            ));
-        }
-        if let Some(p) = new.project_id
-            && tenancy::tenant_project(conn, new.tenant_id, p)
-                .await?
-                .is_none()
-        {
-            return Err(StorageError::invalid(
-                Field::ProjectId,
-                Reason::ProjectNotTenant,
-                format!("project {p} is not a project of {}", new.tenant_id),
-            ));
-        }
-        if pool.vm.is_some() && !start::account_exists(conn, &pool.account_id).await? {
-            return Err(StorageError::invalid_state(format!(
-                "the provider account of managed pool {} is gone",
-                pool.pool_id
-            ))
-            .with(Detail::Reason(Reason::NoAccount)));
-        }
-        let charges = charges_for(&pool, new.flavor)?;
-        let request = PlacementRequest::new(
-            new.tenant_id,
-            new.project_id.map(str::to_owned),
-            new.billing,
-        );
-        // The quota rows are locked from here to the commit, and every create
-        // of the tenant in the pool takes them: what they cover is kept to
-        // three round trips. The candidates and the hint (unlocked reads) go
-        // with the lock, in one round trip (pipelined, in this order).
-        let (found, rows) = {
-            let c = &*conn;
-            futures::try_join!(
-                candidates(c, new.pool_id, new.flavor, &request, now),
-                lock_quota_rows(c, new.tenant_id, new.pool_id, &charges),
-            )?
-        };
-        let charged = quotas_core::charge(&rows, &charges).map_err(|q| {
-            StorageError::new(
-                ErrorKind::QuotaExceeded,
-                format!("quota {} of pool {} exceeded", q.resource, new.pool_id),
-            )
-            .with(Detail::PoolId(new.pool_id.to_owned()))
-            .with(Detail::Limit {
-                what: Limited::Quota(q.resource.clone()),
-                max: q.max,
-                used: q.used,
-                requested: q.requested,
-            })
-        })?;
-        let mut events = Vec::new();
-        let (target, placed_zone) =
-            decide(conn, new.pool_id, found, &request, now, &mut events).await?;
-        let name = vm_name(&id);
-        let zone = match (&pool.vm, placed_zone) {
-            (None, _) => None,
-            // A VM runs in its reservation's zone, as locked by the placement.
-            (Some(_), Some(zone)) => Some(zone),
-            (Some(vm), None) => Some(start::vm_zone(conn, &target, vm).await?),
-        };
-        let reservation = target.reservation();
-        let row = NewInstanceRow {
-            instance_id: &id,
-            tenant_id: new.tenant_id,
-            project_id: new.project_id,
-            pool_id: new.pool_id,
-            flavor: new.flavor,
-            name: new.name.unwrap_or(&id),
-            billing: InstanceBilling::from_core(new.billing),
-            created_at: now,
-            vm: zone.as_deref().map(|zone| NewVm {
-                name: &name,
-                zone,
-                reservation,
-            }),
-        };
-        // Every write depends on nothing another answers: the quota's new
-        // use, the row, its placement, its VM's step with the worker's
-        // wake-up, the events and the answer's read, in one round trip
-        // (pipelined: each statement runs once the one before it is done).
-        let c = &*conn;
-        let step = async {
-            match &zone {
-                Some(zone) => {
-                    outbox::record_step(c, &id, grants_core::vm::StepKind::Create, zone, now).await
-                }
-                None => Ok(()),
-            }
-        };
-        let ((), _, (), (), (), created) = futures::try_join!(
-            write_quota_rows(c, new.tenant_id, new.pool_id, &rows, &charged),
-            InstanceRow::insert(c, row),
-            place_with(c, row.subject(), &target, row.state(), true, now),
-            step,
-            events::publish(c, now, events),
-            InstanceRow::find(c, &id),
-        )?;
-        let created =
-            created.ok_or_else(|| StorageError::internal("the instance just inserted is gone"))?;
-        tracing::info!(
-            instance = %id,
-            tenant = %new.tenant_id,
-            placement = ?target,
-            "instance created"
-        );
-        Ok(Created::new(created))
-    })
-    .await
 }
 
 /// `instances.get`: an instance of the tenant.
@@ -537,29 +317,6 @@ pub async fn stop(
     .await
 }
 
-/// Releases the quota a locked instance holds.
-async fn release_quota(conn: &mut AsyncPgConnection, inst: &InstanceRow) -> Result<()> {
-    let pool = pool_of(conn, &inst.pool_id).await?;
-    let charges = charges_for(&pool, &inst.flavor)?;
-    let rows = lock_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &charges).await?;
-    let released = quotas_core::release(&rows, &charges);
-    write_quota_rows(conn, &inst.tenant_id, &inst.pool_id, &rows, &released).await
-}
-
-/// Locks the quota rows a locked instance holds (first in the lock order,
-/// before its reservation and its row).
-pub(crate) async fn lock_quota_of(conn: &mut AsyncPgConnection, inst: &InstanceRow) -> Result<()> {
-    let pool = pool_of(conn, &inst.pool_id).await?;
-    lock_quota_rows(
-        conn,
-        &inst.tenant_id,
-        &inst.pool_id,
-        &charges_for(&pool, &inst.flavor)?,
-    )
-    .await?;
-    Ok(())
-}
-
 /// Deletes a locked instance at `now`: releases its slot and its quota. A
 /// managed one is only marked `deleting` with its step (`reason`): its slot
 /// and quota go when the provider confirms its VM gone.
@@ -591,10 +348,6 @@ async fn delete_locked(
     }
     release_quota(conn, inst).await?;
     place_at(conn, inst, &Target::None, InstanceState::Deleted, now).await
-}
-
-async fn pool_of(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Pool> {
-    pools::get_any(conn, pool_id).await
 }
 
 /// `instances.delete`: releases slot and quota; deleting again returns it unchanged.

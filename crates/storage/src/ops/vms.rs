@@ -490,9 +490,10 @@ async fn finish_once(
 }
 
 mod listings;
+mod orphans;
 pub mod outbox;
 
 pub use listings::{
-    Drift, ListingClaim, Orphan, SeenVm, apply_listing, claim_listing, end_listing,
-    listing_accounts, orphan_delete_refused, orphan_deleted, orphan_released,
+    Drift, ListingClaim, SeenVm, apply_listing, claim_listing, end_listing, listing_accounts,
 };
+pub use orphans::{Orphan, orphan_delete_refused, orphan_deleted, orphan_released};

@@ -13,9 +13,8 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use rand::RngCore;
 
-use crate::crypto::{KeyError, Keyring, Sealed};
+use crate::crypto::Keyring;
 use crate::error::{Detail, ErrorKind, Limited, Reason, Result, StorageError};
 use crate::ids::{self, TenantId, WebhookId};
 use crate::locks;
@@ -25,6 +24,13 @@ use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::model::webhook::{AttemptRow, WebhookRow};
 use crate::schema::webhooks as wh;
 use crate::schema::{event_heads, events as ev, idempotency_keys, webhook_attempts as wa};
+
+mod attempts;
+mod secrets;
+
+pub use attempts::{AttemptPage, deliveries, test};
+pub use secrets::{new_secret, rotate_secret, signing_secrets};
+use secrets::{open, seal, sealed_of};
 
 /// The TypeID prefix of webhooks.
 pub const WEBHOOK_PREFIX: &str = "whk";
@@ -130,41 +136,6 @@ pub struct WebhookChange<'a> {
     pub description: Option<&'a str>,
     /// Enabled or disabled.
     pub state: Option<WebhookState>,
-}
-
-/// A new signing secret: `whsec_` and 32 bytes of the operating system's
-/// CSPRNG (through `rand`'s thread generator) in unpadded base64url.
-pub fn new_secret() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("whsec_{}", data_encoding::BASE64URL_NOPAD.encode(&bytes))
-}
-
-/// Seals a new secret for webhook `id` of `tenant`: `INVALID_STATE`
-/// (`no-secrets-key`) without a current key.
-fn seal(keyring: &Keyring, tenant: &str, id: &str, secret: &str) -> Result<Sealed> {
-    keyring.seal(tenant, id, secret).map_err(|e| match e {
-        KeyError::NoKey => StorageError::invalid_state(
-            "the server has no BC_SECRETS_KEY: webhook secrets cannot be stored",
-        )
-        .with(Detail::Reason(Reason::NoSecretsKey)),
-        other => StorageError::internal(other.to_string()),
-    })
-}
-
-/// Opens a sealed secret of `row`; a key problem is `INVALID_STATE` naming
-/// the key id, never the secret.
-fn open(keyring: &Keyring, row: &WebhookRow, sealed: &Sealed) -> Result<String> {
-    keyring
-        .open(&row.tenant_id, &row.webhook_id, sealed)
-        .map_err(|e| StorageError::invalid_state(format!("webhook {}: {e}", row.webhook_id)))
-}
-
-/// The current secret of a live webhook's row as stored (a live row always
-/// has one: the table's check).
-fn sealed_of(row: &WebhookRow) -> Result<Sealed> {
-    row.sealed()
-        .ok_or_else(|| StorageError::internal(format!("webhook {} has no secret", row.webhook_id)))
 }
 
 /// The secrets that sign for `row` at `now`: its current secret, then the
@@ -512,165 +483,4 @@ pub async fn delete_all_of_tenant(
         erase(conn, id, now).await?;
     }
     Ok(ids.len())
-}
-
-/// `webhooks.rotateSecret`: a new secret signs from now on; the one it
-/// replaces also signs for [`OLD_SECRET_MS`] (a secret replaced earlier
-/// stops). Answers the new secret, once.
-pub async fn rotate_secret(
-    conn: &mut AsyncPgConnection,
-    keyring: &Keyring,
-    tenant: &TenantId,
-    id: &WebhookId,
-    now: i64,
-) -> Result<WithSecret> {
-    let (tenant, id) = (tenant.as_str(), id.as_str());
-    conn.transaction::<_, StorageError, _>(async move |conn| {
-        let row = lock(conn, tenant, id).await?;
-        let current = sealed_of(&row)?;
-        let secret = new_secret();
-        let sealed = seal(keyring, tenant, id, &secret)?;
-        let updated: WebhookRow = diesel::update(wh::table.find(id))
-            .set((
-                wh::old_key_id.eq(&current.key_id),
-                wh::old_nonce.eq(&current.nonce),
-                wh::old_ciphertext.eq(&current.ciphertext),
-                wh::old_until.eq(now.saturating_add(OLD_SECRET_MS)),
-                wh::key_id.eq(&sealed.key_id),
-                wh::nonce.eq(&sealed.nonce),
-                wh::ciphertext.eq(&sealed.ciphertext),
-                wh::updated_at.eq(now),
-            ))
-            .returning(WebhookRow::as_returning())
-            .get_result(conn)
-            .await?;
-        tracing::info!(
-            tenant = %tenant,
-            webhook = %id,
-            key_id = %sealed.key_id,
-            "webhook secret rotated"
-        );
-        Ok(WithSecret {
-            webhook: updated.into(),
-            secret,
-        })
-    })
-    .await
-}
-
-/// `webhooks.test`: publishes `webhook.test { webhookId }` in the tenant
-/// and answers its event id.
-pub async fn test(
-    conn: &mut AsyncPgConnection,
-    tenant: &TenantId,
-    id: &WebhookId,
-    now: i64,
-) -> Result<String> {
-    let (tenant, id) = (tenant.as_str(), id.as_str());
-    conn.transaction::<_, StorageError, _>(async move |conn| {
-        let row = lock(conn, tenant, id).await?;
-        let data = EventData::WebhookTest(WebhookTest {
-            webhook_id: row.webhook_id,
-        });
-        events::publish(conn, now, vec![NewEvent::new(tenant, data, now)]).await?;
-        // The tenant's head row is locked by the publish until commit: its
-        // last event is this one.
-        Ok(ev::table
-            .filter(ev::tenant_id.eq(tenant))
-            .order(ev::seq.desc())
-            .select(ev::event_id)
-            .first(conn)
-            .await?)
-    })
-    .await
-}
-
-/// One page of a webhook's attempts.
-#[derive(Debug, Clone)]
-pub struct AttemptPage {
-    /// Attempts after the position, oldest first.
-    pub items: Vec<AttemptRow>,
-    /// The position after the last one returned, or the given position.
-    pub next_seq: i64,
-    /// Whether more follow now.
-    pub has_more: bool,
-}
-
-/// `webhooks.deliveries`: the webhook's attempts after position `after`
-/// (0: from the first), oldest first, at most `limit`. Another tenant's, a
-/// deleted or an unknown webhook is `NOT_FOUND`.
-pub async fn deliveries(
-    conn: &mut AsyncPgConnection,
-    tenant: &TenantId,
-    id: &WebhookId,
-    after: i64,
-    limit: i64,
-) -> Result<AttemptPage> {
-    let id = id.as_str();
-    find(conn, tenant.as_str(), id).await?;
-    let mut items: Vec<AttemptRow> = wa::table
-        .filter(wa::webhook_id.eq(id))
-        .filter(wa::attempt_seq.gt(after))
-        .order(wa::attempt_seq.asc())
-        .limit(limit.saturating_add(1))
-        .select(AttemptRow::as_select())
-        .load(conn)
-        .await?;
-    let limit = usize::try_from(limit).unwrap_or(0);
-    let has_more = items.len() > limit;
-    items.truncate(limit);
-    let next_seq = items.last().map_or(after, |a| a.attempt_seq);
-    Ok(AttemptPage {
-        items,
-        next_seq,
-        has_more,
-    })
-}
-
-/// The secrets that sign a delivery of webhook `id` at `now`: its current
-/// secret, then the one it replaced while that still signs. The webhook
-/// need not be enabled; a deleted one has none (`NOT_FOUND`). A key problem
-/// is `INVALID_STATE` naming the key id, never a secret. (The delivery
-/// worker reads them with each attempt: `deliveries::start_attempt`.)
-pub async fn signing_secrets(
-    conn: &mut AsyncPgConnection,
-    keyring: &Keyring,
-    id: &WebhookId,
-    now: i64,
-) -> Result<Vec<String>> {
-    let id = id.as_str();
-    let row: WebhookRow = crate::db::read_only(conn, async |conn| {
-        wh::table
-            .find(id)
-            .select(WebhookRow::as_select())
-            .first(conn)
-            .await
-            .optional()
-    })
-    .await?
-    .filter(|row| row.deleted_at.is_none())
-    .ok_or_else(|| StorageError::not_found("webhook", id))?;
-    secrets_of(keyring, &row, now)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secrets_are_whsec_and_43_base64url_characters() {
-        let a = new_secret();
-        let b = new_secret();
-        assert_ne!(a, b);
-        let body = a.strip_prefix("whsec_").expect("prefix");
-        assert_eq!(body.len(), 43);
-        assert!(
-            body.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-        );
-        let decoded = data_encoding::BASE64URL_NOPAD
-            .decode(body.as_bytes())
-            .expect("base64url");
-        assert_eq!(decoded.len(), 32);
-    }
 }

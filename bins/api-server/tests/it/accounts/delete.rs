@@ -4,10 +4,11 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    Platform, end_grant, get_grant, get_grant_as, grant_on, instance, instance_op, instance_op_ok,
-    platform_at_t0, second_account, unbind,
+    Platform, end_grant, get_grant, get_grant_as, instance_op, instance_op_ok, platform_at_t0,
+    second_account, unbind,
 };
 use crate::support::gce::Gce;
 use crate::support::meter::{
@@ -68,20 +69,19 @@ async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_in
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let d = doomed_account(&s, &p).await;
-    let g = grant_on(&s, &d.account, &d.reservation, "acme", 1, T0, T0 + 90 * MIN).await;
-    let sched = grant_on(
-        &s,
-        &d.account,
-        &d.reservation,
-        "acme",
-        1,
-        T0 + 5 * HOUR,
-        T0 + 6 * HOUR,
-    )
-    .await;
-    let x = instance(&s, &t, "acme", &p.pool).await;
+    let g = GrantBuilder::on(&d.account, &d.reservation)
+        .grantee("acme")
+        .term(T0, T0 + 90 * MIN)
+        .create(&s)
+        .await;
+    let sched = GrantBuilder::on(&d.account, &d.reservation)
+        .grantee("acme")
+        .term(T0 + 5 * HOUR, T0 + 6 * HOUR)
+        .create(&s)
+        .await;
+    let x = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(x["placement"]["grantId"], g.as_str());
-    let y = instance(&s, &t, "acme", &p.pool).await;
+    let y = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(y["placement"]["kind"], "reservation");
     assert_eq!(y["placement"]["reservationId"], d.reservation.as_str());
     let (x, y) = (
@@ -200,7 +200,7 @@ async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_in
         ]
     );
     // Nothing is left on the pool: a new instance is on-demand.
-    let z = instance(&s, &t, "acme", &p.pool).await;
+    let z = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(z["placement"]["kind"], "ondemand");
 }
 
@@ -208,16 +208,12 @@ async fn delete_waits_for_ended_grants_slot_hours_then_removes_them_and_sends_in
 async fn an_account_whose_grants_were_only_cancelled_is_deleted_at_once() {
     let (s, p) = platform_at_t0(4).await;
     let d = doomed_account(&s, &p).await;
-    let g = grant_on(
-        &s,
-        &d.account,
-        &d.reservation,
-        "acme",
-        2,
-        T0 + HOUR,
-        T0 + 3 * HOUR,
-    )
-    .await;
+    let g = GrantBuilder::on(&d.account, &d.reservation)
+        .grantee("acme")
+        .slots(2)
+        .term(T0 + HOUR, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
     end_grant(&s, &d.account, &g).await.ok();
     delete(&s, &d.account).await.ok();
     s.root("reservationGrants/get", json!({ "grantId": g }))
@@ -232,8 +228,8 @@ async fn an_account_whose_grants_were_only_cancelled_is_deleted_at_once() {
 async fn a_pool_outlives_its_account_once_the_accounts_grants_are_metered() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g = grant_on(&s, &p.account, &p.reservation, "acme", 1, T0, T0 + HOUR).await;
-    let x = instance(&s, &t, "acme", &p.pool).await;
+    let g = GrantBuilder::new(&p).term(T0, T0 + HOUR).create(&s).await;
+    let x = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(x["placement"]["grantId"], g.as_str());
     let x = x["instanceId"].as_str().expect("id").to_owned();
 
@@ -270,7 +266,7 @@ async fn a_pool_outlives_its_account_once_the_accounts_grants_are_metered() {
     // pool can still be offered.
     let got = instance_op(&s, &t, "acme", "get", &x).await.ok();
     assert_eq!(got["instance"]["placement"], json!({ "kind": "ondemand" }));
-    let z = instance(&s, &t, "acme", &p.pool).await;
+    let z = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(z["placement"]["kind"], "ondemand");
     s.tenant("globex").await;
     s.root(
@@ -298,8 +294,11 @@ async fn meter_without_settling(s: &Server, now: i64) {
 async fn delete_applies_a_due_term_end_first_with_its_event_once_and_exact_meters() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g = grant_on(&s, &p.account, &p.reservation, "acme", 1, T0, T0 + 90 * MIN).await;
-    let x = instance(&s, &t, "acme", &p.pool).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 90 * MIN)
+        .create(&s)
+        .await;
+    let x = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(x["placement"]["grantId"], g.as_str());
     let x = x["instanceId"].as_str().expect("id").to_owned();
 

@@ -5,10 +5,10 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    create_instance_ok, get_grant, get_instance, grant, id, in_grant, instance, placement,
-    platform_at_t0, reservations, scan,
+    get_grant, get_instance, id, in_grant, placement, platform_at_t0, reservations, scan,
 };
 use crate::support::gce::ZONE;
 use crate::support::meter::usage_of_instance;
@@ -54,9 +54,16 @@ async fn snapshot(s: &Server, account: &str, grants: &[&str], token: &str, inst:
 async fn an_unreachable_zone_fails_the_scan_and_changes_nothing() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let active = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let scheduled = grant(&s, &p, "acme", 1, T0 + 20 * HOUR, T0 + 30 * HOUR).await;
-    let inst = id(&instance(&s, t, "acme", &p.pool).await);
+    let active = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let scheduled = GrantBuilder::new(&p)
+        .term(T0 + 20 * HOUR, T0 + 30 * HOUR)
+        .create(&s)
+        .await;
+    let inst = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + MIN).await;
     let grants = [active.as_str(), scheduled.as_str()];
     let before = snapshot(&s, &p.account, &grants, t, &inst).await;
@@ -154,8 +161,8 @@ async fn a_failed_vm_listing_neither_breaks_the_pair_nor_moves_the_lost_date() {
     s.set_clock(T0).await;
     let p = managed_platform(&s, 3).await;
     let t = &p.tenant_token;
-    let a = id(&create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await);
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let a = id(&InstanceBuilder::new(&p).key("a").create(&s).await);
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     let (b, b_vm) = (id(&b), vm_name(&b));
     vm_pass(&s).await;
     let running = ("running".to_owned(), Value::Null);

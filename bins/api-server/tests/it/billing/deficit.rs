@@ -5,9 +5,10 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::GrantBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::Platform;
-use crate::support::fixtures::{end_grant, get_grant, grant, platform_at_t0};
+use crate::support::fixtures::{end_grant, get_grant, platform_at_t0};
 use crate::support::meter::{at, of_meter, q, usage_all};
 use crate::support::server::Server;
 use crate::support::worker;
@@ -22,6 +23,12 @@ pub(crate) async fn total_at(s: &Server, p: &Platform, total: i64, t: i64) {
     s.set_clock(t).await;
     p.gce.put("res-a", total, 0, "READY").await;
     worker::once(s, &[SCAN]).await;
+}
+
+/// A grant of two slots of the platform's reservation for its tenant, from
+/// T0 for ten hours.
+fn two_slots_for_ten_hours(p: &Platform) -> GrantBuilder {
+    GrantBuilder::new(p).slots(2).term(T0, T0 + 10 * HOUR)
 }
 
 /// The grant's records of `meter`, as its grantee lists them.
@@ -46,8 +53,8 @@ fn deficit_hours(rows: &[Value]) -> Vec<&str> {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_grants_are_credited_half_a_slot_hour_in_each_short_bucket() {
     let (s, p) = platform_at_t0(4).await;
-    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let g2 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let g1 = two_slots_for_ten_hours(&p).create(&s).await;
+    let g2 = two_slots_for_ten_hours(&p).create(&s).await;
     total_at(&s, &p, 2, T0 + 30 * MIN).await;
     total_at(&s, &p, 4, T0 + 90 * MIN).await;
 
@@ -85,8 +92,15 @@ async fn two_grants_are_credited_half_a_slot_hour_in_each_short_bucket() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unequal_grants_share_by_their_slots_with_cumulative_rounding() {
     let (s, p) = platform_at_t0(4).await;
-    let big = grant(&s, &p, "acme", 3, T0, T0 + 10 * HOUR).await;
-    let small = grant(&s, &p, "acme", 1, T0, T0 + 10 * HOUR).await;
+    let big = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let small = GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     // Short by 1 from 00:10 to 02:50: 3/4 and 1/4 of a slot.
     total_at(&s, &p, 3, T0 + 10 * MIN).await;
     total_at(&s, &p, 4, T0 + 170 * MIN).await;
@@ -113,9 +127,9 @@ async fn unequal_grants_share_by_their_slots_with_cumulative_rounding() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_ended_during_the_shortfall_changes_the_others_shares_from_its_end() {
     let (s, p) = platform_at_t0(6).await;
-    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let g2 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let g3 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let g1 = two_slots_for_ten_hours(&p).create(&s).await;
+    let g2 = two_slots_for_ten_hours(&p).create(&s).await;
+    let g3 = two_slots_for_ten_hours(&p).create(&s).await;
     // Short by 4 of 6 from 00:30: 4/3 slot each.
     total_at(&s, &p, 2, T0 + 30 * MIN).await;
     // Root ends one grant at 00:45: short by 2 of 4, 1 slot each.
@@ -142,8 +156,8 @@ async fn a_grant_ended_during_the_shortfall_changes_the_others_shares_from_its_e
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reservation_gone_credits_nothing_after_it_is_gone() {
     let (s, p) = platform_at_t0(4).await;
-    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let g2 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let g1 = two_slots_for_ten_hours(&p).create(&s).await;
+    let g2 = two_slots_for_ten_hours(&p).create(&s).await;
     // Short by 3 of 4 from 00:30 (1.5 slot each), gone at 00:45.
     total_at(&s, &p, 1, T0 + 30 * MIN).await;
     s.set_clock(T0 + 45 * MIN).await;
@@ -168,8 +182,8 @@ async fn a_reservation_gone_credits_nothing_after_it_is_gone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_is_credited_while_the_total_covers_the_grants() {
     let (s, p) = platform_at_t0(6).await;
-    let g = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let other = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let g = two_slots_for_ten_hours(&p).create(&s).await;
+    let other = two_slots_for_ten_hours(&p).create(&s).await;
     // Down to 4 and to 5: still every committed slot.
     total_at(&s, &p, 4, T0 + 30 * MIN).await;
     total_at(&s, &p, 5, T0 + 40 * MIN).await;
@@ -186,8 +200,8 @@ async fn nothing_is_credited_while_the_total_covers_the_grants() {
 async fn the_workers_metrics_show_a_short_reservation_and_the_credits_per_pool() {
     use crate::system::metrics::{scrape_until, value};
     let (s, p) = platform_at_t0(4).await;
-    grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    two_slots_for_ten_hours(&p).create(&s).await;
+    two_slots_for_ten_hours(&p).create(&s).await;
     // Short by 3 from 00:30, credited through 02:00, still short at 02:30.
     total_at(&s, &p, 1, T0 + 30 * MIN).await;
     s.set_clock(T0 + 2 * HOUR + 30 * MIN).await;
@@ -231,8 +245,16 @@ async fn the_workers_metrics_show_a_short_reservation_and_the_credits_per_pool()
 #[tokio::test(flavor = "multi_thread")]
 async fn the_hours_of_a_grant_begun_mid_hour_show_its_credit_before_metering() {
     let (s, p) = platform_at_t0(4).await;
-    let g = grant(&s, &p, "acme", 2, T0 + 30 * MIN, T0 + 10 * HOUR).await;
-    grant(&s, &p, "acme", 2, T0 + 30 * MIN, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + 30 * MIN, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + 30 * MIN, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     // Short by 2 of 4 from 00:40: 1 slot each, 10 minutes by 00:50.
     total_at(&s, &p, 2, T0 + 40 * MIN).await;
     s.set_clock(T0 + 50 * MIN).await;
@@ -252,14 +274,18 @@ async fn the_hours_of_a_grant_begun_mid_hour_show_its_credit_before_metering() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_started_before_a_rise_of_the_total_is_credited_for_the_minutes_before_it() {
     let (s, p) = platform_at_t0(4).await;
-    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let g1 = two_slots_for_ten_hours(&p).create(&s).await;
     // 2 covers g1 (not short); back to 4 at 00:58.
     total_at(&s, &p, 2, T0 + 50 * MIN).await;
     total_at(&s, &p, 4, T0 + 58 * MIN).await;
     // At 01:02 a grant starting at 00:57 fits the total of now, 4; but from
     // 00:57 to 00:58 the provider held 2 of the 4 slots committed.
     s.set_clock(T0 + HOUR + 2 * MIN).await;
-    let late = grant(&s, &p, "acme", 2, T0 + 57 * MIN, T0 + 10 * HOUR).await;
+    let late = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + 57 * MIN, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 2 * HOUR).await;
     worker::once(&s, &[GRANTS]).await;
     // 1 slot each for a minute: 1/60 slot-hour.
@@ -274,7 +300,7 @@ async fn a_grant_started_before_a_rise_of_the_total_is_credited_for_the_minutes_
 #[tokio::test(flavor = "multi_thread")]
 async fn an_hour_already_credited_is_never_revised_by_a_later_grant() {
     let (s, p) = platform_at_t0(4).await;
-    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let g1 = two_slots_for_ten_hours(&p).create(&s).await;
     total_at(&s, &p, 2, T0 + 50 * MIN).await;
     total_at(&s, &p, 4, T0 + 58 * MIN).await;
     // g1's first hour is metered before the late grant exists: nothing was
@@ -282,7 +308,11 @@ async fn an_hour_already_credited_is_never_revised_by_a_later_grant() {
     s.set_clock(T0 + HOUR + MIN).await;
     worker::once(&s, &[GRANTS]).await;
     s.set_clock(T0 + HOUR + 2 * MIN).await;
-    let late = grant(&s, &p, "acme", 2, T0 + 57 * MIN, T0 + 10 * HOUR).await;
+    let late = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + 57 * MIN, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 3 * HOUR).await;
     worker::once(&s, &[GRANTS]).await;
     assert!(records(&s, &p, &g1, DEFICIT).await.is_empty());

@@ -5,9 +5,10 @@
 use serde_json::{Value, json};
 
 use crate::support::bodies::InstanceBody;
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    end_grant, get_grant, grant, id, instance, instance_op_ok, platform_at_t0, set_quota,
+    end_grant, get_grant, id, instance_op_ok, platform_at_t0, set_quota,
 };
 use crate::support::gce::FLAVOR;
 use crate::support::meter::{
@@ -40,17 +41,16 @@ fn meters(records: &[Value]) -> Vec<String> {
 async fn committed_slots_bill_every_hour_of_the_term_used_or_not() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let used = grant(&s, &p, &p.tenant, 2, T0, T0 + 3 * HOUR).await;
-    let idle = grant(
-        &s,
-        &p,
-        &p.tenant,
-        1,
-        T0 + 30 * MIN,
-        T0 + 3 * HOUR + 30 * MIN,
-    )
-    .await;
-    let a = instance(&s, &t, "acme", &p.pool).await;
+    let used = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
+    let idle = GrantBuilder::new(&p)
+        .term(T0 + 30 * MIN, T0 + 3 * HOUR + 30 * MIN)
+        .create(&s)
+        .await;
+    let a = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(a["placement"]["grantId"], used.as_str());
     let a = a["instanceId"].as_str().expect("id").to_owned();
     // The instance uses one of `used`'s two slots for the first hour only.
@@ -97,10 +97,14 @@ async fn committed_slots_bill_every_hour_of_the_term_used_or_not() {
 async fn instances_inside_their_grant_record_only_grant_usage() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g = grant(&s, &p, &p.tenant, 2, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 10 * MIN).await;
-    let a = id(&instance(&s, &t, "acme", &p.pool).await);
-    let b = id(&instance(&s, &t, "acme", &p.pool).await);
+    let a = id(&InstanceBuilder::new(&p).create(&s).await);
+    let b = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 3 * HOUR).await;
     worker::once(&s, &[]).await;
     for id in [&a, &b] {
@@ -132,10 +136,13 @@ async fn instances_inside_their_grant_record_only_grant_usage() {
 async fn an_instance_beyond_its_grant_bills_at_the_reserved_rate() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
-    let a = id(&instance(&s, &t, "acme", &p.pool).await);
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 15 * MIN).await;
-    let b = instance(&s, &t, "acme", &p.pool).await;
+    let b = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(b["placement"]["kind"], "reservation");
     assert_eq!(b["placement"]["reservationId"], p.reservation.as_str());
     let b = b["instanceId"].as_str().expect("id").to_owned();
@@ -161,9 +168,13 @@ async fn an_instance_beyond_its_grant_bills_at_the_reserved_rate() {
 async fn when_a_grant_ends_its_running_instances_bill_at_the_reserved_rate() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g = grant(&s, &p, &p.tenant, 2, T0, T0 + 90 * MIN).await;
-    let a = id(&instance(&s, &t, "acme", &p.pool).await);
-    let c = id(&instance(&s, &t, "acme", &p.pool).await);
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 90 * MIN)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p).create(&s).await);
+    let c = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 30 * MIN).await;
     // A stopped instance keeps its grant slot, and loses it at the end.
     let stopped = instance_op_ok(&s, &t, "acme", "stop", &c).await;
@@ -214,11 +225,18 @@ async fn when_a_grant_ends_its_running_instances_bill_at_the_reserved_rate() {
 async fn a_renewal_takes_the_running_instances_of_an_ending_grant_up_to_its_free_slots() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let old = grant(&s, &p, &p.tenant, 2, T0, T0 + 90 * MIN).await;
-    let renewal = grant(&s, &p, &p.tenant, 1, T0 + HOUR, T0 + 5 * HOUR).await;
-    let a = id(&instance(&s, &t, "acme", &p.pool).await);
+    let old = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 90 * MIN)
+        .create(&s)
+        .await;
+    let renewal = GrantBuilder::new(&p)
+        .term(T0 + HOUR, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + MIN).await;
-    let b = instance(&s, &t, "acme", &p.pool).await;
+    let b = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(b["placement"]["grantId"], old.as_str());
     let b = b["instanceId"].as_str().expect("id").to_owned();
     s.set_clock(T0 + 3 * HOUR).await;
@@ -267,13 +285,16 @@ async fn a_renewal_takes_the_running_instances_of_an_ending_grant_up_to_its_free
 async fn a_grant_takes_in_running_instances_from_its_start_even_when_the_worker_runs_hours_later() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let a = instance(&s, &t, "acme", &p.pool).await;
+    let a = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(a["placement"]["kind"], "reservation");
     let a = a["instanceId"].as_str().expect("id").to_owned();
     s.set_clock(T0 + 5 * MIN).await;
-    let b = id(&instance(&s, &t, "acme", &p.pool).await);
+    let b = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 10 * MIN).await;
-    let g = grant(&s, &p, &p.tenant, 1, T0 + 40 * MIN, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0 + 40 * MIN, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     // Nothing settles until the usage pass runs at 05:00; it settles itself.
     s.set_clock(T0 + 5 * HOUR).await;
     worker::once(&s, &["vps.usage"]).await;
@@ -344,8 +365,15 @@ async fn billing_none_instances_write_nothing_and_are_never_taken_in() {
         .expect("id")
         .to_owned();
     s.set_clock(T0 + MIN).await;
-    let std = id(&instance(&s, ROOT_TOKEN, "root", &p.pool).await);
-    let g = grant(&s, &p, "root", 1, T0 + 30 * MIN, T0 + 10 * HOUR).await;
+    let std = id(&InstanceBuilder::new(&p)
+        .by(ROOT, ROOT_TOKEN)
+        .create(&s)
+        .await);
+    let g = GrantBuilder::new(&p)
+        .grantee("root")
+        .term(T0 + 30 * MIN, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 3 * HOUR).await;
     worker::once(&s, &[]).await;
 
@@ -375,9 +403,12 @@ async fn billing_none_instances_write_nothing_and_are_never_taken_in() {
 async fn stopped_instances_write_nothing() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
-    let a = id(&instance(&s, &t, "acme", &p.pool).await); // in the grant
-    let b = id(&instance(&s, &t, "acme", &p.pool).await); // ordinary slot
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p).create(&s).await); // in the grant
+    let b = id(&InstanceBuilder::new(&p).create(&s).await); // ordinary slot
     s.set_clock(T0 + 20 * MIN).await;
     assert_eq!(
         instance_op_ok(&s, &t, "acme", "stop", &a).await["placement"]["kind"],
@@ -434,9 +465,15 @@ async fn stopped_instances_write_nothing() {
 async fn an_instance_moving_between_two_grants_inside_one_hour_gets_one_record_per_grant() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let x = grant(&s, &p, &p.tenant, 1, T0, T0 + 5 * HOUR).await;
-    let y = grant(&s, &p, &p.tenant, 1, T0, T0 + 5 * HOUR).await;
-    let a = instance(&s, &t, "acme", &p.pool).await;
+    let x = GrantBuilder::new(&p)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
+    let y = GrantBuilder::new(&p)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
+    let a = InstanceBuilder::new(&p).create(&s).await;
     let first = a["placement"]["grantId"]
         .as_str()
         .expect("grant")
@@ -480,9 +517,13 @@ async fn quantities_are_exact_and_rounded_cumulatively() {
     let t = p.tenant_token.clone();
     set_quota(&s, ROOT, &p.pool, "memoryGib", 1000).await;
     // Root's grant: 2 h 20 min of one slot from 00:20 to 02:40.
-    let g = grant(&s, &p, "root", 1, T0 + 20 * MIN, T0 + 2 * HOUR + 40 * MIN).await;
+    let g = GrantBuilder::new(&p)
+        .grantee("root")
+        .term(T0 + 20 * MIN, T0 + 2 * HOUR + 40 * MIN)
+        .create(&s)
+        .await;
     // Acme's instance runs 20 minutes in each of three hours.
-    let a = id(&instance(&s, &t, "acme", &p.pool).await);
+    let a = id(&InstanceBuilder::new(&p).create(&s).await);
     for h in 0..3 {
         if h > 0 {
             s.set_clock(T0 + h * HOUR).await;
@@ -512,10 +553,12 @@ async fn quantities_are_exact_and_rounded_cumulatively() {
 #[tokio::test(flavor = "multi_thread")]
 async fn no_record_is_written_before_its_hour_ends() {
     let (s, p) = platform_at_t0(4).await;
-    let t = p.tenant_token.clone();
-    let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 5 * HOUR).await;
-    id(&instance(&s, &t, "acme", &p.pool).await);
-    id(&instance(&s, &t, "acme", &p.pool).await);
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
+    id(&InstanceBuilder::new(&p).create(&s).await);
+    id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + HOUR - 1).await;
     worker::once(&s, &[]).await;
     assert!(usage_everyone(&s).await.is_empty());
@@ -558,9 +601,12 @@ async fn usage_list_filters_pages_and_all_is_root_only() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
     let beta = s.tenant("beta").await;
-    let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 3 * HOUR).await;
-    let a = id(&instance(&s, &t, "acme", &p.pool).await);
-    let b = id(&instance(&s, &t, "acme", &p.pool).await);
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p).create(&s).await);
+    let b = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 3 * HOUR).await;
     worker::once(&s, &[]).await;
 

@@ -10,11 +10,12 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 
 use crate::support::bodies::{GrantBody, InstanceBody};
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
 use crate::support::fixtures::{
-    Platform, bind, create_grant_ok, create_instance_ok, get_instance, grant, grant_id, grant_on,
-    id, instance, instance_op_ok, offer, platform_at_t0, project, scan, set_quota,
+    Platform, bind, create_grant_ok, get_instance, grant_id, id, instance_op_ok, offer,
+    platform_at_t0, project, scan, set_quota,
 };
 use crate::support::gce::{FLAVOR, Gce};
 use crate::support::meter::{at, of_meter, q, round_micros, total, usage, usage_of_instance};
@@ -40,14 +41,18 @@ async fn a_grant_on_a_later_candidate_is_filled_before_an_ordinary_slot_of_an_ea
     let t = p.tenant_token.clone();
     let res_b = second_reservation(&s, &p, 2).await;
     // acme's grant is on res-b; res-a comes first in id order and has room.
-    let g = grant_on(&s, &p.account, &res_b, "acme", 1, T0, T0 + 2 * HOUR).await;
-    let x = instance(&s, &t, "acme", &p.pool).await;
+    let g = GrantBuilder::new(&p)
+        .reservation(&res_b)
+        .term(T0, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
+    let x = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(
         x["placement"],
         json!({ "kind": "grant", "grantId": g, "reservationId": res_b })
     );
     // The grant is full: the next one takes the first ordinary slot (res-a).
-    let y = instance(&s, &t, "acme", &p.pool).await;
+    let y = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(
         y["placement"],
         json!({ "kind": "reservation", "reservationId": p.reservation })
@@ -69,11 +74,15 @@ async fn a_grant_on_a_later_candidate_is_filled_before_an_ordinary_slot_of_an_ea
 async fn a_slot_freed_by_a_delete_is_refilled_at_that_instant_and_billed_split_there() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g = grant(&s, &p, &p.tenant, 2, T0, T0 + 3 * HOUR).await;
-    let a = id(&instance(&s, &t, "acme", &p.pool).await);
-    let b = id(&instance(&s, &t, "acme", &p.pool).await);
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p).create(&s).await);
+    let b = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + MIN).await;
-    let c = instance(&s, &t, "acme", &p.pool).await;
+    let c = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(c["placement"]["kind"], "reservation");
     let c = id(&c);
 
@@ -117,12 +126,15 @@ async fn a_slot_freed_by_a_delete_is_refilled_at_that_instant_and_billed_split_t
 async fn the_oldest_overflow_is_refilled_first_and_only_up_to_the_freed_slots() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 3 * HOUR).await;
-    let a = id(&instance(&s, &t, "acme", &p.pool).await);
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + MIN).await;
-    let older = id(&instance(&s, &t, "acme", &p.pool).await);
+    let older = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 2 * MIN).await;
-    let newer = id(&instance(&s, &t, "acme", &p.pool).await);
+    let newer = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 10 * MIN).await;
     instance_op_ok(&s, &t, "acme", "delete", &a).await;
     assert_eq!(
@@ -154,7 +166,7 @@ async fn a_project_grant_refills_only_from_its_project() {
     assert_eq!(a["placement"]["grantId"], g.as_str());
     // An older instance outside the project, then a newer one in it.
     s.set_clock(T0 + MIN).await;
-    let outside = id(&instance(&s, &t, "acme", &p.pool).await);
+    let outside = id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 2 * MIN).await;
     let inside = s.call(&t, "instances/create", in_project("b")).await.ok()["instance"].clone();
     assert_eq!(inside["placement"]["kind"], "reservation");
@@ -175,13 +187,27 @@ async fn billing_none_never_refills_and_a_stop_keeps_the_slot_and_refills_nothin
     let (s, p) = platform_at_t0(4).await;
     // Root as grantee, with an unbilled instance waiting on an ordinary slot.
     set_quota(&s, "root", &p.pool, "memoryGib", 1000).await;
-    let g = grant(&s, &p, "root", 1, T0, T0 + 3 * HOUR).await;
-    let a = id(&instance(&s, ROOT_TOKEN, "root", &p.pool).await);
-    let none = json!({ "billing": "none" });
-    let unbilled = create_instance_ok(&s, ROOT_TOKEN, ROOT, &p.pool, "none-1", none).await;
+    let g = GrantBuilder::new(&p)
+        .grantee("root")
+        .term(T0, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p)
+        .by(ROOT, ROOT_TOKEN)
+        .create(&s)
+        .await);
+    let unbilled = InstanceBuilder::new(&p)
+        .by(ROOT, ROOT_TOKEN)
+        .key("none-1")
+        .billing("none")
+        .create(&s)
+        .await;
     assert_eq!(unbilled["placement"]["kind"], "reservation");
     s.set_clock(T0 + MIN).await;
-    let waiting = id(&instance(&s, ROOT_TOKEN, "root", &p.pool).await);
+    let waiting = id(&InstanceBuilder::new(&p)
+        .by(ROOT, ROOT_TOKEN)
+        .create(&s)
+        .await);
     // The grant is full (a); waiting is on an ordinary slot.
     assert_eq!(
         get_instance(&s, ROOT_TOKEN, "root", &waiting).await["placement"]["kind"],
@@ -231,9 +257,24 @@ async fn concurrent_creates_over_two_reservations_never_deadlock_or_over_fill() 
     set_quota(&s, "acme", &p.pool, "instances", 40).await;
     set_quota(&s, "acme", &p.pool, "vcpus", 400).await;
     // Grants on both reservations for both tenants: every decision locks both.
-    let ga = grant_on(&s, &p.account, &p.reservation, "acme", 3, T0, T0 + 5 * HOUR).await;
-    let gb = grant_on(&s, &p.account, &res_b, "globex", 3, T0, T0 + 5 * HOUR).await;
-    let gc = grant_on(&s, &p.account, &res_b, "acme", 2, T0, T0 + 5 * HOUR).await;
+    let ga = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
+    let gb = GrantBuilder::new(&p)
+        .reservation(&res_b)
+        .grantee("globex")
+        .slots(3)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
+    let gc = GrantBuilder::new(&p)
+        .reservation(&res_b)
+        .slots(2)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
     let tokens = [(p.tenant_token.clone(), "acme"), (globex.clone(), "globex")];
     let creates = (0..32).map(|i| {
         let (token, tenant) = tokens[i % 2].clone();
@@ -287,13 +328,17 @@ async fn a_placement_looks_past_the_first_ordinary_slot_only_for_the_tenants_gra
     let globex = s.tenant("globex").await;
     let quotas = json!({ "instances": 4, "vcpus": 40, "memoryGib": 100 });
     offer(&s, &p.pool, "globex", quotas).await;
-    let g = grant_on(&s, &p.account, &res_b, "acme", 1, T0, T0 + HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .reservation(&res_b)
+        .term(T0, T0 + HOUR)
+        .create(&s)
+        .await;
     // Another transaction holds res-b's row.
     let mut holder = hold_reservation(&s, &p.account, &res_b).await;
     // globex has no grant there: res-a's ordinary slot decides, at once.
     let x = tokio::time::timeout(
         Duration::from_secs(10),
-        instance(&s, &globex, "globex", &p.pool),
+        InstanceBuilder::new(&p).by("globex", &globex).create(&s),
     )
     .await
     .expect("placed without waiting for res-b");

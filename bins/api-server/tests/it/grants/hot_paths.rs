@@ -13,9 +13,10 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use storage::error::StorageError;
 use storage::model::idempotency::KeyedRequest;
 
+use crate::support::builders::InstanceBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{db, hold_reservation, root_id};
-use crate::support::fixtures::{create_grant, create_instance_ok, grant_body, platform_at_t0};
+use crate::support::fixtures::{create_grant, grant_body, platform_at_t0};
 use crate::support::gce::FLAVOR;
 use crate::support::server::Server;
 
@@ -238,15 +239,7 @@ async fn an_instance_create_reads_only_the_seated_instances() {
     // from.
     let granted = create_grant(&s, grant_body(&p, 5, T0, T0 + 10 * DAY, "live")).await;
     assert_eq!(granted.status, 200, "{:?}", granted.body);
-    let first = create_instance_ok(
-        &s,
-        &p.tenant_token,
-        "acme",
-        &p.pool,
-        "i-first",
-        serde_json::json!({}),
-    )
-    .await;
+    let first = InstanceBuilder::new(&p).key("i-first").create(&s).await;
     let first_id = first["instanceId"]
         .as_str()
         .expect("instance id")

@@ -15,10 +15,11 @@ use diesel::sql_types::{BigInt, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
 use crate::support::fixtures::platform_at_t0;
-use crate::support::fixtures::{Platform, end_grant, grant, id, instance, instance_op_ok, offer};
+use crate::support::fixtures::{Platform, end_grant, id, instance_op_ok, offer};
 use crate::support::server::{ROOT_TOKEN, Server};
 use crate::support::worker;
 
@@ -80,13 +81,29 @@ async fn expiry_notices_go_out_once_at_their_instant_with_three_replicas() {
     let (s, p) = platform_at_t0(8).await;
     let beta_token = beta(&s, &p).await;
     // A: acme's 2 slots for 10 days, one instance held all along; R renews it.
-    let a = grant(&s, &p, "acme", 2, T0, T0 + 10 * DAY).await;
-    instance(&s, &p.tenant_token, "acme", &p.pool).await;
-    let r = grant(&s, &p, "acme", 2, T0 + 9 * DAY, T0 + 20 * DAY).await;
+    let a = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * DAY)
+        .create(&s)
+        .await;
+    InstanceBuilder::new(&p).create(&s).await;
+    let r = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + 9 * DAY, T0 + 20 * DAY)
+        .create(&s)
+        .await;
     // C: beta's 26-hour grant from day 2: its 7d notice would come before
     // its start. E: ended by root on day 1, before any of its notices.
-    let c = grant(&s, &p, "beta", 1, T0 + 2 * DAY, T0 + 3 * DAY + 2 * HOUR).await;
-    let e = grant(&s, &p, "beta", 1, T0, T0 + 5 * DAY).await;
+    let c = GrantBuilder::new(&p)
+        .grantee("beta")
+        .term(T0 + 2 * DAY, T0 + 3 * DAY + 2 * HOUR)
+        .create(&s)
+        .await;
+    let e = GrantBuilder::new(&p)
+        .grantee("beta")
+        .term(T0, T0 + 5 * DAY)
+        .create(&s)
+        .await;
 
     // (instant, grant, notice), in time order.
     let mut expected = [
@@ -220,11 +237,22 @@ async fn an_underused_grant_is_reported_at_most_once_a_day_with_three_replicas()
     let (s, p) = platform_at_t0(8).await;
     let beta_token = beta(&s, &p).await;
     // G: acme's 2 slots for 4 days; one instance held for the first 12 hours.
-    let g = grant(&s, &p, "acme", 2, T0, T0 + 4 * DAY).await;
-    let vm = id(&instance(&s, &p.tenant_token, "acme", &p.pool).await);
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 4 * DAY)
+        .create(&s)
+        .await;
+    let vm = id(&InstanceBuilder::new(&p).create(&s).await);
     // H: beta's 1 slot, held all along: never underused.
-    let h = grant(&s, &p, "beta", 1, T0, T0 + 4 * DAY).await;
-    instance(&s, &beta_token, "beta", &p.pool).await;
+    let h = GrantBuilder::new(&p)
+        .grantee("beta")
+        .term(T0, T0 + 4 * DAY)
+        .create(&s)
+        .await;
+    InstanceBuilder::new(&p)
+        .by("beta", &beta_token)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 12 * HOUR).await;
     instance_op_ok(&s, &p.tenant_token, "acme", "delete", &vm).await;
 
@@ -308,7 +336,10 @@ async fn an_underused_grant_is_reported_at_most_once_a_day_with_three_replicas()
 #[tokio::test(flavor = "multi_thread")]
 async fn notices_follow_the_configured_durations_and_ratio() {
     let (s, p) = platform_at_t0(4).await;
-    let g = grant(&s, &p, "acme", 1, T0, T0 + 3 * DAY).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 3 * DAY)
+        .create(&s)
+        .await;
     let env = [("BC_EXPIRY_NOTICES", "36h"), ("BC_UNDERUSE_RATIO", "0")];
     // Underuse is off, and 36 h before the end is day 1.5.
     s.set_clock(T0 + DAY + 12 * HOUR - 1).await;

@@ -6,11 +6,12 @@
 use serde_json::{Value, json};
 
 use crate::support::bodies::GrantBody;
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, SEC, T0};
 use crate::support::db::contents;
 use crate::support::fixtures::{
-    Platform, create_grant, get_instance, grant, grant_body, grant_body_for, grant_id, grant_of,
-    id, instance, no_such, platform_at_t0, unbind,
+    Platform, create_grant, get_instance, grant_body, grant_body_for, grant_id, grant_of, id,
+    no_such, platform_at_t0, unbind,
 };
 use crate::support::meter::{micros, round_micros, total, usage};
 use crate::support::rng::Rng;
@@ -38,7 +39,11 @@ fn key() -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn preview_and_create_agree_on_fitting_and_refusing() {
     let (s, p) = platform_at_t0(4).await;
-    grant(&s, &p, &p.tenant, 3, T0 + HOUR, T0 + 5 * HOUR).await;
+    GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0 + HOUR, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
 
     // Does not fit: 2 more slots over an hour where 3 of 4 are committed.
     let body = grant_body(&p, 2, T0 + 2 * HOUR, T0 + 3 * HOUR, &key());
@@ -230,7 +235,7 @@ async fn an_odd_term_previews_the_slot_hours_the_meter_writes() {
 async fn ordinary_instances(s: &Server, p: &Platform, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for _ in 0..n {
-        ids.push(id(&instance(s, &p.tenant_token, &p.tenant, &p.pool).await));
+        ids.push(id(&InstanceBuilder::new(p).create(s).await));
     }
     ids
 }

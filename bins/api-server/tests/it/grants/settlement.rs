@@ -3,15 +3,16 @@
 //! `endsAt`, root `end`, and the loss of the reservation, each at its exact
 //! instant however late it is settled (checked on the placement segments).
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::support::bodies::GrantBody;
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
-    Platform, create_grant_ok, create_instance_ok, end_grant, get_grant, get_instance, grant,
-    grant_body, grant_id, id, in_grant, instance_op_ok, list_instances, placement, placement_of,
-    plain, platform_at_t0, poke, project, root_can_use, scan, tenant_with_pool,
+    Platform, create_grant_ok, end_grant, get_grant, get_instance, grant_body, grant_id, id,
+    in_grant, instance_op_ok, list_instances, placement, placement_of, plain, platform_at_t0, poke,
+    project, root_can_use, scan, tenant_with_pool,
 };
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 
@@ -54,13 +55,17 @@ async fn starting_grant_takes_in_running_ordinary_instances_oldest_first_up_to_i
     // acme runs four instances on ordinary slots: a, b, then x and y created
     // at the same instant (ordered by instance id); globex runs one.
     s.set_clock(T0 + MIN).await;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     s.set_clock(T0 + 2 * MIN).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     s.set_clock(T0 + 3 * MIN).await;
-    let x = create_instance_ok(&s, t, "acme", &p.pool, "x", json!({})).await;
-    let y = create_instance_ok(&s, t, "acme", &p.pool, "y", json!({})).await;
-    let o = create_instance_ok(&s, &globex, "globex", &p.pool, "o", json!({})).await;
+    let x = InstanceBuilder::new(&p).key("x").create(&s).await;
+    let y = InstanceBuilder::new(&p).key("y").create(&s).await;
+    let o = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("o")
+        .create(&s)
+        .await;
     for i in [&a, &b, &x, &y, &o] {
         assert_eq!(placement(i), plain("reservation"));
     }
@@ -69,7 +74,11 @@ async fn starting_grant_takes_in_running_ordinary_instances_oldest_first_up_to_i
         (v[0].clone(), v[1].clone())
     };
     let start = T0 + HOUR;
-    let g = grant(&s, &p, "acme", 3, start, T0 + 5 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(3)
+        .term(start, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
 
     // An hour after the start, nothing has settled it yet: `get` reports the
     // stored placement.
@@ -118,7 +127,7 @@ async fn starting_grant_takes_in_running_ordinary_instances_oldest_first_up_to_i
         ]
     );
     // The grant is full: the next instance takes an ordinary slot.
-    let n = create_instance_ok(&s, t, "acme", &p.pool, "n", json!({})).await;
+    let n = InstanceBuilder::new(&p).key("n").create(&s).await;
     assert_eq!(placement(&n), plain("reservation"));
 }
 
@@ -129,11 +138,19 @@ async fn a_project_grant_takes_in_only_its_projects_instances() {
     let web = project(&s, t, "acme", "web").await;
     let batch = project(&s, t, "acme", "batch").await;
     // Older instances of other projects (and of none) come first in age.
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({ "projectId": batch })).await;
+    let b = InstanceBuilder::new(&p)
+        .key("b")
+        .project(&batch)
+        .create(&s)
+        .await;
     s.set_clock(T0 + MIN).await;
-    let n = create_instance_ok(&s, t, "acme", &p.pool, "n", json!({})).await;
+    let n = InstanceBuilder::new(&p).key("n").create(&s).await;
     s.set_clock(T0 + 2 * MIN).await;
-    let w = create_instance_ok(&s, t, "acme", &p.pool, "w", json!({ "projectId": web })).await;
+    let w = InstanceBuilder::new(&p)
+        .key("w")
+        .project(&web)
+        .create(&s)
+        .await;
     let body = GrantBody::on(&p, 2)
         .term(T0 + HOUR, T0 + 2 * HOUR)
         .key("g")
@@ -160,7 +177,11 @@ async fn a_project_grant_takes_in_only_its_projects_instances() {
         ]
     );
     // Its second slot is still free for the project.
-    let w2 = create_instance_ok(&s, t, "acme", &p.pool, "w2", json!({ "projectId": web })).await;
+    let w2 = InstanceBuilder::new(&p)
+        .key("w2")
+        .project(&web)
+        .create(&s)
+        .await;
     assert_eq!(placement(&w2), in_grant(&g));
 }
 
@@ -168,11 +189,24 @@ async fn a_project_grant_takes_in_only_its_projects_instances() {
 async fn unbilled_instances_are_never_taken_in() {
     let (s, p) = platform_at_t0(4).await;
     root_can_use(&s, &p.pool).await;
-    let unbilled = json!({ "billing": "none" });
-    let none = create_instance_ok(&s, ROOT_TOKEN, ROOT, &p.pool, "n", unbilled).await;
+    let none = InstanceBuilder::new(&p)
+        .by(ROOT, ROOT_TOKEN)
+        .key("n")
+        .billing("none")
+        .create(&s)
+        .await;
     s.set_clock(T0 + MIN).await;
-    let std = create_instance_ok(&s, ROOT_TOKEN, ROOT, &p.pool, "s", json!({})).await;
-    let g = grant(&s, &p, "root", 2, T0 + HOUR, T0 + 2 * HOUR).await;
+    let std = InstanceBuilder::new(&p)
+        .by(ROOT, ROOT_TOKEN)
+        .key("s")
+        .create(&s)
+        .await;
+    let g = GrantBuilder::new(&p)
+        .grantee("root")
+        .slots(2)
+        .term(T0 + HOUR, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + HOUR + MIN).await;
     poke(&s, &p).await;
     let get_root = async |i: &Value| get_instance(&s, ROOT_TOKEN, ROOT, &id(i)).await;
@@ -187,13 +221,17 @@ async fn unbilled_instances_are_never_taken_in() {
 async fn stopped_instances_are_not_taken_in() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     s.set_clock(T0 + MIN).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     s.set_clock(T0 + 2 * MIN).await;
     let stopped = instance_op_ok(&s, t, "acme", "stop", &id(&a)).await;
     assert_eq!(placement(&stopped), plain("none"));
-    let g = grant(&s, &p, "acme", 2, T0 + HOUR, T0 + 2 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + HOUR, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
 
     s.set_clock(T0 + HOUR + MIN).await;
     poke(&s, &p).await;
@@ -220,9 +258,9 @@ async fn stopped_instances_are_not_taken_in() {
 async fn a_grant_created_at_or_after_its_start_takes_in_from_its_creation_instant() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let a = create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     s.set_clock(T0 + MIN).await;
-    let b = create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await;
+    let b = InstanceBuilder::new(&p).key("b").create(&s).await;
 
     // startsAt three minutes in the past: taken in from the creation instant,
     // history is not rewritten.
@@ -255,7 +293,7 @@ async fn a_grant_created_at_or_after_its_start_takes_in_from_its_creation_instan
     // startsAt exactly now.
     let now = T0 + 10 * MIN;
     s.set_clock(now).await;
-    let g2 = grant(&s, &p, "acme", 1, now, T0 + HOUR).await;
+    let g2 = GrantBuilder::new(&p).term(now, T0 + HOUR).create(&s).await;
     assert_eq!(placement_of(&s, t, "acme", &id(&b)).await, in_grant(&g2));
     assert_eq!(
         segments(&s, &id(&b)).await,
@@ -282,12 +320,16 @@ struct Ending {
 async fn ending(total: i64) -> (Server, Platform, Ending) {
     let (s, p) = platform_at_t0(total).await;
     let t = p.tenant_token.clone();
-    let g1 = grant(&s, &p, "acme", 3, T0, T0 + 2 * HOUR).await;
-    let s1 = id(&create_instance_ok(&s, &t, "acme", &p.pool, "s1", json!({})).await);
+    let g1 = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
+    let s1 = id(&InstanceBuilder::new(&p).key("s1").create(&s).await);
     s.set_clock(T0 + MIN).await;
-    let r1 = id(&create_instance_ok(&s, &t, "acme", &p.pool, "r1", json!({})).await);
+    let r1 = id(&InstanceBuilder::new(&p).key("r1").create(&s).await);
     s.set_clock(T0 + 2 * MIN).await;
-    let r2 = id(&create_instance_ok(&s, &t, "acme", &p.pool, "r2", json!({})).await);
+    let r2 = id(&InstanceBuilder::new(&p).key("r2").create(&s).await);
     s.set_clock(T0 + 3 * MIN).await;
     instance_op_ok(&s, &t, "acme", "stop", &s1).await;
     for i in [&s1, &r1, &r2] {
@@ -302,7 +344,10 @@ async fn at_ends_at_a_renewal_takes_oldest_running_instance_rest_go_to_reservati
     let t = &p.tenant_token;
     let end = T0 + 2 * HOUR;
     // The renewal starts exactly when G1 ends, with one slot.
-    let g2 = grant(&s, &p, "acme", 1, end, T0 + 4 * HOUR).await;
+    let g2 = GrantBuilder::new(&p)
+        .term(end, T0 + 4 * HOUR)
+        .create(&s)
+        .await;
 
     // Settled an hour after the end.
     s.set_clock(end + HOUR).await;
@@ -369,9 +414,13 @@ async fn a_renewal_takes_running_instances_before_stopped_ones_up_to_its_free_sl
     let end = T0 + 2 * HOUR;
     // The renewal overlaps G1 with three slots; one is taken by a new
     // instance (G1 being full), leaving two for the hand-over.
-    let g2 = grant(&s, &p, "acme", 3, T0 + HOUR, T0 + 4 * HOUR).await;
+    let g2 = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0 + HOUR, T0 + 4 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + HOUR + MIN).await;
-    let r3 = id(&create_instance_ok(&s, t, "acme", &p.pool, "r3", json!({})).await);
+    let r3 = id(&InstanceBuilder::new(&p).key("r3").create(&s).await);
     assert_eq!(placement_of(&s, t, "acme", &r3).await, in_grant(&g2));
 
     s.set_clock(end + 5 * MIN).await;
@@ -398,7 +447,11 @@ async fn a_renewal_with_room_for_all_keeps_the_stopped_instance_in_a_granted_slo
     let (s, p, Ending { g1, s1, r1, r2 }) = ending(6).await;
     let t = &p.tenant_token;
     let end = T0 + 2 * HOUR;
-    let g2 = grant(&s, &p, "acme", 3, T0 + HOUR, T0 + 4 * HOUR).await;
+    let g2 = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0 + HOUR, T0 + 4 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(end).await;
     poke(&s, &p).await;
     for i in [&r1, &r2] {
@@ -429,11 +482,22 @@ async fn a_renewal_takes_over_only_the_instances_it_serves() {
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let web = project(&s, t, "acme", "web").await;
     let batch = project(&s, t, "acme", "batch").await;
-    let g1 = grant(&s, &p, "acme", 2, T0, T0 + HOUR).await;
-    let b =
-        id(&create_instance_ok(&s, t, "acme", &p.pool, "b", json!({ "projectId": batch })).await);
+    let g1 = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + HOUR)
+        .create(&s)
+        .await;
+    let b = id(&InstanceBuilder::new(&p)
+        .key("b")
+        .project(&batch)
+        .create(&s)
+        .await);
     s.set_clock(T0 + MIN).await;
-    let w = id(&create_instance_ok(&s, t, "acme", &p.pool, "w", json!({ "projectId": web })).await);
+    let w = id(&InstanceBuilder::new(&p)
+        .key("w")
+        .project(&web)
+        .create(&s)
+        .await);
     // Live at G1's end: a web-only grant of acme with room for both, and a
     // grant of another tenant (never a renewal of acme's).
     let body = GrantBody::on(&p, 2)
@@ -467,13 +531,20 @@ async fn a_renewal_takes_over_only_the_instances_it_serves() {
 async fn root_end_hands_over_at_its_instant() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let g2 = grant(&s, &p, "acme", 1, T0 + MIN, T0 + 10 * HOUR).await;
+    let g1 = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let g2 = GrantBuilder::new(&p)
+        .term(T0 + MIN, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     // Both grants are live; G1 starts earlier, so it fills first.
     s.set_clock(T0 + 2 * MIN).await;
-    let a = id(&create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await);
+    let a = id(&InstanceBuilder::new(&p).key("a").create(&s).await);
     s.set_clock(T0 + 3 * MIN).await;
-    let b = id(&create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await);
+    let b = id(&InstanceBuilder::new(&p).key("b").create(&s).await);
     assert_eq!(placement_of(&s, t, "acme", &a).await, in_grant(&g1));
     assert_eq!(placement_of(&s, t, "acme", &b).await, in_grant(&g1));
 
@@ -516,12 +587,19 @@ async fn root_end_hands_over_at_its_instant() {
 async fn a_gone_reservation_moves_its_instances_ondemand_at_the_scan_instant() {
     let (s, p) = platform_at_t0(5).await;
     let t = &p.tenant_token;
-    let g1 = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let g3 = grant(&s, &p, "acme", 1, T0 + 20 * HOUR, T0 + 30 * HOUR).await;
-    let a = id(&create_instance_ok(&s, t, "acme", &p.pool, "a", json!({})).await);
-    let b = id(&create_instance_ok(&s, t, "acme", &p.pool, "b", json!({})).await);
-    let c = id(&create_instance_ok(&s, t, "acme", &p.pool, "c", json!({})).await);
-    let d = id(&create_instance_ok(&s, t, "acme", &p.pool, "d", json!({})).await);
+    let g1 = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let g3 = GrantBuilder::new(&p)
+        .term(T0 + 20 * HOUR, T0 + 30 * HOUR)
+        .create(&s)
+        .await;
+    let a = id(&InstanceBuilder::new(&p).key("a").create(&s).await);
+    let b = id(&InstanceBuilder::new(&p).key("b").create(&s).await);
+    let c = id(&InstanceBuilder::new(&p).key("c").create(&s).await);
+    let d = id(&InstanceBuilder::new(&p).key("d").create(&s).await);
     assert_eq!(placement_of(&s, t, "acme", &c).await, plain("reservation"));
     s.set_clock(T0 + MIN).await;
     instance_op_ok(&s, t, "acme", "stop", &b).await; // keeps its grant slot
@@ -603,7 +681,7 @@ async fn a_gone_reservation_moves_its_instances_ondemand_at_the_scan_instant() {
 
     // From now on, new and restarted instances are on-demand.
     s.set_clock(gone + MIN).await;
-    let e = create_instance_ok(&s, t, "acme", &p.pool, "e", json!({})).await;
+    let e = InstanceBuilder::new(&p).key("e").create(&s).await;
     assert_eq!(placement(&e), plain("ondemand"));
     let started = instance_op_ok(&s, t, "acme", "start", &b).await;
     assert_eq!(placement(&started), plain("ondemand"));
@@ -615,7 +693,10 @@ async fn a_grant_starting_after_the_end_is_no_renewal_but_takes_in_at_its_start(
     let t = &p.tenant_token;
     let end = T0 + 2 * HOUR;
     let later = end + MIN;
-    let g2 = grant(&s, &p, "acme", 1, later, T0 + 4 * HOUR).await;
+    let g2 = GrantBuilder::new(&p)
+        .term(later, T0 + 4 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 3 * HOUR).await;
     poke(&s, &p).await;
     // At the end: running ones to ordinary slots, the stopped one loses its

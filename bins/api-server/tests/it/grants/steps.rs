@@ -5,11 +5,12 @@
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use crate::support::builders::GrantBuilder;
 use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{
-    create_grant, end_grant, grant, grant_body, platform_at_t0, scan, tenant_with_pool,
+    create_grant, end_grant, grant_body, platform_at_t0, scan, tenant_with_pool,
 };
 use crate::support::server::Server;
 
@@ -68,11 +69,32 @@ async fn the_steps_follow_every_change_of_the_grants() {
     tenant_with_pool(&s, "bob", &p.pool).await;
     let bob = "bob".to_owned();
     // Overlapping, adjacent and nested terms; one started, the others later.
-    let now_grant = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
-    let later = grant(&s, &p, "acme", 3, T0 + 2 * HOUR, T0 + 6 * HOUR).await;
-    grant(&s, &p, "acme", 3, T0 + 6 * HOUR, T0 + 8 * HOUR).await;
-    grant(&s, &p, &bob, 1, T0 + 3 * HOUR, T0 + 4 * HOUR).await;
-    grant(&s, &p, &bob, 4, T0 + 5 * HOUR, T0 + 9 * HOUR).await;
+    let now_grant = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let later = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0 + 2 * HOUR, T0 + 6 * HOUR)
+        .create(&s)
+        .await;
+    GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0 + 6 * HOUR, T0 + 8 * HOUR)
+        .create(&s)
+        .await;
+    GrantBuilder::new(&p)
+        .grantee(&bob)
+        .term(T0 + 3 * HOUR, T0 + 4 * HOUR)
+        .create(&s)
+        .await;
+    GrantBuilder::new(&p)
+        .grantee(&bob)
+        .slots(4)
+        .term(T0 + 5 * HOUR, T0 + 9 * HOUR)
+        .create(&s)
+        .await;
     let rows = assert_exact(&s, "the creates").await;
     let levels: Vec<(i64, i64)> = rows.iter().map(|r| (r.at - T0, r.committed)).collect();
     // At 6 h one grant of 3 ends as another of 3 starts: no row there.
@@ -107,7 +129,10 @@ async fn the_steps_follow_every_change_of_the_grants() {
     assert_exact(&s, "the grantee's deletion").await;
 
     // The reservation's loss ends or cancels the rest.
-    grant(&s, &p, "acme", 1, T0 + 30 * MIN, T0 + 2 * HOUR).await;
+    GrantBuilder::new(&p)
+        .term(T0 + 30 * MIN, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + HOUR).await;
     p.gce.delete("res-a").await;
     scan(&s, &p.account).await;

@@ -5,8 +5,9 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::GrantBuilder;
 use crate::support::clock::{HOUR, T0};
-use crate::support::fixtures::{grant, platform_at_t0, tenant_with_pool};
+use crate::support::fixtures::{platform_at_t0, tenant_with_pool};
 use crate::support::server::{ROOT_TOKEN, Server};
 use crate::support::worker;
 
@@ -54,8 +55,16 @@ async fn a_tenants_usage_cursor_does_not_move_with_other_tenants_records() {
     let beta = tenant_with_pool(&s, "beta", &p.pool).await;
     // acme's grant ends at T0 + 2 h; beta's goes on, so only beta gets
     // records after that.
-    grant(&s, &p, "acme", 1, T0, T0 + 2 * HOUR).await;
-    grant(&s, &p, "beta", 2, T0, T0 + 10 * HOUR).await;
+    GrantBuilder::new(&p)
+        .term(T0, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
+    GrantBuilder::new(&p)
+        .grantee("beta")
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 2 * HOUR).await;
     worker::once(&s, &[]).await;
 
@@ -122,7 +131,10 @@ async fn a_tenants_usage_cursor_does_not_move_with_other_tenants_records() {
 async fn a_tenants_event_cursor_does_not_move_with_other_tenants_events() {
     let (s, p) = platform_at_t0(8).await;
     let beta = tenant_with_pool(&s, "beta", &p.pool).await;
-    grant(&s, &p, "acme", 1, T0, T0 + 2 * HOUR).await;
+    GrantBuilder::new(&p)
+        .term(T0, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     let first = page(
         &s,
         &p.tenant_token,
@@ -135,7 +147,11 @@ async fn a_tenants_event_cursor_does_not_move_with_other_tenants_events() {
 
     // beta gets grants and quota changes: events in its log only.
     for i in 0..5 {
-        grant(&s, &p, "beta", 1, T0 + i * HOUR, T0 + (i + 1) * HOUR).await;
+        GrantBuilder::new(&p)
+            .grantee("beta")
+            .term(T0 + i * HOUR, T0 + (i + 1) * HOUR)
+            .create(&s)
+            .await;
     }
     assert!(s.events(&beta, "beta").await.len() >= 5);
     unmoved(&s, &p.tenant_token, "events/list", &before).await;

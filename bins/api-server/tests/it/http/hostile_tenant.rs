@@ -13,9 +13,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::bodies::InstanceBody;
+use crate::support::builders::InstanceBuilder;
 use crate::support::calls::{list_accounts, list_reservations_as, scan_as};
 use crate::support::clock::T0;
-use crate::support::fixtures::{bind, create_account, instance, platform_at_t0, scan};
+use crate::support::fixtures::{bind, create_account, platform_at_t0, scan};
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::server::{Options, ROOT_TOKEN, Server, rand_suffix};
 use crate::support::worker;
@@ -479,7 +480,7 @@ async fn a_tenant_cannot_bind_its_own_reservation_into_a_platform_pool() {
     let listed = list_reservations_as(&s, &t, "acme", &acct).await.ok();
     assert!(listed["items"][0].get("poolId").is_none(), "{listed}");
     for _ in 0..2 {
-        let i = instance(&s, &t, "acme", &p.pool).await;
+        let i = InstanceBuilder::new(&p).create(&s).await;
         assert_eq!(i["placement"]["reservationId"], p.reservation.as_str());
     }
     let full = s

@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::support::builders::InstanceBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::{instances_in_db, quotas_in_db};
 use crate::support::fixtures::{
-    Platform, grant, grant_of, grant_on, id, instance_op, instance_op_ok, kind, offer,
-    platform_at_t0, quotas, second_account, set_quota, tenant_with_pool,
+    Platform, grant_of, id, instance_op, instance_op_ok, kind, offer, platform_at_t0, quotas,
+    second_account, set_quota, tenant_with_pool,
 };
 use crate::support::server::{Answer, Server};
 
@@ -114,7 +114,12 @@ async fn concurrent_creates_by_three_grantees_never_overfill_and_charge_exactly(
     let mut grant_of_tenant = BTreeMap::new();
     for (tenant, slots, quota) in TENANTS {
         set_quota(&s, tenant, &p.pool, "instances", quota).await;
-        let g = grant(&s, &p, tenant, slots, T0, T0 + 10 * HOUR).await;
+        let g = GrantBuilder::new(&p)
+            .grantee(tenant)
+            .slots(slots)
+            .term(T0, T0 + 10 * HOUR)
+            .create(&s)
+            .await;
         grants.insert(g.clone(), slots);
         grant_of_tenant.insert(tenant, g);
     }
@@ -239,7 +244,11 @@ async fn tenant_deletion_racing_creates_and_starts_leaves_nothing_of_the_tenant_
             json!({ "instances": 40, "vcpus": 400, "memoryGib": 4000 }),
         )
         .await;
-        grant(&s, &p, &tenant, 1, T0, T0 + 10 * HOUR).await;
+        GrantBuilder::new(&p)
+            .grantee(&tenant)
+            .term(T0, T0 + 10 * HOUR)
+            .create(&s)
+            .await;
         // One instance in the grant, and stopped instances without a slot.
         InstanceBuilder::new(&p)
             .by(&tenant, &token)
@@ -312,7 +321,11 @@ async fn start_after_its_grant_ended_races_create_without_deadlock() {
     let acme = p.tenant.as_str();
     // A live grant on res-b, full, so that creates visit res-b and an
     // ending grant's instances have no renewal to move into.
-    let long = grant_on(&s, &account_b, &res_b, acme, 1, T0, T0 + 1000 * HOUR).await;
+    let long = GrantBuilder::on(&account_b, &res_b)
+        .grantee(acme)
+        .term(T0, T0 + 1000 * HOUR)
+        .create(&s)
+        .await;
     let held = InstanceBuilder::new(&p)
         .by(acme, &token)
         .key("held")
@@ -322,7 +335,11 @@ async fn start_after_its_grant_ended_races_create_without_deadlock() {
 
     let mut now = T0;
     for round in 0..50 {
-        let ending = grant_on(&s, &account_b, &res_b, acme, 1, now, now + HOUR).await;
+        let ending = GrantBuilder::on(&account_b, &res_b)
+            .grantee(acme)
+            .term(now, now + HOUR)
+            .create(&s)
+            .await;
         let key = format!("x{round}");
         let x = InstanceBuilder::new(&p)
             .by(acme, &token)

@@ -10,13 +10,13 @@ use diesel::sql_types::{Nullable, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
-use crate::support::builders::InstanceBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::{db, open_steps, quotas_in_db};
 use crate::support::fixtures::{
-    bind, default_quotas, grant, id, in_grant, instance_op, instance_op_ok, offer, placement,
-    plain, root_can_use, scan, used,
+    bind, default_quotas, id, in_grant, instance_op, instance_op_ok, offer, placement, plain,
+    root_can_use, scan, used,
 };
 use crate::support::gce::{FLAVOR, Gce};
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
@@ -215,7 +215,10 @@ async fn start_stays_on_the_vms_reservation() {
     scan(&s, &p.account).await;
     let res_c = Gce::reservation_in(ZONE_B, "res-c");
     bind(&s, &p.account, &res_c, &p.pool).await.ok();
-    let g = grant(&s, &p, "acme", 1, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     let b = InstanceBuilder::new(&p).key("b").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));

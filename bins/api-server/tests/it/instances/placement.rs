@@ -6,11 +6,11 @@
 use serde_json::json;
 
 use crate::support::bodies::{GrantBody, InstanceBody};
-use crate::support::builders::InstanceBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{seg_grant, seg_off, seg_res, segments};
 use crate::support::fixtures::{
-    bind, create_grant_ok, create_pool, gce_account, get_instance, grant, grant_id, id, in_grant,
+    bind, create_grant_ok, create_pool, gce_account, get_instance, grant_id, id, in_grant,
     instance_op, instance_op_ok, list_instances, placement, placement_of, plain, platform_at_t0,
     project, root_can_use, scan, tenant_with_pool, unbind, used,
 };
@@ -22,7 +22,11 @@ async fn the_grantee_enters_its_grant_while_its_instances_leave_a_slot_free_then
 {
     let (s, p) = platform_at_t0(5).await;
     let t = &p.tenant_token;
-    let g = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
 
     let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));
@@ -69,7 +73,11 @@ async fn the_grantee_enters_its_grant_while_its_instances_leave_a_slot_free_then
 async fn others_share_total_minus_in_use_minus_unused_granted_slots() {
     let (s, p) = platform_at_t0(6).await;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    let g = grant(&s, &p, "acme", 3, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     // acme uses one of its three granted slots.
     let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));
@@ -114,7 +122,11 @@ async fn others_share_total_minus_in_use_minus_unused_granted_slots() {
 async fn the_grant_slot_is_not_shared_even_while_the_grantee_holds_none() {
     let (s, p) = platform_at_t0(2).await;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    grant(&s, &p, "acme", 2, T0, T0 + HOUR).await;
+    GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + HOUR)
+        .create(&s)
+        .await;
     // Every slot is granted to acme and idle: nobody else gets one.
     let r = InstanceBuilder::new(&p)
         .by("globex", &globex)
@@ -184,7 +196,11 @@ async fn a_grant_with_a_project_serves_only_that_projects_instances() {
     for i in [&b, &n, &w2, &w] {
         instance_op_ok(&s, t, "acme", "delete", &id(i)).await;
     }
-    let wide = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let wide = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     let w3 = InstanceBuilder::new(&p)
         .key("w3")
         .project(&web)
@@ -216,7 +232,11 @@ async fn a_physically_full_reservation_refuses_everyone_the_grantee_included() {
     let (s, p) = platform_at_t0(3).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    let g = grant(&s, &p, "acme", 2, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     root_can_use(&s, &p.pool).await;
 
     // The provider reports every slot in use (VMs that are not ours).
@@ -269,7 +289,12 @@ async fn billing_none_is_root_only_never_enters_a_grant_and_takes_an_ordinary_sl
     let t = &p.tenant_token;
     root_can_use(&s, &p.pool).await;
     // Root is a grantee like any tenant.
-    let g = grant(&s, &p, "root", 2, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .grantee("root")
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
 
     // A tenant may not ask for billing "none".
     InstanceBuilder::new(&p)
@@ -432,7 +457,10 @@ async fn a_stopped_instance_keeps_its_grant_slot_from_everyone_and_start_returns
     let (s, p) = platform_at_t0(2).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    let g = grant(&s, &p, "acme", 1, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), in_grant(&g));
 

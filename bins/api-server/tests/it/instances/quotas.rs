@@ -5,12 +5,12 @@
 
 use serde_json::json;
 
-use crate::support::builders::InstanceBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::instances_in_db;
 use crate::support::fixtures::{
-    create_pool, default_quotas, grant, id, in_grant, instance_op_ok, list_instances, offer,
-    placement, plain, platform_at_t0, quotas, set_quota, used,
+    create_pool, default_quotas, id, in_grant, instance_op_ok, list_instances, offer, placement,
+    plain, platform_at_t0, quotas, set_quota, used,
 };
 use crate::support::server::Server;
 
@@ -187,7 +187,7 @@ async fn capacity_unavailable_charges_nothing() {
 async fn stopped_instances_stay_charged_and_delete_releases_once() {
     let (s, p) = platform_at_t0(4).await;
     let t = &p.tenant_token;
-    let g = grant(&s, &p, "acme", 1, T0, T0 + HOUR).await;
+    let g = GrantBuilder::new(&p).term(T0, T0 + HOUR).create(&s).await;
     let a = InstanceBuilder::new(&p).key("a").create(&s).await; // in the grant
     let b = InstanceBuilder::new(&p).key("b").create(&s).await; // ordinary
     assert_eq!(placement(&a), in_grant(&g));

@@ -7,12 +7,16 @@
 //!   tenant the pool is offered to.
 //! - [`InstanceBuilder`]: an `instances.create` of the test flavor on a
 //!   platform's pool (or any pool), by its tenant (or another).
+//! - [`GrantBuilder`]: a `reservationGrants.create` by root on a platform's
+//!   reservation (or any account's), for its tenant (or another).
 
 use serde_json::{Value, json};
 
-use super::bodies::InstanceBody;
+use super::bodies::{GrantBody, InstanceBody};
 use super::db;
-use super::fixtures::{Platform, bind, create_pool, gce_account, scan, tenant_with_pool};
+use super::fixtures::{
+    Platform, bind, create_grant_ok, create_pool, gce_account, grant_id, scan, tenant_with_pool,
+};
 use super::gce::Gce;
 use super::server::{Answer, Server, rand_suffix};
 use super::vms::{IMAGE, managed_pool_body};
@@ -169,6 +173,12 @@ impl InstanceBuilder {
         self
     }
 
+    /// On `pool` instead.
+    pub fn pool(mut self, pool: &str) -> Self {
+        pool.clone_into(&mut self.pool);
+        self
+    }
+
     /// The idempotency key.
     pub fn key(mut self, key: &str) -> Self {
         key.clone_into(&mut self.key);
@@ -223,5 +233,81 @@ impl InstanceBuilder {
     /// Creates the instance, which must succeed; returns the instance object.
     pub async fn create(self, s: &Server) -> Value {
         self.send(s).await.ok()["instance"].clone()
+    }
+}
+
+/// A `reservationGrants.create` by root under a fresh idempotency key: one
+/// slot of the platform's reservation for its tenant unless told otherwise.
+/// The term has no default. The body is [`GrantBody`]'s.
+///
+/// ```ignore
+/// let g = GrantBuilder::new(&p).slots(2).term(T0, T0 + HOUR).create(&s).await;
+/// let g = GrantBuilder::on(&account, &res).grantee(ROOT).term(a, b).create(&s).await;
+/// ```
+#[must_use]
+#[derive(Clone, Debug)]
+pub struct GrantBuilder {
+    account: String,
+    reservation: String,
+    grantee: Option<String>,
+    slots: i64,
+    term: Option<(i64, i64)>,
+}
+
+impl GrantBuilder {
+    /// A grant on the platform's reservation, for its tenant.
+    pub fn new(p: &Platform) -> Self {
+        Self::on(&p.account, &p.reservation).grantee(&p.tenant)
+    }
+
+    /// A grant on `account`'s `reservation`; its grantee must be named
+    /// ([`GrantBuilder::grantee`]).
+    pub fn on(account: &str, reservation: &str) -> Self {
+        GrantBuilder {
+            account: account.to_owned(),
+            reservation: reservation.to_owned(),
+            grantee: None,
+            slots: 1,
+            term: None,
+        }
+    }
+
+    /// On another `reservation` of the same account.
+    pub fn reservation(mut self, reservation: &str) -> Self {
+        reservation.clone_into(&mut self.reservation);
+        self
+    }
+
+    /// For `tenant` instead.
+    pub fn grantee(mut self, tenant: &str) -> Self {
+        self.grantee = Some(tenant.to_owned());
+        self
+    }
+
+    /// The number of slots (1 by default).
+    pub fn slots(mut self, slots: i64) -> Self {
+        self.slots = slots;
+        self
+    }
+
+    /// The term: `startsAt` and `endsAt`.
+    pub fn term(mut self, starts_at: i64, ends_at: i64) -> Self {
+        self.term = Some((starts_at, ends_at));
+        self
+    }
+
+    /// The `reservationGrants.create` body.
+    pub fn body(&self) -> Value {
+        let grantee = self.grantee.as_deref().expect("a grant needs a grantee");
+        let (starts_at, ends_at) = self.term.expect("a grant needs a term");
+        GrantBody::new(&self.account, &self.reservation, grantee, self.slots)
+            .term(starts_at, ends_at)
+            .key(&format!("g-{}", rand_suffix()))
+            .json()
+    }
+
+    /// Creates the grant as root, which must succeed; returns its id.
+    pub async fn create(self, s: &Server) -> String {
+        grant_id(&create_grant_ok(s, self.body()).await)
     }
 }

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::bodies::{GrantBody, QuotaBody};
-use super::builders::{InstanceBuilder, PlatformBuilder};
+use super::builders::{GrantBuilder, PlatformBuilder};
 use super::calls::get_quotas;
 use super::clock::{HOUR, T0};
 use super::gce::{FLAVOR, Gce, PROJECT};
@@ -365,45 +365,6 @@ pub async fn create_grant_ok(s: &Server, body: Value) -> Value {
     create_grant(s, body).await.ok()["grant"].clone()
 }
 
-/// Creates a grant of `slots` for `tenant` on the platform's reservation;
-/// returns its id.
-pub async fn grant(
-    s: &Server,
-    p: &Platform,
-    tenant: &str,
-    slots: i64,
-    starts_at: i64,
-    ends_at: i64,
-) -> String {
-    grant_on(
-        s,
-        &p.account,
-        &p.reservation,
-        tenant,
-        slots,
-        starts_at,
-        ends_at,
-    )
-    .await
-}
-
-/// Creates a grant on any account's reservation; returns its id.
-pub async fn grant_on(
-    s: &Server,
-    account: &str,
-    reservation: &str,
-    tenant: &str,
-    slots: i64,
-    starts_at: i64,
-    ends_at: i64,
-) -> String {
-    let body = GrantBody::new(account, reservation, tenant, slots)
-        .term(starts_at, ends_at)
-        .key(&format!("g-{}", rand_suffix()))
-        .json();
-    grant_id(&create_grant_ok(s, body).await)
-}
-
 /// The `grantId` of a grant object.
 pub fn grant_id(grant: &Value) -> String {
     grant["grantId"].as_str().expect("grantId").to_owned()
@@ -460,51 +421,16 @@ pub fn types_of(evs: &[Value], grant: &str) -> Vec<String> {
 /// the reservation) and cancels it again (another one).
 pub async fn poke(s: &Server, p: &Platform) {
     let far = s.now().await + 10_000 * HOUR;
-    let g = grant(s, p, ROOT, 1, far, far + HOUR).await;
+    let g = GrantBuilder::new(p)
+        .grantee(ROOT)
+        .term(far, far + HOUR)
+        .create(s)
+        .await;
     let cancelled = end_grant(s, &p.account, &g).await.ok();
     assert_eq!(cancelled["grant"]["state"], "cancelled");
 }
 
 // Instances.
-
-/// `instances.create` by `token` in `tenant` on `pool` with the test flavor
-/// and `key`; `extra` fields (an object) are merged into the body and
-/// override the defaults. [`InstanceBuilder`] names them instead.
-pub async fn create_instance(
-    s: &Server,
-    token: &str,
-    tenant: &str,
-    pool: &str,
-    key: &str,
-    extra: Value,
-) -> Answer {
-    InstanceBuilder::on(pool, tenant, token)
-        .key(key)
-        .fields(extra)
-        .send(s)
-        .await
-}
-
-/// `instances.create` that must succeed; returns the instance object.
-pub async fn create_instance_ok(
-    s: &Server,
-    token: &str,
-    tenant: &str,
-    pool: &str,
-    key: &str,
-    extra: Value,
-) -> Value {
-    InstanceBuilder::on(pool, tenant, token)
-        .key(key)
-        .fields(extra)
-        .create(s)
-        .await
-}
-
-/// A new running instance of `tenant` in `pool` under a fresh key.
-pub async fn instance(s: &Server, token: &str, tenant: &str, pool: &str) -> Value {
-    InstanceBuilder::on(pool, tenant, token).create(s).await
-}
 
 /// `instances.{method}` on one instance (`stop`, `start`, `delete`, `get`).
 pub async fn instance_op(s: &Server, token: &str, tenant: &str, method: &str, id: &str) -> Answer {

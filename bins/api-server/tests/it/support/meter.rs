@@ -9,9 +9,10 @@ use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
+use super::builders::InstanceBuilder;
 use super::clock::{HOUR, MIN, SEC, T0};
 use super::db::db;
-use super::fixtures::{Platform, create_grant, create_instance, end_grant, grant_body_for, items};
+use super::fixtures::{Platform, create_grant, end_grant, grant_body_for, items};
 use super::fixtures::{instance_op, list_grants};
 use super::gce::FLAVOR;
 use super::rng::Rng;
@@ -624,7 +625,11 @@ impl Sim {
             }
         } else if roll < 52 {
             let key = format!("i-{}", rand_suffix());
-            let a = create_instance(s, &token, &tenant, &p.pool, &key, json!({})).await;
+            let a = InstanceBuilder::new(p)
+                .by(&tenant, &token)
+                .key(&key)
+                .send(s)
+                .await;
             match a.status {
                 200 => {
                     let id = a.body["instance"]["instanceId"]

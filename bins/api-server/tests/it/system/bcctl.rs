@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use crate::support::builders::PlatformBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
-use crate::support::fixtures::{Platform, grant, id, instance, platform_at_t0};
+use crate::support::fixtures::{Platform, id, platform_at_t0};
 use crate::support::gce::Gce;
 use crate::support::meter::{micros, total, usage};
 use crate::support::server::{ROOT_TOKEN, Server, sibling_binary};
@@ -359,8 +359,12 @@ async fn api_list(s: &Server, token: &str, path: &str, body: Value) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn json_output_is_the_apis_answer_and_tables_show_its_rows() {
     let (s, p) = platform_at_t0(6).await;
-    let g = grant(&s, &p, "acme", 2, T0, T0 + 5 * HOUR).await;
-    let vm = id(&instance(&s, &p.tenant_token, "acme", &p.pool).await);
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
+    let vm = id(&InstanceBuilder::new(&p).create(&s).await);
     let root = Ctl::new(&s, ROOT_TOKEN);
     let acme = Ctl::new(&s, &p.tenant_token);
     let cases: Vec<(&Ctl, Vec<&str>, &str, &str, Value)> = vec![
@@ -763,7 +767,10 @@ async fn events_follow_prints_an_event_written_after_it_started() {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     // Give it a first poll, then write a grant.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let g = grant(&s, &p, "acme", 1, T0 + HOUR, T0 + 2 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0 + HOUR, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let line = tokio::time::timeout_at(deadline.into(), lines.next_line())
@@ -831,8 +838,12 @@ async fn secrets_are_put_from_stdin_or_a_file_and_never_shown() {
 #[tokio::test(flavor = "multi_thread")]
 async fn usage_sums_are_exact_and_completions_print() {
     let (s, p) = platform_at_t0(4).await;
-    let g = grant(&s, &p, "acme", 3, T0 + 10 * MIN, T0 + 30 * HOUR).await;
-    instance(&s, &p.tenant_token, "acme", &p.pool).await;
+    let g = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0 + 10 * MIN, T0 + 30 * HOUR)
+        .create(&s)
+        .await;
+    InstanceBuilder::new(&p).create(&s).await;
     s.set_clock(T0 + 28 * HOUR + 5 * MIN).await;
     worker::once(&s, &[]).await;
     let acme = Ctl::new(&s, &p.tenant_token);
@@ -1085,8 +1096,16 @@ async fn instance_state(ctl: &Ctl, vm: &str) -> String {
 async fn grants_usage_shows_the_hours_credited_for_a_shortfall() {
     use crate::billing::deficit::{GRANTS, total_at};
     let (s, p) = platform_at_t0(4).await;
-    let g = grant(&s, &p, "acme", 2, T0, T0 + 3 * HOUR).await;
-    grant(&s, &p, "acme", 2, T0, T0 + 3 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
+    GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
     total_at(&s, &p, 2, T0 + 30 * MIN).await;
     s.set_clock(T0 + HOUR).await;
     worker::once(&s, &[GRANTS]).await;

@@ -25,12 +25,11 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::support::bodies::GrantBody;
-use crate::support::builders::PlatformBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN};
 use crate::support::db::contents;
 use crate::support::fixtures::{
-    Platform, end_grant, grant, grant_of, id, instance, list_grants, project, reservations,
-    tenant_with_pool,
+    Platform, end_grant, grant_of, id, list_grants, project, reservations, tenant_with_pool,
 };
 use crate::support::server::{ROOT, ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -398,11 +397,24 @@ async fn world(s: &Server) -> World {
     s.set_clock(start).await;
     let p = PlatformBuilder::new().slots(8).build(s).await;
     let globex_token = tenant_with_pool(s, "globex", &p.pool).await;
-    grant(s, &p, "acme", 3, start, start + 10 * DAY).await;
-    grant(s, &p, "globex", 2, start + 2 * DAY, start + 20 * DAY).await;
-    let cancelled = grant(s, &p, "globex", 1, start + 25 * DAY, start + 28 * DAY).await;
+    GrantBuilder::new(&p)
+        .slots(3)
+        .term(start, start + 10 * DAY)
+        .create(s)
+        .await;
+    GrantBuilder::new(&p)
+        .grantee("globex")
+        .slots(2)
+        .term(start + 2 * DAY, start + 20 * DAY)
+        .create(s)
+        .await;
+    let cancelled = GrantBuilder::new(&p)
+        .grantee("globex")
+        .term(start + 25 * DAY, start + 28 * DAY)
+        .create(s)
+        .await;
     end_grant(s, &p.account, &cancelled).await.ok();
-    instance(s, &p.tenant_token, "acme", &p.pool).await;
+    InstanceBuilder::new(&p).create(s).await;
     s.set_clock(start + 3 * HOUR + 30 * MIN).await;
     World { p, globex_token }
 }
@@ -1033,10 +1045,17 @@ async fn noticed_world(s: &Server) -> Noticed {
     let start = next_hour(s).await;
     s.set_clock(start).await;
     let p = PlatformBuilder::new().slots(8).build(s).await;
-    let g = grant(s, &p, "acme", 2, start, start + 26 * HOUR).await;
-    let renewal = grant(s, &p, "acme", 1, start + 26 * HOUR, start + 50 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(start, start + 26 * HOUR)
+        .create(s)
+        .await;
+    let renewal = GrantBuilder::new(&p)
+        .term(start + 26 * HOUR, start + 50 * HOUR)
+        .create(s)
+        .await;
     s.set_clock(start + 20 * HOUR).await;
-    let held = instance(s, &p.tenant_token, "acme", &p.pool).await;
+    let held = InstanceBuilder::new(&p).create(s).await;
     assert_eq!(grant_of(&held).as_deref(), Some(g.as_str()), "{held}");
     s.set_clock(start + 25 * HOUR + 30 * MIN).await;
     worker::once(s, &["vps.grants"]).await;
@@ -1342,12 +1361,17 @@ async fn an_operator_previews_a_grant_that_fits_and_one_that_does_not() {
     // acme runs two instances on ordinary slots; globex holds 3 of the 4
     // slots from hour 2 to hour 6.
     let mut running = vec![
-        id(&instance(&s, &p.tenant_token, "acme", &p.pool).await),
-        id(&instance(&s, &p.tenant_token, "acme", &p.pool).await),
+        id(&InstanceBuilder::new(&p).create(&s).await),
+        id(&InstanceBuilder::new(&p).create(&s).await),
     ];
     running.sort();
     tenant_with_pool(&s, "globex", &p.pool).await;
-    grant(&s, &p, "globex", 3, start + 2 * HOUR, start + 6 * HOUR).await;
+    GrantBuilder::new(&p)
+        .grantee("globex")
+        .slots(3)
+        .term(start + 2 * HOUR, start + 6 * HOUR)
+        .create(&s)
+        .await;
     let now = start + 10 * MIN;
     s.set_clock(now).await;
 

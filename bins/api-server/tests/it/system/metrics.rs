@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 
 use crate::accounts::google_auth::account_on;
 use crate::support::bodies::GrantBody;
-use crate::support::builders::PlatformBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder, PlatformBuilder};
 use crate::support::calls::create_project;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::hold_reservation;
-use crate::support::fixtures::{grant, instance, platform_at_t0, reservations};
+use crate::support::fixtures::{platform_at_t0, reservations};
 use crate::support::gce::Gce;
 use crate::support::server::{ROOT_TOKEN, Server};
 use crate::support::worker;
@@ -261,8 +261,12 @@ async fn the_api_servers_metrics_show_saturation_in_flight_and_denials() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_workers_metrics_show_lag_scan_failures_and_reservation_fullness() {
     let (s, p) = platform_at_t0(4).await;
-    grant(&s, &p, &p.tenant, 2, T0, T0 + 10 * HOUR).await;
-    instance(&s, &p.tenant_token, "acme", &p.pool).await;
+    GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    InstanceBuilder::new(&p).create(&s).await;
     s.set_clock(T0 + 5 * HOUR + 30 * MIN).await;
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

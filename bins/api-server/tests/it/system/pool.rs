@@ -9,8 +9,9 @@ use diesel::sql_types::{Bool, Integer};
 use diesel_async::RunQueryDsl;
 use serde_json::json;
 
+use crate::support::builders::GrantBuilder;
 use crate::support::db::db;
-use crate::support::fixtures::{grant, platform_at_t0};
+use crate::support::fixtures::platform_at_t0;
 use crate::support::server::{ROOT_TOKEN, Server};
 
 /// `bc_db_pool_wait_seconds_count`: how many connections the api-server has
@@ -27,7 +28,10 @@ async fn checkouts(s: &Server) -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_checks_out_one_connection_for_authentication_and_handler() {
     let (s, p) = platform_at_t0(4).await;
-    let g = grant(&s, &p, "acme", 1, crate::support::clock::T0, i64::MAX / 2).await;
+    let g = GrantBuilder::new(&p)
+        .term(crate::support::clock::T0, i64::MAX / 2)
+        .create(&s)
+        .await;
     let before = checkouts(&s).await;
     for _ in 0..10 {
         s.call(

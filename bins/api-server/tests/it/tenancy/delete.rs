@@ -6,14 +6,15 @@
 use serde_json::json;
 
 use crate::support::bodies::GrantBody;
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::calls::delete_tenant;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{
     events_in_db, instances_in_db, quotas_in_db, seg_grant, seg_off, seg_res, segments,
 };
 use crate::support::fixtures::{
-    create_instance, create_instance_ok, create_pool, default_quotas, get_grant, get_instance,
-    grant, grant_of, id, instance_op_ok, offer, placement, plain, platform_at_t0, tenant_with_pool,
+    create_pool, default_quotas, get_grant, get_instance, grant_of, id, instance_op_ok, offer,
+    placement, plain, platform_at_t0, tenant_with_pool,
 };
 
 #[tokio::test(flavor = "multi_thread")]
@@ -25,17 +26,27 @@ async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their
 
     // acme: G0 (1 slot, over before the deletion), G1 (3 slots, active),
     // G2 (1 slot, scheduled).
-    let g0 = grant(&s, &p, "acme", 1, T0, T0 + 30 * MIN).await;
-    let g1 = grant(&s, &p, "acme", 3, T0, T0 + 10 * HOUR).await;
-    let g2 = grant(&s, &p, "acme", 1, T0 + 5 * HOUR, T0 + 10 * HOUR).await;
+    let g0 = GrantBuilder::new(&p)
+        .term(T0, T0 + 30 * MIN)
+        .create(&s)
+        .await;
+    let g1 = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let g2 = GrantBuilder::new(&p)
+        .term(T0 + 5 * HOUR, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     // G0 and G1 both start at T0, so which of the first instances lands in
     // G0 depends on the grant ids: exactly one does, three go to G1.
     let mut held = Vec::new();
     for key in ["a", "b", "e", "f"] {
-        held.push(create_instance_ok(&s, &t, "acme", &p.pool, key, json!({})).await);
+        held.push(InstanceBuilder::new(&p).key(key).create(&s).await);
     }
-    let c = create_instance_ok(&s, &t, "acme", &p.pool, "c", json!({})).await;
-    let d = create_instance_ok(&s, &t, "acme", &p.pool, "d", json!({})).await;
+    let c = InstanceBuilder::new(&p).key("c").create(&s).await;
+    let d = InstanceBuilder::new(&p).key("d").create(&s).await;
     assert_eq!(placement(&c), plain("reservation"));
     assert_eq!(placement(&d), plain("reservation"));
     let in_g0: Vec<&serde_json::Value> = held
@@ -54,9 +65,16 @@ async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their
     instance_op_ok(&s, &t, "acme", "stop", &in_g1[2]).await; // keeps its G1 slot
     instance_op_ok(&s, &t, "acme", "stop", &id(&d)).await; // releases its ordinary slot
     // globex takes the one ordinary slot left; the next one is refused.
-    let x = create_instance_ok(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let x = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .create(&s)
+        .await;
     assert_eq!(placement(&x), plain("reservation"));
-    create_instance(&s, &globex, "globex", &p.pool, "y", json!({}))
+    InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("y")
+        .send(&s)
         .await
         .err(409, "CAPACITY_UNAVAILABLE");
 
@@ -202,10 +220,18 @@ async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their
 
     // Every slot but globex's is free again, for anyone.
     for key in ["y", "z1", "z2", "z3", "z4"] {
-        let i = create_instance_ok(&s, &globex, "globex", &p.pool, key, json!({})).await;
+        let i = InstanceBuilder::new(&p)
+            .by("globex", &globex)
+            .key(key)
+            .create(&s)
+            .await;
         assert_eq!(placement(&i), plain("reservation"), "{key}");
     }
-    let full = create_instance(&s, &globex, "globex", &p.pool, "z5", json!({})).await;
+    let full = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("z5")
+        .send(&s)
+        .await;
     assert_eq!(
         full.err(409, "CAPACITY_UNAVAILABLE"),
         &json!({ "reservationId": p.reservation, "total": 6, "inUse": 6, "available": 0 })
@@ -230,16 +256,22 @@ async fn deleting_a_tenant_ends_its_grants_deletes_its_instances_and_frees_their
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_tenant_without_grants_releases_its_ordinary_and_ondemand_instances() {
     let (s, p) = platform_at_t0(1).await;
-    let t = p.tenant_token.clone();
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    let a = create_instance_ok(&s, &t, "acme", &p.pool, "a", json!({})).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
     assert_eq!(placement(&a), plain("reservation"));
     // A second pool with no reservation: on-demand.
     let pool2 = create_pool(&s, &p.account).await;
     offer(&s, &pool2, "acme", default_quotas()).await;
-    let o = create_instance_ok(&s, &t, "acme", &pool2, "o", json!({})).await;
+    let o = InstanceBuilder::new(&p)
+        .pool(&pool2)
+        .key("o")
+        .create(&s)
+        .await;
     assert_eq!(placement(&o), plain("ondemand"));
-    create_instance(&s, &globex, "globex", &p.pool, "x", json!({}))
+    InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .send(&s)
         .await
         .err(409, "CAPACITY_UNAVAILABLE");
 
@@ -250,6 +282,10 @@ async fn deleting_a_tenant_without_grants_releases_its_ordinary_and_ondemand_ins
         segments(&s, &id(&o)).await,
         vec![seg_off(T0, Some(T0 + MIN), "ondemand", true)]
     );
-    let x = create_instance_ok(&s, &globex, "globex", &p.pool, "x", json!({})).await;
+    let x = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x")
+        .create(&s)
+        .await;
     assert_eq!(placement(&x), plain("reservation"));
 }

@@ -11,10 +11,11 @@ use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use crate::support::bodies::{GrantBody, KeyBody, QuotaBody};
+use crate::support::builders::InstanceBuilder;
 use crate::support::calls::{create_project, delete_tenant};
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{Platform, create_instance, default_quotas, offer, platform_at_t0};
+use crate::support::fixtures::{Platform, default_quotas, offer, platform_at_t0};
 use crate::support::server::{Answer, Server, rand_suffix};
 
 /// Rounds of the race; each round a fresh tenant.
@@ -57,7 +58,7 @@ async fn race_once(s: &Server, p: &Platform, round: usize) -> (String, Answers) 
         let (g, f, i, q, k, pr, a, o) = tokio::join!(
             s.root("reservationGrants/create", grant.clone()),
             s.root("reservationGrants/create", future_grant.clone()),
-            create_instance(s, tok, t, &p.pool, "i1", json!({})),
+            InstanceBuilder::new(p).by(t, tok).key("i1").send(s),
             s.root(
                 "quotas/set",
                 QuotaBody::new(&p.pool, "gpus", 3).tenant(t).json(),

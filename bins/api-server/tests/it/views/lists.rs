@@ -4,11 +4,11 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    create_instance_ok, end_grant, grant, grant_id, grant_ids, grant_on, id, instance_op_ok, items,
-    list_grants, list_instances, no_such, platform_at_t0, project, second_account,
-    tenant_with_pool,
+    end_grant, grant_id, grant_ids, id, instance_op_ok, items, list_grants, list_instances,
+    no_such, platform_at_t0, project, second_account, tenant_with_pool,
 };
 use crate::support::server::{Answer, ROOT, ROOT_TOKEN, Server};
 
@@ -86,30 +86,43 @@ async fn grants_list_filters_by_reservation_account_state_and_instant_newest_fir
     let t = &p.tenant_token;
     // Created a minute apart, in this order; states at N = T0 + 3h:
     s.set_clock(T0 + MIN).await;
-    let ended = grant(&s, &p, "acme", 1, T0 + HOUR, T0 + 2 * HOUR).await;
+    let ended = GrantBuilder::new(&p)
+        .term(T0 + HOUR, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 2 * MIN).await;
-    let active = grant(&s, &p, "acme", 2, T0 + 2 * HOUR, T0 + 5 * HOUR).await;
+    let active = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + 2 * HOUR, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 3 * MIN).await;
-    let scheduled = grant_on(
-        &s,
-        &account_b,
-        &res_b,
-        "acme",
-        1,
-        T0 + 4 * HOUR,
-        T0 + 6 * HOUR,
-    )
-    .await;
+    let scheduled = GrantBuilder::on(&account_b, &res_b)
+        .grantee("acme")
+        .term(T0 + 4 * HOUR, T0 + 6 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 4 * MIN).await;
-    let cancelled = grant(&s, &p, "acme", 1, T0 + 4 * HOUR, T0 + 7 * HOUR).await;
+    let cancelled = GrantBuilder::new(&p)
+        .term(T0 + 4 * HOUR, T0 + 7 * HOUR)
+        .create(&s)
+        .await;
     assert_eq!(
         end_grant(&s, &p.account, &cancelled).await.ok()["grant"]["state"],
         "cancelled"
     );
     s.set_clock(T0 + 5 * MIN).await;
-    let theirs = grant(&s, &p, "globex", 1, T0 + 2 * HOUR, T0 + 4 * HOUR).await;
+    let theirs = GrantBuilder::new(&p)
+        .grantee("globex")
+        .term(T0 + 2 * HOUR, T0 + 4 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 6 * MIN).await;
-    let roots = grant_on(&s, &account_b, &res_b, ROOT, 1, T0 + HOUR, T0 + 3 * HOUR).await;
+    let roots = GrantBuilder::on(&account_b, &res_b)
+        .grantee(ROOT)
+        .term(T0 + HOUR, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 3 * HOUR).await;
 
     // The plain call: the tenant's grants, newest first, one page.
@@ -258,7 +271,11 @@ async fn grants_list_pages_with_opaque_cursors_and_bounded_limits() {
         let tenant = if i == 2 { ROOT } else { "acme" };
         made.push((
             tenant,
-            grant(&s, &p, tenant, 1, at + HOUR, at + 2 * HOUR).await,
+            GrantBuilder::new(&p)
+                .grantee(tenant)
+                .term(at + HOUR, at + 2 * HOUR)
+                .create(&s)
+                .await,
         ));
     }
     let newest: Vec<String> = made.iter().rev().map(|(_, g)| g.clone()).collect();
@@ -418,19 +435,29 @@ async fn instances_list_filters_pages_and_lists_everyone_for_root_only() {
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let web = project(&s, t, "acme", "web").await;
-    let g = grant(&s, &p, "acme", 1, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     // a web instance in the grant, two on ordinary slots, one of which is
     // stopped (its slot released) and one deleted; globex runs one.
     s.set_clock(T0 + MIN).await;
-    let in_grant =
-        create_instance_ok(&s, t, "acme", &p.pool, "i1", json!({ "projectId": web })).await;
+    let in_grant = InstanceBuilder::new(&p)
+        .key("i1")
+        .project(&web)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 2 * MIN).await;
-    let deleted = create_instance_ok(&s, t, "acme", &p.pool, "i2", json!({})).await;
+    let deleted = InstanceBuilder::new(&p).key("i2").create(&s).await;
     s.set_clock(T0 + 3 * MIN).await;
-    let stopped = create_instance_ok(&s, t, "acme", &p.pool, "i3", json!({})).await;
+    let stopped = InstanceBuilder::new(&p).key("i3").create(&s).await;
     instance_op_ok(&s, t, "acme", "stop", &id(&stopped)).await;
     s.set_clock(T0 + 4 * MIN).await;
-    let theirs = create_instance_ok(&s, &globex, "globex", &p.pool, "i5", json!({})).await;
+    let theirs = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("i5")
+        .create(&s)
+        .await;
     instance_op_ok(&s, t, "acme", "delete", &id(&deleted)).await;
     let (i1, i2, i3, i5) = (id(&in_grant), id(&deleted), id(&stopped), id(&theirs));
     assert_eq!(in_grant["placement"]["grantId"], g);

@@ -6,11 +6,11 @@
 
 use serde_json::{Value, json};
 
-use crate::support::builders::PlatformBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    Platform, bind, create_instance_ok, get_grant, grant, id, instance_op_ok, placement_of, plain,
-    platform_at_t0, reservations, scan, tenant_with_pool, unbind,
+    Platform, bind, get_grant, id, instance_op_ok, placement_of, plain, platform_at_t0,
+    reservations, scan, tenant_with_pool, unbind,
 };
 use crate::support::gce::Gce;
 use crate::support::server::Server;
@@ -48,17 +48,29 @@ async fn slot_accounts_follow_the_grants_terms_and_the_instances_at_now() {
     let p = PlatformBuilder::new().slots(6).build(&s).await;
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
-    let g_acme = grant(&s, &p, "acme", 2, T0 + HOUR, T0 + 10 * HOUR).await;
-    grant(&s, &p, "globex", 1, T0, T0 + 10 * HOUR).await;
+    let g_acme = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + HOUR, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    GrantBuilder::new(&p)
+        .grantee("globex")
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     // Nothing runs yet: globex's slot is granted, the rest free.
     assert_eq!(listed(&s, &p).await, [1, 0, 0, 5, 0]);
 
     // T0+10m: acme runs three on ordinary slots, globex one in its grant.
     s.set_clock(T0 + 10 * MIN).await;
-    let a1 = id(&create_instance_ok(&s, t, "acme", &p.pool, "a1", json!({})).await);
-    let a2 = id(&create_instance_ok(&s, t, "acme", &p.pool, "a2", json!({})).await);
-    let a3 = id(&create_instance_ok(&s, t, "acme", &p.pool, "a3", json!({})).await);
-    create_instance_ok(&s, &globex, "globex", &p.pool, "x1", json!({})).await;
+    let a1 = id(&InstanceBuilder::new(&p).key("a1").create(&s).await);
+    let a2 = id(&InstanceBuilder::new(&p).key("a2").create(&s).await);
+    let a3 = id(&InstanceBuilder::new(&p).key("a3").create(&s).await);
+    InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x1")
+        .create(&s)
+        .await;
     // granted 1, held 1, ordinary 3, free 6 - 1 - 3 = 2, physical 4.
     assert_eq!(listed(&s, &p).await, [1, 1, 3, 2, 4]);
 
@@ -121,10 +133,13 @@ async fn slot_accounts_follow_the_grants_terms_and_the_instances_at_now() {
 #[tokio::test(flavor = "multi_thread")]
 async fn ordinary_free_is_floored_at_zero_when_the_provider_shrinks_the_reservation() {
     let (s, p) = platform_at_t0(4).await;
-    let t = &p.tenant_token;
-    grant(&s, &p, "acme", 2, T0, T0 + 5 * HOUR).await;
+    GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
     for key in ["a", "b", "c", "d"] {
-        create_instance_ok(&s, t, "acme", &p.pool, key, json!({})).await;
+        InstanceBuilder::new(&p).key(key).create(&s).await;
     }
     // 2 in the grant, 2 on ordinary slots: nothing free.
     let listed = reservations(&s, &p.account).await;

@@ -6,11 +6,11 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{
-    Platform, account_in, create_instance_ok, end_grant, grant, grant_on, id, in_grant,
-    instance_op_ok, items, no_such, placement_of, plain, platform_at_t0, reservations, scan,
-    second_account, tenant_with_pool,
+    Platform, account_in, end_grant, id, in_grant, instance_op_ok, items, no_such, placement_of,
+    plain, platform_at_t0, reservations, scan, second_account, tenant_with_pool,
 };
 use crate::support::meter::{micros, usage_all};
 use crate::support::server::{Answer, ROOT, ROOT_TOKEN, Server};
@@ -210,15 +210,26 @@ async fn timeline_and_usage_follow_take_in_hand_over_refill_and_stop() {
     // acme runs a1 from T0 and a2 from T0+30m on ordinary slots; then
     // g1 (2 slots, 1h-3h) and its renewal g2 (1 slot, 3h-4h40m) for acme,
     // gx (1 slot, 2h-4h) for globex.
-    let a1 = id(&create_instance_ok(&s, t, "acme", &p.pool, "a1", json!({})).await);
+    let a1 = id(&InstanceBuilder::new(&p).key("a1").create(&s).await);
     s.set_clock(T0 + 30 * MIN).await;
-    let a2 = id(&create_instance_ok(&s, t, "acme", &p.pool, "a2", json!({})).await);
+    let a2 = id(&InstanceBuilder::new(&p).key("a2").create(&s).await);
     s.set_clock(T0 + 31 * MIN).await;
-    let g1 = grant(&s, &p, "acme", 2, T0 + HOUR, T0 + 3 * HOUR).await;
+    let g1 = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + HOUR, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 32 * MIN).await;
-    let g2 = grant(&s, &p, "acme", 1, T0 + 3 * HOUR, T0 + 4 * HOUR + 40 * MIN).await;
+    let g2 = GrantBuilder::new(&p)
+        .term(T0 + 3 * HOUR, T0 + 4 * HOUR + 40 * MIN)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 33 * MIN).await;
-    let gx = grant(&s, &p, "globex", 1, T0 + 2 * HOUR, T0 + 4 * HOUR).await;
+    let gx = GrantBuilder::new(&p)
+        .grantee("globex")
+        .term(T0 + 2 * HOUR, T0 + 4 * HOUR)
+        .create(&s)
+        .await;
 
     // T0+1h30m: g1 started at 1h and took a1 and a2 in, but nothing has
     // settled the reservation since. The timeline shows it all the same,
@@ -253,7 +264,11 @@ async fn timeline_and_usage_follow_take_in_hand_over_refill_and_stop() {
     // its freed slot with a2. 4h15m: a2 stops in g2 (after gx ended at 4h
     // and handed x1 to an ordinary slot).
     s.set_clock(T0 + 2 * HOUR).await;
-    let x1 = id(&create_instance_ok(&s, &globex, "globex", &p.pool, "x1", json!({})).await);
+    let x1 = id(&InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("x1")
+        .create(&s)
+        .await);
     assert_eq!(
         placement_of(&s, &globex, "globex", &x1).await,
         in_grant(&gx)
@@ -465,9 +480,16 @@ async fn who_may_read_a_timeline_and_a_grants_usage() {
     let t = &p.tenant_token;
     let globex = tenant_with_pool(&s, "globex", &p.pool).await;
     let initech = tenant_with_pool(&s, "initech", &p.pool).await;
-    let g = grant(&s, &p, "acme", 1, T0, T0 + 2 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     // globex's only grant is cancelled: a grantee all the same.
-    let cancelled = grant(&s, &p, "globex", 1, T0 + HOUR, T0 + 2 * HOUR).await;
+    let cancelled = GrantBuilder::new(&p)
+        .grantee("globex")
+        .term(T0 + HOUR, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     end_grant(&s, &p.account, &cancelled).await.ok();
     let (from, to) = (T0, T0 + 2 * HOUR);
 
@@ -592,7 +614,11 @@ async fn usage_answers_at_most_9000_hours_and_future_hours_hold_nothing() {
     let (s, p) = platform_at_t0(2).await;
     let t = &p.tenant_token;
     let start = T0 + 10 * HOUR;
-    let long = grant(&s, &p, "acme", 2, start, start + 9001 * HOUR + 30 * MIN).await;
+    let long = GrantBuilder::new(&p)
+        .slots(2)
+        .term(start, start + 9001 * HOUR + 30 * MIN)
+        .create(&s)
+        .await;
     let d = usage(&s, t, "acme", &long, None)
         .await
         .err(400, "INVALID_INPUT")
@@ -635,7 +661,11 @@ async fn usage_answers_at_most_9000_hours_and_future_hours_hold_nothing() {
     );
     // A root grant on another account's reservation, read by root.
     let (_fake, account_b, res_b) = second_account(&s, &p.pool, 1).await;
-    let mine = grant_on(&s, &account_b, &res_b, ROOT, 1, T0 + 20 * MIN, T0 + HOUR).await;
+    let mine = GrantBuilder::on(&account_b, &res_b)
+        .grantee(ROOT)
+        .term(T0 + 20 * MIN, T0 + HOUR)
+        .create(&s)
+        .await;
     assert_eq!(
         rows(&usage(&s, ROOT_TOKEN, ROOT, &mine, None).await.ok()),
         [row(0, 1, "0.666667", "0.000000", "0.000000")]
@@ -645,7 +675,11 @@ async fn usage_answers_at_most_9000_hours_and_future_hours_hold_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_changes_and_the_loss_of_the_reservation_are_on_the_timeline() {
     let (s, p) = platform_at_t0(4).await;
-    let g = grant(&s, &p, "acme", 3, T0, T0 + 5 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .slots(3)
+        .term(T0, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
     // 1h: the provider shrinks it below the grant; 2h: it is gone.
     s.set_clock(T0 + HOUR).await;
     p.gce.put("res-a", 2, 0, "READY").await;
@@ -724,8 +758,12 @@ async fn a_hundred_thousand_stop_start_cycles_keep_views_and_notices_bounded() {
     use storage::model::segment;
 
     let (s, p) = platform_at_t0(4).await;
-    let g = grant(&s, &p, "acme", 2, T0, T0 + 30 * DAY).await;
-    let x = create_instance_ok(&s, &p.tenant_token, "acme", &p.pool, "x", json!({})).await;
+    let g = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 30 * DAY)
+        .create(&s)
+        .await;
+    let x = InstanceBuilder::new(&p).key("x").create(&s).await;
     assert_eq!(crate::support::fixtures::placement(&x), in_grant(&g));
     let mut conn = crate::support::db::db(&s).await;
     diesel::sql_query("DELETE FROM placement_segments WHERE instance_id = $1")

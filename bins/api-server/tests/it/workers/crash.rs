@@ -12,9 +12,10 @@ use diesel::QueryableByName;
 use diesel::sql_types::BigInt;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{MIN, SEC, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{grant, id, instance, offer, platform_at_t0};
+use crate::support::fixtures::{id, offer, platform_at_t0};
 use crate::support::meter::{Sim, audit, usage_everyone};
 use crate::support::rng::Rng;
 use crate::support::worker;
@@ -53,12 +54,20 @@ async fn workers_killed_mid_pass_lose_and_duplicate_nothing() {
         let tenant = sim.tenants[i % 3].0.clone();
         let starts = T0 + rng.range(0, 30 * 60) * MIN;
         let ends = starts + rng.range(60, 20 * 60) * MIN + rng.range(0, 3599) * SEC;
-        let g = grant(&s, &p, &tenant, rng.range(1, 2), starts, ends).await;
+        let g = GrantBuilder::new(&p)
+            .grantee(&tenant)
+            .slots(rng.range(1, 2))
+            .term(starts, ends)
+            .create(&s)
+            .await;
         sim.grants.push(g);
     }
     for i in 0..70 {
         let (tenant, token) = sim.tenants[i % 3].clone();
-        let id = id(&instance(&s, &token, &tenant, &p.pool).await);
+        let id = id(&InstanceBuilder::new(&p)
+            .by(&tenant, &token)
+            .create(&s)
+            .await);
         sim.log.started(&id, T0);
         sim.instances.push((i % 3, id, false));
     }

@@ -9,9 +9,10 @@ use serde_json::{Value, json};
 
 use super::crash::records;
 use crate::billing::deficit::{DEFICIT, GRANTS, total_at};
+use crate::support::builders::GrantBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{end_grant, get_grant, grant, platform_at_t0};
+use crate::support::fixtures::{end_grant, get_grant, platform_at_t0};
 use crate::support::meter::{fmt_micros, usage_all};
 use crate::support::rng::Rng;
 use crate::support::server::ROOT_TOKEN;
@@ -87,7 +88,11 @@ async fn credits_survive_killed_replicas_exactly_once() {
         (1, T0, T0 + 5 * HOUR + 10 * MIN),
         (2, T0 + HOUR, T0 + 7 * HOUR),
     ] {
-        let id = grant(&s, &p, "acme", slots, from, to).await;
+        let id = GrantBuilder::new(&p)
+            .slots(slots)
+            .term(from, to)
+            .create(&s)
+            .await;
         grants.push(G {
             id,
             slots,

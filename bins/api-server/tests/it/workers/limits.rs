@@ -18,13 +18,12 @@ use storage::ops::gauges;
 use storage::ops::scans::{self, ClaimRules};
 
 use crate::accounts::google_auth::SECRETS_KEY;
-use crate::support::builders::PlatformBuilder;
+use crate::support::builders::{GrantBuilder, InstanceBuilder, PlatformBuilder};
 use crate::support::calls::{delete_tenant, list_accounts, put_secret, scan_as};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::root_id;
 use crate::support::fixtures::{
-    account_body, bind, create_account, gce_account, grant, instance, items, platform_at_t0,
-    reservations, scan,
+    account_body, bind, create_account, gce_account, items, platform_at_t0, reservations, scan,
 };
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::meter::usage;
@@ -318,7 +317,10 @@ async fn metering_and_notices_of_others_happen_while_200_stalled_accounts_are_be
     s.set_clock(T0).await;
     // Acme holds a grant for two hours on the platform's reservation.
     let p = PlatformBuilder::new().slots(4).build(&s).await;
-    let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 2 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     // A hostile tenant's 200 accounts, all on an endpoint that never answers.
     let stall = Stall::start().await;
     let hostile = s.tenant("hostile").await;
@@ -525,8 +527,8 @@ async fn reservation_gauges_beyond_the_cap_are_summed_under_other() {
 async fn the_ordinary_in_use_gauge_counts_instances_outside_grants() {
     let (s, p) = platform_at_t0(4).await;
     // Two instances of acme without a grant: on ordinary slots.
-    instance(&s, &p.tenant_token, &p.tenant, &p.pool).await;
-    instance(&s, &p.tenant_token, &p.tenant, &p.pool).await;
+    InstanceBuilder::new(&p).create(&s).await;
+    InstanceBuilder::new(&p).create(&s).await;
     let res = reservations(&s, &p.account).await[0].clone();
     assert_eq!(res["ordinaryInUse"], 2, "{res}");
     let port = worker::free_port();

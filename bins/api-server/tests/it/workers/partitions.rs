@@ -9,9 +9,10 @@ use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
 
+use crate::support::builders::GrantBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{grant, platform_at_t0};
+use crate::support::fixtures::platform_at_t0;
 use crate::support::meter::{q, usage, usage_all};
 use crate::support::server::Server;
 use crate::support::worker;
@@ -58,7 +59,11 @@ async fn call(conn: &mut AsyncPgConnection, sql: &str) -> Result<String, String>
 #[tokio::test(flavor = "multi_thread")]
 async fn rows_written_before_their_month_exists_move_into_it_unchanged() {
     let (s, p) = platform_at_t0(4).await;
-    grant(&s, &p, "acme", 2, T0 + 30 * MIN, T0 + 3 * HOUR).await;
+    GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + 30 * MIN, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
     let mut conn = db(&s).await;
     // The template's months follow the wall clock; 2030 has none yet.
     let before = s.events(&p.tenant_token, "acme").await;
@@ -112,11 +117,17 @@ async fn rows_written_before_their_month_exists_move_into_it_unchanged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_archived_month_is_refused_by_usage_list_and_never_created_again() {
     let (s, p) = platform_at_t0(4).await;
-    grant(&s, &p, "acme", 1, T0, T0 + 2 * HOUR).await;
+    GrantBuilder::new(&p)
+        .term(T0, T0 + 2 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 3 * HOUR).await;
     worker::once(&s, &["vps.grants"]).await;
     s.set_clock(MAR + HOUR).await;
-    grant(&s, &p, "acme", 1, MAR + HOUR, MAR + 2 * HOUR).await;
+    GrantBuilder::new(&p)
+        .term(MAR + HOUR, MAR + 2 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(MAR + 3 * HOUR).await;
     worker::once(&s, &["vps.grants"]).await;
     let meter = "vm.grant.slot.hours";
@@ -302,8 +313,15 @@ async fn the_partition_key_is_spelled_once_and_its_migration_undoes_exactly() {
 #[tokio::test(flavor = "multi_thread")]
 async fn vps_usage_rewrites_each_closed_month_once_and_every_read_stays_the_same() {
     let (s, p) = platform_at_t0(4).await;
-    grant(&s, &p, "acme", 2, T0 + 30 * MIN, T0 + 5 * HOUR).await;
-    grant(&s, &p, "acme", 1, T0 + HOUR, T0 + 3 * HOUR).await;
+    GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + 30 * MIN, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
+    GrantBuilder::new(&p)
+        .term(T0 + HOUR, T0 + 3 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 6 * HOUR).await;
     worker::once(&s, &["vps.grants"]).await;
     let events = s.events(&p.tenant_token, "acme").await;

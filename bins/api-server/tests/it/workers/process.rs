@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, T0};
-use crate::support::fixtures::{grant, id, instance, platform_at_t0};
+use crate::support::fixtures::{id, platform_at_t0};
 use crate::support::worker;
 
 const PASSES: [&str; 5] = [
@@ -19,8 +20,11 @@ const PASSES: [&str; 5] = [
 #[tokio::test(flavor = "multi_thread")]
 async fn each_pass_logs_one_line_naming_what_it_did() {
     let (s, p) = platform_at_t0(4).await;
-    grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
-    id(&instance(&s, &p.tenant_token, "acme", &p.pool).await);
+    GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    id(&InstanceBuilder::new(&p).create(&s).await);
     s.set_clock(T0 + 2 * HOUR).await;
 
     let err = worker::once_logged(&s, &[]).await;
@@ -68,7 +72,10 @@ async fn each_pass_logs_one_line_naming_what_it_did() {
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_serve_pass_counters_and_sigterm_stops_the_worker() {
     let (s, p) = platform_at_t0(4).await;
-    grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
+    GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 3 * HOUR).await;
     let port = worker::free_port();
     let mut cmd = worker::command(&s);

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::support::builders::GrantBuilder;
 use crate::support::clock::{HOUR, MIN, SEC, T0};
-use crate::support::fixtures::{Platform, grant, offer, platform_at_t0, reservations};
+use crate::support::fixtures::{Platform, offer, platform_at_t0, reservations};
 use crate::support::meter::{Sim, audit, round_micros, total, usage, usage_everyone};
 use crate::support::rng::Rng;
 use crate::support::server::{ROOT_TOKEN, Server};
@@ -40,7 +41,11 @@ async fn three_replicas_write_every_record_and_event_exactly_once() {
     // A grant over the whole run, so a drop of total below it is "short".
     // It is kept out of `sim.grants`: the simulation ends grants at random,
     // and with this one ended the shrink might find nothing short.
-    grant(&s, &p, &p.tenant, 2, T0, T0 + 50 * HOUR).await;
+    GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 50 * HOUR)
+        .create(&s)
+        .await;
 
     let workers: Vec<worker::Running> = (0..3)
         .map(|_| {
@@ -143,7 +148,10 @@ async fn an_end_racing_a_metering_pass_bills_nothing_past_ends_at() {
     }
 
     let (s, p) = platform_at_t0(4).await;
-    let g = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
+    let g = GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + HOUR - SEC).await;
 
     let mut lock = storage::db::establish(s.db.url()).await.expect("connect");

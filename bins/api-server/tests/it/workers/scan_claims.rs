@@ -11,11 +11,11 @@ use serde_json::json;
 use storage::model::states::ReservationStatus;
 use storage::ops::scans::ListedReservation;
 
+use crate::support::builders::GrantBuilder;
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::{hold_reservation, root_id};
 use crate::support::fixtures::{
-    bind, create_grant, create_pool, gce_account, get_grant, grant_on, reservations, root_account,
-    scan,
+    bind, create_grant, create_pool, gce_account, get_grant, reservations, root_account, scan,
 };
 use crate::support::gce::{FLAVOR, Gce, PROJECT, ZONE};
 use crate::support::meter::{total, usage};
@@ -191,7 +191,11 @@ async fn one_accounts_grants_never_crowd_another_accounts_out_of_a_metering_batc
         .ok();
     }
     s.set_clock(T0 + 1).await;
-    let quiet_grant = grant_on(&s, &quiet, &reservation, "root", 1, T0 + 1, T0 + HOUR).await;
+    let quiet_grant = GrantBuilder::on(&quiet, &reservation)
+        .grantee("root")
+        .term(T0 + 1, T0 + HOUR)
+        .create(&s)
+        .await;
     s.set_clock(T0 + 1000 * MIN + 2 * HOUR).await;
 
     // Another transaction holds the busy account's reservation row (a

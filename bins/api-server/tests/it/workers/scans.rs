@@ -4,9 +4,10 @@
 
 use serde_json::{Value, json};
 
+use crate::support::builders::{GrantBuilder, InstanceBuilder};
 use crate::support::clock::{HOUR, MIN, SEC, T0};
 use crate::support::fixtures::{
-    gce_account, get_grant, grant, instance, instance_op_ok, platform_at_t0, reservations,
+    gce_account, get_grant, instance_op_ok, platform_at_t0, reservations,
 };
 use crate::support::gce::Gce;
 use crate::support::meter::{at, of_meter, q, usage, usage_all, usage_of_instance};
@@ -31,12 +32,18 @@ fn counts(stderr: &str) -> std::collections::BTreeMap<String, u64> {
 async fn a_reservation_no_longer_reported_is_gone_and_its_grants_end_as_reservation_gone() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let active = grant(&s, &p, &p.tenant, 1, T0, T0 + 10 * HOUR).await;
-    let scheduled = grant(&s, &p, &p.tenant, 1, T0 + 2 * HOUR, T0 + 4 * HOUR).await;
-    let x = instance(&s, &t, "acme", &p.pool).await;
+    let active = GrantBuilder::new(&p)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let scheduled = GrantBuilder::new(&p)
+        .term(T0 + 2 * HOUR, T0 + 4 * HOUR)
+        .create(&s)
+        .await;
+    let x = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(x["placement"]["grantId"], active.as_str());
     let x = x["instanceId"].as_str().expect("id").to_owned();
-    let y = instance(&s, &t, "acme", &p.pool).await;
+    let y = InstanceBuilder::new(&p).create(&s).await;
     assert_eq!(y["placement"]["kind"], "reservation");
     let y = y["instanceId"].as_str().expect("id").to_owned();
 
@@ -126,7 +133,7 @@ async fn a_reservation_no_longer_reported_is_gone_and_its_grants_end_as_reservat
     );
     // New instances are on-demand: the pool has no usable reservation.
     assert_eq!(
-        instance(&s, &t, "acme", &p.pool).await["placement"]["kind"],
+        InstanceBuilder::new(&p).create(&s).await["placement"]["kind"],
         "ondemand"
     );
 }
@@ -135,8 +142,16 @@ async fn a_reservation_no_longer_reported_is_gone_and_its_grants_end_as_reservat
 async fn capacity_short_is_published_once_per_change_of_total() {
     let (s, p) = platform_at_t0(4).await;
     let t = p.tenant_token.clone();
-    let g1 = grant(&s, &p, &p.tenant, 2, T0, T0 + 10 * HOUR).await;
-    let g2 = grant(&s, &p, &p.tenant, 2, T0 + HOUR, T0 + 5 * HOUR).await;
+    let g1 = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0, T0 + 10 * HOUR)
+        .create(&s)
+        .await;
+    let g2 = GrantBuilder::new(&p)
+        .slots(2)
+        .term(T0 + HOUR, T0 + 5 * HOUR)
+        .create(&s)
+        .await;
     let mut ids = vec![g1.clone(), g2.clone()];
     ids.sort();
     let short = async || {

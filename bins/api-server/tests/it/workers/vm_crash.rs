@@ -15,10 +15,10 @@ use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
-use crate::support::builders::PlatformBuilder;
+use crate::support::builders::{InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{create_instance, id, instance_op};
+use crate::support::fixtures::{id, instance_op};
 use crate::support::gce::Gce;
 use crate::support::meter::usage_of_instance;
 use crate::support::rng::Rng;
@@ -104,7 +104,7 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
             let pick = if last { 4 } else { rng.pick(5) };
             if pick < 2 || live == 0 {
                 let key = format!("c-{phase}-{k}");
-                let a = create_instance(&s, &t, "acme", &p.pool, &key, json!({})).await;
+                let a = InstanceBuilder::new(&p).key(&key).send(&s).await;
                 if a.status == 200 {
                     instances.push(id(&a.body["instance"]));
                 }

@@ -8,13 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::vm_crash::{check_books, unsettled};
-use crate::support::builders::PlatformBuilder;
+use crate::support::builders::{InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, T0};
 use crate::support::db::db;
-use crate::support::fixtures::{create_instance, id, instance_op, set_quota};
+use crate::support::fixtures::{id, instance_op, set_quota};
 use crate::support::gce::{Gce, PROJECT};
 use crate::support::rng::Rng;
 use crate::support::server::Server;
@@ -93,7 +91,10 @@ async fn replicas_killed_during_a_paced_burst_make_no_second_vm_and_bill_what_ra
     // The burst of creates, with replicas killed while its steps run.
     let mut instances = Vec::new();
     for k in 0..INSTANCES {
-        let a = create_instance(&s, &t, "acme", &p.pool, &format!("b-{k}"), json!({})).await;
+        let a = InstanceBuilder::new(&p)
+            .key(&format!("b-{k}"))
+            .send(&s)
+            .await;
         assert_eq!(a.status, 200, "{:?}", a.body);
         instances.push(id(&a.body["instance"]));
     }
