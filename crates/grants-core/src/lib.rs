@@ -3,6 +3,7 @@
 
 pub mod capacity;
 pub mod deficit;
+pub mod lending;
 pub mod metering;
 pub mod notices;
 pub mod placement;
