@@ -41,6 +41,21 @@ pub(super) struct Session {
 impl GceProvider {
     /// The policy check and the credentials, then the `compute` token.
     pub(super) async fn session(&self) -> Result<Session, ProviderError> {
+        let (material, authorization) = self.admitted(COMPUTE_SCOPE).await?;
+        Ok(Session {
+            material,
+            authorization,
+            refreshed: false,
+        })
+    }
+
+    /// The policy check (a refusal logged here, where it came from; the
+    /// caller logs the error it is handed), then the credentials' material
+    /// and a token of `scope`.
+    pub(super) async fn admitted(
+        &self,
+        scope: &str,
+    ) -> Result<(Material, Option<HeaderValue>), ProviderError> {
         if let Err(e) = self.admit() {
             tracing::debug!(
                 project = %self.config.project,
@@ -52,12 +67,8 @@ impl GceProvider {
         let material = self
             .credentials
             .material(&self.config.credentials, self.secret.as_ref())?;
-        let authorization = self.authorization(&material, COMPUTE_SCOPE, false).await?;
-        Ok(Session {
-            material,
-            authorization,
-            refreshed: false,
-        })
+        let authorization = self.authorization(&material, scope, false).await?;
+        Ok((material, authorization))
     }
 
     /// Sends `call` with retries; a 401 drops the cached token and tries

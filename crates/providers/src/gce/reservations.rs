@@ -56,19 +56,7 @@ impl Listing for Reservations<'_> {
 
 impl GceProvider {
     async fn list_all(&self) -> Result<Vec<ProviderReservation>, ProviderError> {
-        if let Err(e) = self.admit() {
-            // The caller logs the error it is handed; this says where it came from.
-            tracing::debug!(
-                project = %self.config.project,
-                error = %e,
-                "gce account refused by the provider policy"
-            );
-            return Err(e);
-        }
-        let material = self
-            .credentials
-            .material(&self.config.credentials, self.secret.as_ref())?;
-        let authorization = self.authorization(&material, TOKEN_SCOPE, false).await?;
+        let (material, authorization) = self.admitted(TOKEN_SCOPE).await?;
         let mut listing = Reservations {
             provider: self,
             material,
