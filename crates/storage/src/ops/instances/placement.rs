@@ -126,18 +126,12 @@ impl Target {
 
     /// Its grant, account and reservation columns.
     pub(super) fn columns(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
-        match self {
-            Target::Grant {
-                grant_id,
-                account_id,
-                reservation_id,
-            } => (Some(grant_id), Some(account_id), Some(reservation_id)),
-            Target::Reservation {
-                account_id,
-                reservation_id,
-            } => (None, Some(account_id), Some(reservation_id)),
-            Target::OnDemand | Target::None => (None, None, None),
-        }
+        let grant_id = match self {
+            Target::Grant { grant_id, .. } => Some(grant_id.as_str()),
+            _ => None,
+        };
+        let (account_id, reservation_id) = self.reservation().unzip();
+        (grant_id, account_id, reservation_id)
     }
 }
 
