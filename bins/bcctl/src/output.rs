@@ -25,6 +25,8 @@ pub enum Kind {
     Text,
     /// Epoch milliseconds shown as RFC 3339.
     Time,
+    /// A boolean shown as `yes` or `no`.
+    YesNo,
 }
 
 /// One table column: a header and a path into each item (`a.b`).
@@ -56,6 +58,15 @@ pub const fn time(header: &'static str, path: &'static str) -> Col {
     }
 }
 
+/// A yes/no column (a boolean).
+pub const fn yes_no(header: &'static str, path: &'static str) -> Col {
+    Col {
+        header,
+        path,
+        kind: Kind::YesNo,
+    }
+}
+
 /// Printing options.
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {
@@ -77,6 +88,7 @@ impl Printer {
             (Value::Number(n), Kind::Time) => n
                 .as_i64()
                 .map_or_else(|| n.to_string(), |ms| when::format_instant(ms, self.local)),
+            (Value::Bool(b), Kind::YesNo) => if *b { "yes" } else { "no" }.to_owned(),
             (Value::String(s), _) => s.clone(),
             (Value::Array(a), _) => a
                 .iter()
@@ -218,5 +230,21 @@ mod tests {
         assert!(lines[1].contains("2030-01-01T00:00:00Z"), "{out}");
         let k = lines[0].find('K').expect("K");
         assert_eq!(lines[2].find("22"), Some(k), "columns align: {out}");
+    }
+
+    #[test]
+    fn yes_no_columns_show_booleans_as_words() {
+        let p = Printer {
+            format: Format::Table,
+            local: false,
+        };
+        let items = [
+            json!({ "id": "a", "flag": true }),
+            json!({ "id": "b", "flag": false }),
+            json!({ "id": "c" }),
+        ];
+        let out = p.table(&items, &[text("ID", "id"), yes_no("FLAG", "flag")]);
+        let rows: Vec<&str> = out.lines().skip(1).collect();
+        assert_eq!(rows, ["a   yes", "b   no", "c"], "{out}");
     }
 }

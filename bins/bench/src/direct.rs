@@ -245,6 +245,7 @@ impl Op for InstanceStorage {
             project_id: None,
             name: None,
             billing: grants_core::Billing::Standard,
+            interruptible: false,
         };
         instances::create(&mut self.conn, &ROOT_ID, new, keyed.request(), c.now)
             .await
@@ -423,6 +424,7 @@ impl Op for InstanceSql {
                     flavor: FLAVOR,
                     name: &id,
                     billing: InstanceBilling::Standard,
+                    interruptible: false,
                     created_at: now,
                 };
                 let seat = Target::Grant {

@@ -16,12 +16,15 @@
 //! - Instances: acme's in its grants (taken in, handed over when the first
 //!   grant ended, one of them stopped), globex's in its grant, one overflow
 //!   on an ordinary slot, one `n2-standard-8` on-demand.
-//! - A managed pool `us-central1 managed` (with `vm`) on reservation `demo-m`
-//!   (4 slots) of a second root account (project `platform-vms`), offered to
-//!   acme, with two acme instances created
-//!   at the end (`managed-1`, `managed-2`): the worker creates their VMs on
-//!   fake-gce. The story's pool stays a ledger pool: its three days of
-//!   history are played with a moving clock, and a managed instance is
+//! - A managed pool `us-central1 managed` (with `vm`, and `lending` with a
+//!   two-minute notice) on reservation `demo-m` (4 slots) of a second root
+//!   account (project `platform-vms`), offered to acme and globex; acme's
+//!   grant of 3 of its slots for 7 days, which acme lends; two acme
+//!   instances created at the end (`managed-1`, `managed-2`, in the grant)
+//!   and globex's interruptible `spot-1` in the grant's third, idle slot:
+//!   the worker creates their VMs on fake-gce. The story's pool stays a
+//!   ledger pool: its three days of history are played with a moving
+//!   clock, and a managed instance is
 //!   billed from when the worker saw its VM running. demo-seed does not wait
 //!   for the VMs: with fake-gce's operation latency (2 to 5 s under `just
 //!   run`) the instances are `provisioning` until the worker sees them run.
@@ -290,13 +293,13 @@ async fn main() -> anyhow::Result<()> {
         w.clock + 3 * DAY
     };
     w.at(t - 3 * DAY).await?;
-    seed(&mut w, t).await?;
+    seed(&mut w, t, wall).await?;
     // Back to the wall clock's now, so the system clock can take over.
     w.at(wall).await?;
     Ok(())
 }
 
-async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
+async fn seed(w: &mut World, t: i64, wall: i64) -> anyhow::Result<()> {
     let made = PoolWorld {
         project: PROJECT,
         account_name: "platform on fake-gce",
@@ -421,7 +424,10 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
         let body = json!({ "tenantId": "acme", "instanceId": first });
         w.call_as(&key("acme"), "instances/stop", body).await?;
     }
-    let managed = managed_pool(w, &key("acme")).await?;
+    // The managed pool, its lending grant and its VMs start now: the story
+    // is over and the clock is the wall clock's.
+    w.at(wall).await?;
+    let managed = managed_pool(w, &key("acme"), &key("globex")).await?;
     #[expect(clippy::print_stdout, reason = "the seed's summary is its output")]
     {
         println!(
@@ -440,11 +446,13 @@ async fn seed(w: &mut World, t: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A managed pool (contract 3.12) on reservation `demo-m` (4 slots) of a
-/// second account (project `platform-vms`), offered to acme, with two of its
-/// instances created now: the worker of `just run` creates their VMs on
-/// fake-gce. Returns the pool's id.
-async fn managed_pool(w: &mut World, acme: &str) -> anyhow::Result<String> {
+/// A managed pool (contract 3.12) that lends (3.14) on reservation `demo-m`
+/// (4 slots) of a second account (project `platform-vms`), offered to acme
+/// and globex; acme's lending grant of 3 slots from now for 7 days, two acme
+/// instances in it and globex's interruptible one in its idle slot, created
+/// now: the worker of `just run` creates their VMs on fake-gce. Returns the
+/// pool's id.
+async fn managed_pool(w: &mut World, acme: &str, globex: &str) -> anyhow::Result<String> {
     let made = PoolWorld {
         project: VM_PROJECT,
         account_name: "gce vms",
@@ -461,6 +469,7 @@ async fn managed_pool(w: &mut World, acme: &str) -> anyhow::Result<String> {
                 "zones": ["us-central1-a", "us-central1-b"],
                 "labels": { "env": "demo" },
             },
+            "lending": { "noticeSeconds": 120 },
             "idempotencyKey": "demo-managed-pool",
         }),
     }
@@ -468,9 +477,49 @@ async fn managed_pool(w: &mut World, acme: &str) -> anyhow::Result<String> {
     .await?;
     let pool = made.pool;
     let quotas = json!({ "instances": 4, "vcpus": 16, "memoryGib": 64 });
-    w.offer(&pool, "acme", quotas).await?;
+    w.offer(&pool, "acme", quotas.clone()).await?;
+    w.offer(&pool, "globex", quotas).await?;
+    let reservation = made
+        .reservations
+        .first()
+        .context("demo-m is bound")?
+        .clone();
+    let grant = w
+        .call(
+            "reservationGrants/create",
+            json!({
+                "accountId": made.account,
+                "reservationId": reservation,
+                "grantTenantId": "acme",
+                "slots": 3,
+                "startsAt": w.clock,
+                "endsAt": w.clock + 7 * DAY,
+                "idempotencyKey": "demo-lending-grant",
+            }),
+        )
+        .await?;
+    let grant_id = id(&grant, &["grant", "grantId"])?;
+    w.call_as(
+        acme,
+        "reservationGrants/setLending",
+        json!({ "tenantId": "acme", "grantId": grant_id, "lend": true }),
+    )
+    .await?;
     for name in ["managed-1", "managed-2"] {
         w.create_instance(acme, "acme", &pool, FLAVOR, name).await?;
     }
+    w.call_as(
+        globex,
+        "instances/create",
+        json!({
+            "tenantId": "globex",
+            "poolId": pool,
+            "flavor": FLAVOR,
+            "name": "spot-1",
+            "interruptible": true,
+            "idempotencyKey": "spot-1",
+        }),
+    )
+    .await?;
     Ok(pool)
 }

@@ -56,14 +56,19 @@ pub(crate) async fn refresh_gauges(ctx: &PassContext, metrics: &WorkerMetrics) {
             storage::ops::gauges::deficit_gauges(conn, now, metrics::MAX_RESERVATIONS).await
         })
         .await?;
-        Ok::<_, anyhow::Error>((now, lag, reservations, vms, webhooks, deficit))
+        let lending = storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::gauges::lending_gauges(conn, now, metrics::MAX_RESERVATIONS).await
+        })
+        .await?;
+        Ok::<_, anyhow::Error>((now, lag, reservations, vms, webhooks, deficit, lending))
     };
     match read.await {
-        Ok((now, lag, reservations, vms, webhooks, (short, pools))) => {
+        Ok((now, lag, reservations, vms, webhooks, (short, pools), (lent, reclaims))) => {
             metrics.set_state(lag, &reservations);
             metrics.set_vm_state(&vms);
             metrics.set_webhook_state(&webhooks);
             metrics.deficit.set(now, &short, &pools);
+            metrics.lending.set(&lent, &reclaims);
         }
         Err(e) => tracing::warn!(error = %e, "reading the metrics' gauges failed"),
     }

@@ -33,6 +33,11 @@
 //! | `bc_reservation_short_slots` | gauge | `account`, `reservation` (short now, capped) |
 //! | `bc_reservation_short_seconds` | gauge | `account`, `reservation` (short now, capped) |
 //! | `bc_deficit_credited_slot_hours` | gauge | `pool` (capped) |
+//! | `bc_lent_slots` | gauge | `pool` (capped; lending pools) |
+//! | `bc_lent_slot_hours` | gauge | `pool` (capped) |
+//! | `bc_reclaims_pending` | gauge | |
+//! | `bc_reclaim_overdue_seconds` | gauge | |
+//! | `bc_reclaim_waiting_seconds` | gauge | |
 //! | `bc_build_info`, `process_*` | | see the `telemetry` crate |
 //!
 //! `result` is `ok`, `error`, `backing_off` or `claimed_elsewhere`; `state`
@@ -87,6 +92,7 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::passes::PassReport;
 
 pub mod deficit;
+pub mod lending;
 mod vms;
 mod webhooks;
 
@@ -173,6 +179,8 @@ pub struct WorkerMetrics {
     webhooks: webhooks::WebhookMetrics,
     /// The deficit credits' gauges.
     pub deficit: deficit::DeficitMetrics,
+    /// Lending's gauges.
+    pub lending: lending::LendingMetrics,
     /// What provider adapters report.
     pub provider: Arc<ProviderMetrics>,
 }
@@ -282,6 +290,7 @@ impl WorkerMetrics {
         let vm = vms::VmMetrics::register(&mut r);
         let webhooks = webhooks::WebhookMetrics::register(&mut r);
         let deficit = deficit::DeficitMetrics::register(&mut r);
+        let lending = lending::LendingMetrics::register(&mut r);
         let provider = Arc::new(ProviderMetrics {
             duration: Family::new_with_constructor(latency),
             pages: Counter::default(),
@@ -329,6 +338,7 @@ impl WorkerMetrics {
             vm,
             webhooks,
             deficit,
+            lending,
             provider,
         }
     }

@@ -34,6 +34,9 @@ impl Pass for Instances {
                 pacer: &ctx.vm_pacer,
                 owner: &ctx.vm_owner,
             };
+            // Borrowers whose notice is over are deleted first: their
+            // delete steps go with the others (contract 3.14).
+            let reclaimed = reclaim_due(ctx).await?;
             // Listings run beside the steps, never behind them: every
             // interval while the steps' pipeline runs.
             let steps_done = Notify::new();
@@ -51,6 +54,7 @@ impl Pass for Instances {
             }
             let count = |end: StepEnd| steps.iter().filter(|s| s.end == end).count() as u64;
             let mut counts = vec![
+                ("reclaimed", reclaimed),
                 ("stepsDone", count(StepEnd::Done)),
                 ("stepsFailed", count(StepEnd::Failed)),
                 ("stepsPutOff", count(StepEnd::Waiting)),
@@ -87,7 +91,8 @@ impl Pass for Instances {
             let wait = next_step_in(ctx, &paused)
                 .await
                 .map_or(interval, |d| d.min(interval))
-                .min(resume);
+                .min(resume)
+                .min(next_interrupt_in(ctx).await.unwrap_or(interval));
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = ctx.vm_wake.notified() => {}
@@ -128,6 +133,43 @@ async fn next_step_in(ctx: &PassContext, paused: &[String]) -> Option<Duration> 
     let now = db_now_ms(&mut conn).await.ok()?;
     Some(Duration::from_millis(
         u64::try_from(due.saturating_sub(now)).unwrap_or(0).max(50),
+    ))
+}
+
+/// Deletes the borrowers whose interruption is due (`deletedReason:
+/// "reclaimed"`), each in its own transaction: how many.
+async fn reclaim_due(ctx: &PassContext) -> anyhow::Result<u64> {
+    let mut conn = ctx.pool.get().await?;
+    let mut reclaimed = 0;
+    loop {
+        let now = ctx.clock.now(&mut conn).await?;
+        let due = storage::db::read_only(&mut conn, async |conn| {
+            storage::ops::lending::due(conn, now, 100).await
+        })
+        .await?;
+        if due.is_empty() {
+            return Ok(reclaimed);
+        }
+        let mut done = 0;
+        for id in &due {
+            if storage::ops::lending::reclaim(&mut conn, id, now).await? {
+                done += 1;
+            }
+        }
+        reclaimed += done;
+        if done == 0 {
+            return Ok(reclaimed);
+        }
+    }
+}
+
+/// How long until the next interruption is due (at least 50 ms).
+async fn next_interrupt_in(ctx: &PassContext) -> Option<Duration> {
+    let mut conn = ctx.pool.get().await.ok()?;
+    let now = ctx.clock.now(&mut conn).await.ok()?;
+    let at = storage::ops::lending::next_due(&mut conn).await.ok()??;
+    Some(Duration::from_millis(
+        u64::try_from(at.saturating_sub(now)).unwrap_or(0).max(50),
     ))
 }
 

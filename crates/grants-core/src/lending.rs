@@ -25,6 +25,7 @@
 //! ```
 
 use crate::metering::{Record, Segment, cumulative_rounded_records};
+use crate::placement::ReservationView;
 
 /// One interruptible instance in a slot of a lending grant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -126,6 +127,26 @@ pub fn borrow<'a>(grants: &'a [LendingGrant], tenant: &str) -> Option<&'a str> {
         .filter(|g| g.tenant_id != tenant && g.lendable() > 0)
         .min_by(|a, b| (a.starts_at, &a.grant_id).cmp(&(b.starts_at, &b.grant_id)))
         .map(|g| g.grant_id.as_str())
+}
+
+/// The lent slot an interruptible instance of `tenant` takes among the
+/// candidate reservations of its pool (contract 3.14): over those not
+/// physically full, the first lending grant, in the order of contract 4
+/// (earliest `startsAt`, then id), that has a lendable slot and is not its
+/// own tenant's. Answers the candidate's index and the grant; `None`:
+/// `CAPACITY_UNAVAILABLE` (`no-lent-slot`).
+pub fn place_borrower<'a>(
+    candidates: &'a [ReservationView],
+    tenant: &str,
+) -> Option<(usize, &'a str)> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, view)| !view.is_physically_full())
+        .flat_map(|(index, view)| view.live_grants.iter().map(move |g| (index, g)))
+        .filter(|(_, g)| g.tenant_id != tenant && g.lendable() > 0)
+        .min_by(|(_, a), (_, b)| (a.starts_at, &a.grant_id).cmp(&(b.starts_at, &b.grant_id)))
+        .map(|(index, g)| (index, g.grant_id.as_str()))
 }
 
 /// The borrower the grantee's need of one more slot interrupts: none when

@@ -50,6 +50,10 @@ pub enum Seat {
     Grant(String),
     /// An ordinary slot of the reservation (`placement.kind: "reservation"`).
     Ordinary,
+    /// A slot this lending grant lent to an interruptible instance of
+    /// another tenant (`placement.kind: "lent"`, contract 3.14). Settlement
+    /// never moves it: the borrower leaves by interruption only.
+    Lent(String),
 }
 
 /// A grant live on the reservation at the instant of the decision
@@ -69,12 +73,31 @@ pub struct LiveGrant {
     /// How many instances it holds, running or stopped (a stopped instance
     /// keeps its grant slot).
     pub held: u32,
+    /// Whether it lends its idle slots (contract 3.14): its pool has
+    /// `lending` and its grantee set it.
+    pub lends: bool,
+    /// The borrowers in its slots, interrupted ones included until their
+    /// VMs are gone. They never reduce [`LiveGrant::free`]: the grantee
+    /// takes a lent slot back at once.
+    pub lent: u32,
 }
 
 impl LiveGrant {
     /// The slots the grant pays for that none of its instances holds.
     pub fn free(&self) -> u32 {
         self.slots.saturating_sub(self.held)
+    }
+
+    /// The slots a new borrower may take: none unless it lends, else those
+    /// neither the grantee's instances nor a borrower occupy.
+    pub fn lendable(&self) -> u32 {
+        if self.lends {
+            self.slots
+                .saturating_sub(self.held)
+                .saturating_sub(self.lent)
+        } else {
+            0
+        }
     }
 }
 
@@ -121,6 +144,13 @@ impl ReservationView {
     /// grantees included.
     pub fn is_physically_full(&self) -> bool {
         self.physical_in_use() >= self.total
+    }
+
+    /// Whether the grantee of `grant` finds no room for its instance: its
+    /// grant's borrowers are left out, since their VMs go before the
+    /// grantee's is made (contract 4, r4).
+    fn is_full_for(&self, grant: &LiveGrant) -> bool {
+        self.physical_in_use().saturating_sub(u64::from(grant.lent)) >= self.total
     }
 
     /// The ordinary slots one more instance could take now: [`ordinary_free`]
@@ -237,7 +267,8 @@ impl std::error::Error for CapacityUnavailable {}
 
 /// Whether one reservation takes the instance, and in which seat:
 ///
-/// 1. physically full: [`Refusal::PhysicallyFull`];
+/// 1. physically full: [`Refusal::PhysicallyFull`] (for a grantee, the
+///    borrowers of its grant are left out: it takes their slots back);
 /// 2. a live grant of the tenant that serves the instance (no project, or
 ///    the instance's) with a free slot: that grant, preferring
 ///    project-scoped grants, then the earliest `startsAt`, then the lowest
@@ -246,11 +277,11 @@ impl std::error::Error for CapacityUnavailable {}
 /// 3. else an ordinary slot if [`ReservationView::ordinary_free`] is above 0;
 /// 4. else [`Refusal::NoFreeSlot`].
 pub fn place_on(view: &ReservationView, request: &PlacementRequest) -> Result<Seat, Refusal> {
-    if view.is_physically_full() {
-        return Err(Refusal::PhysicallyFull);
-    }
     if let Some(grant) = choose_grant(view, request) {
         return Ok(Seat::Grant(grant.grant_id.clone()));
+    }
+    if view.is_physically_full() {
+        return Err(Refusal::PhysicallyFull);
     }
     if view.ordinary_free() > 0 {
         Ok(Seat::Ordinary)
@@ -260,13 +291,17 @@ pub fn place_on(view: &ReservationView, request: &PlacementRequest) -> Result<Se
 }
 
 /// The grant of `view` that takes the instance, if any (step 2 of
-/// [`place_on`]).
+/// [`place_on`]), where the reservation has room for it (its grant's
+/// borrowers left out).
 fn choose_grant<'v>(
     view: &'v ReservationView,
     request: &PlacementRequest,
 ) -> Option<&'v LiveGrant> {
     let serving = || {
         view.live_grants.iter().filter(|grant| {
+            if view.is_full_for(grant) {
+                return false;
+            }
             let owner = Owner {
                 tenant_id: &grant.tenant_id,
                 project_id: grant.project_id.as_deref(),
@@ -324,6 +359,8 @@ fn preference(grant: &LiveGrant) -> (bool, i64, &str) {
 ///         slots: 3,
 ///         starts_at: 0,
 ///         held: 0,
+///         lends: false,
+///         lent: 0,
 ///     }],
 ///     running_outside_grants: 0,
 ///     running: 0,
@@ -376,8 +413,10 @@ pub fn place_in_order(
             .enumerate()
             .filter(|(_, view)| !view.is_physically_full())
     };
-    if let Some((index, grant)) =
-        open().find_map(|(index, view)| choose_grant(view, request).map(|grant| (index, grant)))
+    if let Some((index, grant)) = candidates
+        .iter()
+        .enumerate()
+        .find_map(|(index, view)| choose_grant(view, request).map(|grant| (index, grant)))
     {
         return Ok(Some((index, Seat::Grant(grant.grant_id.clone()))));
     }

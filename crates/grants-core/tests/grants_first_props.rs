@@ -94,6 +94,8 @@ impl Reservation {
                     slots: g.slots,
                     starts_at: g.starts_at,
                     held: self.held(&g.grant_id),
+                    lends: false,
+                    lent: 0,
                 })
                 .collect(),
             running_outside_grants: running(&|i| i.seat == Some(Seat::Ordinary)),

@@ -273,3 +273,96 @@ fn an_interrupted_borrowers_slot_serves_the_grantees_next_need_without_another_i
     assert_eq!(g.lendable(), 0);
     assert_eq!(borrow(std::slice::from_ref(&g), "globex"), None);
 }
+
+/// One candidate reservation's lending grants, for `place_borrower`.
+fn live(tenant: &'static str, id: String, starts_at: i64, slots: u32) -> grants_core::LiveGrant {
+    grants_core::LiveGrant {
+        grant_id: id,
+        tenant_id: tenant.to_owned(),
+        project_id: None,
+        slots,
+        starts_at,
+        held: 0,
+        lends: false,
+        lent: 0,
+    }
+}
+
+proptest! {
+    /// Over candidate reservations, a borrower takes a lendable slot of
+    /// another tenant's lending grant on a reservation with room, the
+    /// earliest `startsAt` (then id) of all such grants; none when there is
+    /// none (contract 3.14).
+    #[test]
+    fn place_borrower_takes_the_first_lendable_slot_of_another_tenant(
+        views in prop::collection::vec(
+            (
+                prop::collection::vec(
+                    (0..3usize, 0..4i64, 1..4u32, 0..4u32, 0..3u32, any::<bool>()),
+                    0..4,
+                ),
+                0..2u64,
+            ),
+            0..4,
+        ),
+        tenant in 0..3usize,
+    ) {
+        let tenant = TENANTS[tenant];
+        let mut n = 0;
+        let views: Vec<grants_core::ReservationView> = views
+            .into_iter()
+            .enumerate()
+            .map(|(r, (grants, extra))| {
+                let live_grants: Vec<grants_core::LiveGrant> = grants
+                    .into_iter()
+                    .map(|(t, starts_at, slots, held, lent, lends)| {
+                        n += 1;
+                        let mut g = live(TENANTS[t], format!("rgrant_{n:02}"), starts_at, slots);
+                        g.held = held.min(slots);
+                        g.lent = lent;
+                        g.lends = lends;
+                        g
+                    })
+                    .collect();
+                let occupied: u64 =
+                    live_grants.iter().map(|g| u64::from(g.held + g.lent)).sum();
+                let total: u64 = live_grants.iter().map(|g| u64::from(g.slots)).sum::<u64>() + 1;
+                grants_core::ReservationView {
+                    reservation_id: format!("r{r}"),
+                    total,
+                    provider_in_use: occupied + extra,
+                    live_grants,
+                    running_outside_grants: 0,
+                    running: occupied,
+                }
+            })
+            .collect();
+        let eligible = || {
+            views
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !v.is_physically_full())
+                .flat_map(|(i, v)| v.live_grants.iter().map(move |g| (i, g)))
+                .filter(|(_, g)| g.tenant_id != tenant && g.lends && g.slots > g.held + g.lent)
+        };
+        match grants_core::lending::place_borrower(&views, tenant) {
+            None => prop_assert_eq!(eligible().count(), 0),
+            Some((index, grant_id)) => {
+                let view = &views[index];
+                prop_assert!(!view.is_physically_full());
+                let g = view
+                    .live_grants
+                    .iter()
+                    .find(|g| g.grant_id == grant_id)
+                    .expect("a grant of the chosen candidate");
+                prop_assert!(g.tenant_id != tenant, "borrowed from its own grant");
+                prop_assert!(g.lends && g.lendable() > 0);
+                let best = eligible()
+                    .map(|(_, g)| (g.starts_at, g.grant_id.clone()))
+                    .min()
+                    .expect("one eligible");
+                prop_assert_eq!(best, (g.starts_at, g.grant_id.clone()));
+            }
+        }
+    }
+}

@@ -114,6 +114,8 @@ prop_compose! {
                 slots,
                 starts_at,
                 held: 0,
+                lends: false,
+                lent: 0,
             })
             .collect();
         Reservation { total, provider_in_use: 0, grants, instances: Vec::new() }
@@ -151,6 +153,7 @@ fn check_decision(
             );
             prop_assert!(!view.is_physically_full());
         }
+        Ok(Seat::Lent(_)) => prop_assert!(false, "place_on never lends a slot"),
         Ok(Seat::Ordinary) => {
             prop_assert!(view.ordinary_free() > 0, "took a granted slot");
             prop_assert!(!serving_free, "skipped its own grant");

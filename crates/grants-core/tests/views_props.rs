@@ -206,7 +206,7 @@ fn open_stints(instances: &[SettlementInstance]) -> Vec<Stint> {
         .iter()
         .filter_map(|i| {
             let grant_id = match i.seat.as_ref()? {
-                Seat::Grant(g) => Some(g.clone()),
+                Seat::Grant(g) | Seat::Lent(g) => Some(g.clone()),
                 Seat::Ordinary => None,
             };
             Some(Stint {
@@ -286,7 +286,7 @@ proptest! {
                 Some(seat) => {
                     prop_assert_eq!(open.len(), 1);
                     let grant = match seat {
-                        Seat::Grant(g) => Some(g.clone()),
+                        Seat::Grant(g) | Seat::Lent(g) => Some(g.clone()),
                         Seat::Ordinary => None,
                     };
                     prop_assert_eq!(&open[0].grant_id, &grant);

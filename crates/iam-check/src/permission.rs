@@ -67,6 +67,9 @@ pub enum Permission {
     TenantsManage,
     /// `compute:instances:manage` @ `compute-tenant`.
     InstancesManage,
+    /// `compute:grants:lend` @ `compute-tenant` (r4): setting a grant's
+    /// lending, held by the `admin` role only.
+    GrantsLend,
     /// `compute:usage:read` @ `compute-tenant`.
     UsageRead,
     /// `compute:events:read` @ `compute-tenant`.
@@ -79,7 +82,7 @@ pub enum Permission {
 
 impl Permission {
     /// Every permission, in the order of contract table 2.3.
-    pub const ALL: [Permission; 11] = [
+    pub const ALL: [Permission; 12] = [
         Permission::QuotasRead,
         Permission::QuotasManage,
         Permission::ProvidersManage,
@@ -87,6 +90,7 @@ impl Permission {
         Permission::PoolsManage,
         Permission::TenantsManage,
         Permission::InstancesManage,
+        Permission::GrantsLend,
         Permission::UsageRead,
         Permission::EventsRead,
         Permission::IamManage,
@@ -103,6 +107,7 @@ impl Permission {
             Permission::PoolsManage => "compute:pools:manage",
             Permission::TenantsManage => "compute:tenants:manage",
             Permission::InstancesManage => "compute:instances:manage",
+            Permission::GrantsLend => "compute:grants:lend",
             Permission::UsageRead => "compute:usage:read",
             Permission::EventsRead => "compute:events:read",
             Permission::IamManage => "compute:iam:manage",
@@ -121,6 +126,7 @@ impl Permission {
             Permission::QuotasRead
             | Permission::ProvidersRead
             | Permission::InstancesManage
+            | Permission::GrantsLend
             | Permission::UsageRead
             | Permission::EventsRead
             | Permission::IamManage => ScopeKind::Tenant,

@@ -20,7 +20,7 @@ pub enum Role {
     Viewer,
 }
 
-const ADMIN: [Permission; 11] = Permission::ALL;
+const ADMIN: [Permission; 12] = Permission::ALL;
 const PROVIDER_ADMIN: [Permission; 2] = [Permission::ProvidersManage, Permission::ProvidersRead];
 const MEMBER: [Permission; 5] = [
     Permission::InstancesManage,

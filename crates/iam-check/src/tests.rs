@@ -102,6 +102,7 @@ fn permission_names_and_scopes_match_table_2_3() {
         ("compute:pools:manage", "compute-fleet"),
         ("compute:tenants:manage", "compute-fleet"),
         ("compute:instances:manage", "compute-tenant"),
+        ("compute:grants:lend", "compute-tenant"),
         ("compute:usage:read", "compute-tenant"),
         ("compute:events:read", "compute-tenant"),
         ("compute:iam:manage", "compute-tenant"),

@@ -55,6 +55,10 @@ pub enum Field {
     TargetTenantId,
     /// The instant a clock is set to.
     Now,
+    /// A pool's lending (contract 3.3, r4).
+    Lending,
+    /// An instance's `interruptible` (contract 3.14).
+    Interruptible,
 }
 
 /// Why an input or a state refuses the request: a machine-readable reason
@@ -96,6 +100,15 @@ pub enum Reason {
     /// A managed pool and a reservation in another project than its
     /// account's.
     OtherProject,
+    /// Lending asked of a ledger pool (contract 3.3, r4).
+    LedgerPool,
+    /// A grant's pool has no `lending` (contract 3.6, r4).
+    PoolDoesNotLend,
+    /// No lending grant has a slot for an interruptible instance (3.14).
+    NoLentSlot,
+    /// An interruptible instance billed `none`: a borrower is always
+    /// billed, as interruptible (contract 5.5).
+    BillingNone,
 }
 
 /// What a quota-like limit counts.

@@ -106,6 +106,8 @@ diesel::table! {
         metered_through -> Int8,
         deficit_micro -> Int8,
         deficit_exact -> Nullable<Text>,
+        lending -> Bool,
+        lent_micro -> Int8,
     }
 }
 
@@ -157,6 +159,9 @@ diesel::table! {
         vm_missing_at -> Nullable<Int8>,
         failure_code -> Nullable<Text>,
         deleted_reason -> Nullable<Text>,
+        interruptible -> Bool,
+        lent_at -> Nullable<Int8>,
+        interrupt_at -> Nullable<Int8>,
     }
 }
 
@@ -200,6 +205,7 @@ diesel::table! {
         flavors -> Jsonb,
         created_at -> Int8,
         vm -> Nullable<Jsonb>,
+        lending_notice_s -> Nullable<Int4>,
     }
 }
 

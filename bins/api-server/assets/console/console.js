@@ -634,6 +634,7 @@
     const sum = (k) => items.reduce((a, i) => a + micros(i[k]), 0n);
     const [slot, held, used] = [sum('slotHours'), sum('heldHours'), sum('usageHours')];
     const credit = sum('deficitHours');
+    const lent = sum('lentHours');
     const pct = slot > 0n ? `${(Number((held * 10000n) / slot) / 100).toFixed(2)} %` : '—';
     const totals = h('dl', { class: 'totals', 'data-testid': 'usage-totals' },
       h('dt', {}, 'Grant'), h('dd', {}, `${g.tenantId}, ${g.slots} slots, ${fmtTime(g.startsAt)} ` +
@@ -646,15 +647,18 @@
       h('dt', {}, 'Credited slot-hours (not held by the provider)'),
       h('dd', { 'data-testid': 'usage-total-deficit-hours', class: credit > 0n ? 'bad' : null },
         fmtMicros(credit)),
+      h('dt', {}, `Lent slot-hours (borrowers in idle slots${g.lending ? ', lending now' : ''})`),
+      h('dd', { 'data-testid': 'usage-total-lent-hours' }, fmtMicros(lent)),
       h('dt', {}, 'Utilisation (held / committed)'), h('dd', {}, pct));
     const rows = items.map((i) => h('tr', {
       'data-testid': 'usage-row', class: i.periodStart >= now ? 'future' : null,
     },
     h('td', {}, fmtTime(i.periodStart)), h('td', { class: 'n' }, i.slots),
     h('td', { class: 'n' }, i.slotHours), h('td', { class: 'n' }, i.heldHours),
-    h('td', { class: 'n' }, i.usageHours), h('td', { class: 'n' }, i.deficitHours)));
+    h('td', { class: 'n' }, i.usageHours), h('td', { class: 'n' }, i.deficitHours),
+    h('td', { class: 'n' }, i.lentHours)));
     const tbl = h('div', { class: 'scroll' }, table(['Hour (UTC)', 'Slots', 'Slot-hours',
-      'Held hours', 'Running hours', 'Credited'], rows, { 'data-testid': 'usage-table' }));
+      'Held hours', 'Running hours', 'Credited', 'Lent'], rows, { 'data-testid': 'usage-table' }));
     return [totals, usageChart(items, now), tbl];
   }
 
@@ -666,8 +670,8 @@
     const bw = (W - L - 4) / items.length;
     const yv = (v) => H - (v / top) * (H - 10);
     const cols = items.map((i, n) => {
-      const [sh, hh, uh, dh] = ['slotHours', 'heldHours', 'usageHours', 'deficitHours']
-        .map((k) => Number(micros(i[k])) / 1e6);
+      const [sh, hh, uh, dh, lh] = ['slotHours', 'heldHours', 'usageHours', 'deficitHours',
+        'lentHours'].map((k) => Number(micros(i[k])) / 1e6);
       const x0 = L + n * bw;
       const future = i.periodStart >= now ? ' future' : '';
       return s('g', { class: `hour${future}` },
@@ -677,8 +681,11 @@
         // The credit hangs from the top of the committed bar: the part not held.
         dh > 0 ? s('rect', { x: x0, y: yv(sh), width: Math.max(bw - 0.5, 0.5),
           height: yv(sh - dh) - yv(sh), class: 'credit', 'data-testid': 'usage-credit' }) : null,
+        // The lent slot-hours stand on the base beside the grantee's own use.
+        lh > 0 ? s('rect', { x: x0 + bw * 0.72, y: yv(lh), width: Math.max(bw * 0.2, 0.5),
+          height: H - yv(lh), class: 'lent', 'data-testid': 'usage-lent' }) : null,
         s('title', {}, `${fmtTime(i.periodStart)}: ${i.slotHours} slot-h, ${i.heldHours} held, ` +
-          `${i.usageHours} running, ${i.deficitHours} credited`));
+          `${i.usageHours} running, ${i.deficitHours} credited, ${i.lentHours} lent`));
     });
     return h('div', { class: 'chart' }, s('svg', {
       viewBox: `0 0 ${W} ${H + 20}`, width: W, height: H + 20, class: 'usage-chart',
@@ -691,7 +698,8 @@
     h('p', { class: 'legend' }, h('span', { class: 'key k-slot' }), ' committed slot-hours ',
       h('span', { class: 'key k-held' }), ' held instance-hours ',
       h('span', { class: 'key k-used' }), ' running instance-hours ',
-      h('span', { class: 'key k-credit' }), ' credited: committed but not held (per UTC hour)'));
+      h('span', { class: 'key k-credit' }), ' credited: committed but not held (per UTC hour) ',
+      h('span', { class: 'key k-lent' }), ' lent: slot-hours borrowers ran in idle slots'));
   }
 
   // ---------------------------------------------------------------- start

@@ -7,7 +7,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer};
 use serde_json::json;
 use storage::model::pool_vm::{DEFAULT_DISK_GB, DEFAULT_NETWORK, PoolVm};
-use storage::ops::pools::{self, Flavor, NewPool};
+use storage::ops::pools::{self, Flavor, NewPool, PoolLending};
 
 use super::CAPACITY;
 use super::examples::{ACCOUNT, KEY, POOL};
@@ -289,8 +289,25 @@ struct CreatePool {
     quotas: Option<BTreeMap<String, i64>>,
     #[serde(default)]
     vm: Option<VmInput>,
+    /// Lets the pool's grants lend idle slots (a managed pool only).
+    #[serde(default)]
+    lending: Option<LendingInput>,
     #[schemars(length(min = 1, max = 128), regex(pattern = IDEMPOTENCY_KEY))]
     idempotency_key: String,
+}
+
+/// `lending` of `pools.create` (contract 3.3, r4).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LendingInput {
+    /// The notice a borrower gets before its VM is deleted.
+    #[serde(default = "default_notice")]
+    #[schemars(range(min = 0, max = 3600))]
+    notice_seconds: i32,
+}
+
+fn default_notice() -> i32 {
+    120
 }
 
 /// Provider regions.
@@ -309,9 +326,19 @@ async fn create_pool(call: Call, input: CreatePool) -> Result<PoolReply, ApiErro
     let hash = call.request_hash();
     let key = call.keyed(&input.idempotency_key, &hash);
     let quotas = input.quotas.unwrap_or_default();
+    if input.lending.is_some() && input.vm.is_none() {
+        return Err(ApiError::invalid(
+            "lending",
+            "ledger-pool",
+            "a ledger pool cannot lend: lending needs vm",
+        ));
+    }
     let vm = input.vm.map(|v| v.checked(&input.region)).transpose()?;
     let new = NewPool {
         vm: vm.as_ref(),
+        lending: input.lending.map(|l| PoolLending {
+            notice_seconds: l.notice_seconds,
+        }),
         name: &input.name,
         region: &input.region,
         provider: &input.provider,

@@ -104,6 +104,18 @@ pub fn methods() -> Vec<Method> {
         .tenant_rule(TenantRule::RootOnly)
         .errors(&[Code::NotFound, Code::InvalidState])
         .example(json!({ "tenantId": "root", "accountId": ACCOUNT, "grantId": GRANT })),
+        VPS.method(
+            "reservationGrants",
+            "setLending",
+            Kind::Mutation,
+            Permission::GrantsLend,
+            "Lets the grant's idle slots be lent to interruptible instances of other tenants, \
+             taken back with the pool's notice whenever the grantee needs them, or stops \
+             lending (interrupting every borrower). The grantee's admin keys and root.",
+            endpoint(set_lending),
+        )
+        .errors(&[Code::NotFound, Code::InvalidState])
+        .example(json!({ "tenantId": "acme", "grantId": GRANT, "lend": true })),
     ]
 }
 
@@ -249,6 +261,27 @@ async fn end(call: Call, input: End) -> Result<GrantReply, ApiError> {
         call.root(),
         &input.account_id,
         &input.grant_id,
+        now,
+    )
+    .await?;
+    Ok(grant.into())
+}
+
+/// `reservationGrants.setLending`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SetLending {
+    grant_id: GrantId,
+    lend: bool,
+}
+
+async fn set_lending(call: Call, input: SetLending) -> Result<GrantReply, ApiError> {
+    let (mut conn, now) = call.conn_now().await?;
+    let grant = storage::ops::lending::set_lending(
+        &mut conn,
+        &call.actor,
+        &input.grant_id,
+        input.lend,
         now,
     )
     .await?;

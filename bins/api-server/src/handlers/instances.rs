@@ -122,6 +122,9 @@ struct Create {
     #[serde(default = "standard")]
     #[schemars(extend("enum" = ["standard", "none"]))]
     billing: String,
+    /// Takes only a slot a lending grant lent (contract 3.14).
+    #[serde(default)]
+    interruptible: bool,
     #[schemars(length(min = 1, max = 128), regex(pattern = IDEMPOTENCY_KEY))]
     idempotency_key: String,
 }
@@ -145,6 +148,7 @@ async fn create(call: Call, input: Create) -> Result<InstanceReply, ApiError> {
         project_id: input.project_id.as_ref(),
         name: input.name.as_deref(),
         billing,
+        interruptible: input.interruptible,
     };
     let (mut conn, now) = call.conn_now().await?;
     let created = instances::create(&mut conn, call.root(), new, key, now).await?;

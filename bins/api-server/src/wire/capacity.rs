@@ -44,6 +44,17 @@ pub struct Pool {
     /// Its VM settings: a managed pool (contract 3.12).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vm: Option<PoolVm>,
+    /// Its grants may lend idle slots to interruptible instances (3.14).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lending: Option<PoolLending>,
+}
+
+/// A pool's lending (contract 3.3, r4).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolLending {
+    /// The notice a borrower gets before its VM is deleted (seconds).
+    pub notice_seconds: i32,
 }
 
 impl From<pools::Pool> for Pool {
@@ -67,6 +78,9 @@ impl From<pools::Pool> for Pool {
             offered_to: p.offered_to,
             created_at: p.created_at,
             vm: p.vm,
+            lending: p.lending.map(|l| PoolLending {
+                notice_seconds: l.notice_seconds,
+            }),
         }
     }
 }

@@ -48,6 +48,15 @@ pub struct Grant {
     /// Part of every grant object, so `get` and `list` show the same one.
     #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
     pub deficit_slot_hours: String,
+    /// Whether the grantee lends its idle slots (contract 3.14).
+    pub lending: bool,
+    /// For a lending grant, its slots lent right now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lent_slots: Option<u32>,
+    /// Slot-hours borrowers held running in its slots so far: the sum of
+    /// its vm.grant.lent.hours records (6 decimals), the grantee's rebate.
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
+    pub lent_slot_hours: String,
 }
 
 impl From<grants::Grant> for Grant {
@@ -69,6 +78,9 @@ impl From<grants::Grant> for Grant {
             ended_at: g.ended_at,
             metered_through: r.metered_through,
             deficit_slot_hours: grants_core::format_micros(r.deficit_micro),
+            lending: r.lending,
+            lent_slots: g.lent_slots,
+            lent_slot_hours: grants_core::format_micros(r.lent_micro),
         }
     }
 }

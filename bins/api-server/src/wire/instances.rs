@@ -12,7 +12,7 @@ use super::Millis;
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
     /// What serves it.
-    #[schemars(extend("enum" = ["grant", "reservation", "ondemand", "none"]))]
+    #[schemars(extend("enum" = ["grant", "lent", "reservation", "ondemand", "none"]))]
     pub kind: &'static str,
     /// The grant, when in one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,8 +86,13 @@ pub struct Instance {
     pub failure: Option<Failure>,
     /// Why it is deleted (managed pools).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("enum" = ["requested", "lost", "tenant-deleted"]))]
+    #[schemars(extend("enum" = ["requested", "lost", "tenant-deleted", "reclaimed"]))]
     pub deleted_reason: Option<&'static str>,
+    /// Whether it takes only lent slots (contract 3.14).
+    pub interruptible: bool,
+    /// While an interruption is pending: when its VM will be deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupt_at: Option<Millis>,
 }
 
 impl From<InstanceRow> for Instance {
@@ -121,6 +126,8 @@ impl From<InstanceRow> for Instance {
                 .deleted_reason
                 .filter(|_| i.state == InstanceState::Deleted)
                 .map(DeletedReason::as_str),
+            interruptible: i.interruptible,
+            interrupt_at: i.interrupt_at.filter(|_| !i.state.is_final()),
         }
     }
 }

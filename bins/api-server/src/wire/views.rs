@@ -174,6 +174,11 @@ pub struct GrantHour {
     /// what the shortfall so far comes to (6 decimals).
     #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
     pub deficit_hours: String,
+    /// Slot-hours its borrowers held running in lent slots: the
+    /// vm.grant.lent.hours record (6 decimals), provisional for hours not
+    /// metered yet, as `heldHours` (contract 3.6, r4).
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]{6}$"))]
+    pub lent_hours: String,
 }
 
 impl From<grants_core::views::hours::HourRow> for GrantHour {
@@ -186,6 +191,7 @@ impl From<grants_core::views::hours::HourRow> for GrantHour {
             held_hours: grants_core::format_micros(r.held_micros),
             usage_hours: grants_core::format_micros(r.usage_micros),
             deficit_hours: grants_core::format_micros(r.deficit_micros),
+            lent_hours: grants_core::format_micros(r.lent_micros),
         }
     }
 }

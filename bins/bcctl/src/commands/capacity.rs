@@ -41,6 +41,11 @@ pub enum Pools {
         /// A quota as resource=max (repeat for more).
         #[arg(long = "quota")]
         quotas: Vec<String>,
+        /// Let the pool's grants lend idle slots to interruptible instances,
+        /// taken back with this notice (seconds, 0 to 3600; a managed pool
+        /// only: `bcctl call pools.create` with `vm` makes one).
+        #[arg(long, value_name = "SECONDS")]
+        lending_notice: Option<u32>,
         /// The idempotency key (default: a new UUIDv7).
         #[arg(long)]
         idempotency_key: Option<String>,
@@ -148,6 +153,7 @@ pub(super) async fn pools(ctx: &Ctx, p: Pools) -> Result<(), Failure> {
             account,
             flavors,
             quotas: q,
+            lending_notice,
             idempotency_key,
         } => {
             let flavors: Vec<Value> = flavors
@@ -160,6 +166,9 @@ pub(super) async fn pools(ctx: &Ctx, p: Pools) -> Result<(), Failure> {
             });
             if !q.is_empty() {
                 set(&mut body, "quotas", quotas(&q)?);
+            }
+            if let Some(n) = lending_notice {
+                set(&mut body, "lending", json!({ "noticeSeconds": n }));
             }
             let a = ctx.call("pools.create", body).await?;
             ctx.id(&a, "pool.poolId");

@@ -1,4 +1,5 @@
-//! `bcctl grants`: create, preview, list, end and read reservation grants.
+//! `bcctl grants`: create, preview, list, end and read reservation grants,
+//! and lend a grant's idle slots (or stop lending them).
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -113,7 +114,24 @@ pub enum Grants {
         #[arg(long)]
         account: Option<String>,
     },
-    /// A grant's hours: slot-hours billed, instance-hours held and run.
+    /// Let a grant's idle slots be lent to other tenants' interruptible
+    /// instances, taken back with the pool's notice when the grantee needs
+    /// them (the grantee's admin keys, or root).
+    #[command(after_help = "Example:\n  bcctl --tenant acme grants lend rgrant_01...")]
+    Lend {
+        /// The grant.
+        grant_id: String,
+    },
+    /// Stop lending a grant's idle slots: every borrower in it is
+    /// interrupted, with the pool's notice (the grantee's admin keys, or
+    /// root).
+    #[command(after_help = "Example:\n  bcctl --tenant acme grants unlend rgrant_01...")]
+    Unlend {
+        /// The grant.
+        grant_id: String,
+    },
+    /// A grant's hours: slot-hours billed, instance-hours held and run,
+    /// slot-hours lent.
     #[command(after_help = "Example:\n  bcctl --tenant acme grants usage rgrant_01... --from -1d")]
     Usage {
         /// The grant.
@@ -132,10 +150,39 @@ const GRANT_COLS: &[Col] = &[
     text("TENANT", "tenantId"),
     text("SLOTS", "slots"),
     text("STATE", "state"),
+    text("LENDING", "lending"),
     time("STARTS", "startsAt"),
     time("ENDS", "endsAt"),
     text("RESERVATION", "reservationId"),
 ];
+
+/// A grant as a table shows it: `lending` as `yes (N lent)` or `no`.
+fn shown(grant: &Value) -> Value {
+    let lending = match grant.get("lending").and_then(Value::as_bool) {
+        Some(true) => {
+            let lent = grant.get("lentSlots").and_then(Value::as_u64);
+            format!("yes ({} lent)", lent.unwrap_or(0))
+        }
+        Some(false) => "no".to_owned(),
+        None => return grant.clone(),
+    };
+    let mut g = grant.clone();
+    set(&mut g, "lending", json!(lending));
+    g
+}
+
+/// Prints a list of grants (`{ items }`).
+fn print_list(ctx: &Ctx, answer: &Value) {
+    ctx.out.print(answer, |p| {
+        let items: Vec<Value> = answer["items"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(shown)
+            .collect();
+        Some(p.table(&items, GRANT_COLS))
+    });
+}
 
 /// The body of a grant's terms (create without its key, or preview).
 async fn terms(ctx: &Ctx, t: &Terms) -> Result<Value, Failure> {
@@ -189,6 +236,14 @@ fn print_preview(ctx: &Ctx, answer: &Value) {
     });
 }
 
+/// `grants lend` and `grants unlend`: prints the grant as `grants get` does.
+async fn set_lending(ctx: &Ctx, grant_id: String, lend: bool) -> Result<(), Failure> {
+    let body = json!({ "grantId": grant_id, "lend": lend });
+    let a = ctx.call("reservationGrants.setLending", body).await?;
+    ctx.one(&a, "grant");
+    Ok(())
+}
+
 pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
     use Grants as G;
     match g {
@@ -236,7 +291,7 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
             opt(&mut body, "limit", limit);
             opt(&mut body, "after", after);
             let a = ctx.call("reservationGrants.list", body).await?;
-            ctx.list(&a, GRANT_COLS);
+            print_list(ctx, &a);
         }
         G::Get { grant_id } => {
             let a = ctx
@@ -244,6 +299,8 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
                 .await?;
             ctx.one(&a, "grant");
         }
+        G::Lend { grant_id } => set_lending(ctx, grant_id, true).await?,
+        G::Unlend { grant_id } => set_lending(ctx, grant_id, false).await?,
         G::End { grant_id, account } => {
             let account = match account {
                 Some(a) => a,
@@ -280,10 +337,37 @@ pub(super) async fn grants(ctx: &Ctx, g: Grants) -> Result<(), Failure> {
                     text("SLOT-HOURS", "slotHours"),
                     text("HELD", "heldHours"),
                     text("RUNNING", "usageHours"),
+                    text("LENT", "lentHours"),
                     text("CREDITED", "deficitHours"),
                 ],
             );
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_row_says_whether_it_lends_and_how_many_slots() {
+        let lends = json!({ "grantId": "g1", "lending": true, "lentSlots": 2 });
+        assert_eq!(shown(&lends)["lending"], "yes (2 lent)");
+        assert_eq!(shown(&lends)["lentSlots"], 2);
+        assert_eq!(shown(&json!({ "lending": false }))["lending"], "no");
+        // An answer without the field (an older server) shows nothing.
+        assert_eq!(
+            shown(&json!({ "grantId": "g1" })),
+            json!({ "grantId": "g1" })
+        );
+        let p = crate::output::Printer {
+            format: crate::output::Format::Table,
+            local: false,
+        };
+        let table = p.table(&[shown(&lends)], GRANT_COLS);
+        let header = table.lines().next().unwrap_or_default();
+        assert!(header.contains("LENDING"), "{table}");
+        assert!(table.contains("yes (2 lent)"), "{table}");
+    }
 }

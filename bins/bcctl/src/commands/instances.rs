@@ -5,6 +5,10 @@
 //! `deleting`); `--wait` follows the instance (`instances.get` every 500 ms)
 //! until the step ends and prints its state and VM, or fails (exit 1) when
 //! the instance `failed` or the wait timed out.
+//!
+//! An interruptible instance (`--interruptible`) takes only a slot another
+//! tenant's grant lends; it is shown with `INTERRUPTIBLE yes`, and while its
+//! VM is to be deleted to give the slot back, with `INTERRUPT AT`.
 
 use std::time::Duration;
 
@@ -13,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Ctx, opt, set};
 use crate::exit::Failure;
-use crate::output::{Col, text, time};
+use crate::output::{Col, text, time, yes_no};
 
 /// How often `--wait` reads the instance.
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -63,8 +67,10 @@ pub enum Instances {
     },
     /// Create an instance.
     #[command(
-        after_help = "Example:\n  bcctl --tenant acme instances create --pool pool_01... \
-            --flavor n2-standard-4"
+        after_help = "Examples:\n  bcctl --tenant acme instances create --pool pool_01... \
+            --flavor n2-standard-4\n  \
+            bcctl --tenant globex instances create --pool pool_01... \
+            --flavor n2-standard-4 --interruptible"
     )]
     Create {
         /// The pool.
@@ -82,6 +88,11 @@ pub enum Instances {
         /// `standard` or `none`.
         #[arg(long)]
         billing: Option<String>,
+        /// Take only a slot another tenant's grant lends (a pool whose
+        /// grants may lend), given back with the pool's notice when the
+        /// grantee needs it.
+        #[arg(long)]
+        interruptible: bool,
         /// The idempotency key (default: a new UUIDv7).
         #[arg(long)]
         idempotency_key: Option<String>,
@@ -125,6 +136,8 @@ const INSTANCE_COLS: &[Col] = &[
     text("VM", "vm.name"),
     text("ZONE", "vm.zone"),
     text("VM STATUS", "vm.status"),
+    yes_no("INTERRUPTIBLE", "interruptible"),
+    time("INTERRUPT AT", "interruptAt"),
     time("CREATED", "createdAt"),
 ];
 
@@ -137,6 +150,8 @@ const ENDED_COLS: &[Col] = &[
     text("VM STATUS", "vm.status"),
     text("FAILURE", "failure.code"),
     text("DELETED REASON", "deletedReason"),
+    yes_no("INTERRUPTIBLE", "interruptible"),
+    time("INTERRUPT AT", "interruptAt"),
 ];
 
 /// Whether a step of the instance is under way (its state one of a step).
@@ -278,6 +293,7 @@ pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
             name,
             project,
             billing,
+            interruptible,
             idempotency_key,
             wait,
         } => {
@@ -286,6 +302,9 @@ pub(super) async fn instances(ctx: &Ctx, i: Instances) -> Result<(), Failure> {
             opt(&mut body, "name", name);
             opt(&mut body, "projectId", project);
             opt(&mut body, "billing", billing);
+            if interruptible {
+                set(&mut body, "interruptible", json!(true));
+            }
             let a = ctx.call("instances.create", body).await?;
             if wait.wait {
                 return ctx.wait_for(a, wait).await;
@@ -416,6 +435,28 @@ mod tests {
         )
         .await;
         assert_eq!(r.unwrap_err().exit_code(), 5);
+    }
+
+    #[test]
+    fn an_interruptible_instance_shows_when_it_will_be_interrupted() {
+        let p = crate::output::Printer {
+            format: crate::output::Format::Table,
+            local: false,
+        };
+        let i = json!({ "instanceId": "inst_1", "state": "running", "interruptible": true,
+            "interruptAt": 1_893_456_060_000i64, "placement": { "kind": "lent" } });
+        for cols in [INSTANCE_COLS, ENDED_COLS] {
+            let table = p.table(std::slice::from_ref(&i), cols);
+            let header = table.lines().next().unwrap_or_default();
+            assert!(header.contains("INTERRUPTIBLE") && header.contains("INTERRUPT AT"));
+            let row = table.lines().nth(1).unwrap_or_default();
+            assert!(
+                row.contains("yes") && row.contains("2030-01-01T00:01:00Z"),
+                "{table}"
+            );
+        }
+        let table = p.table(std::slice::from_ref(&i), INSTANCE_COLS);
+        assert!(table.contains("lent"), "{table}");
     }
 
     #[test]

@@ -8,6 +8,8 @@ fn grant(id: &str, tenant: &str, project: Option<&str>, slots: u32, held: u32) -
         slots,
         starts_at: 0,
         held,
+        lends: false,
+        lent: 0,
     }
 }
 

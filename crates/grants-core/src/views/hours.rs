@@ -30,6 +30,43 @@ pub struct HourRow {
     /// [`grant_hours`] carry 0; the caller sets it from the grant's credits
     /// (see [`crate::deficit`]).
     pub deficit_micros: i64,
+    /// Slot-hours its borrowers held running in lent slots
+    /// (`vm.grant.lent.hours`, contract 5.5). The rows of [`grant_hours`]
+    /// carry 0; the caller sets it (see [`lent_micros`]).
+    pub lent_micros: i64,
+}
+
+/// The provisional lent slot-hours of one hour bucket `[start, end)`, up
+/// to `now`: the borrowers' running milliseconds in it (`stretches`, each
+/// `[from, to)`), rounded half-up to micro-slot-hours, never more than the
+/// bucket's committed `slot_micros` (contract 5.5).
+///
+/// ```
+/// use grants_core::views::hours::lent_micros;
+/// use grants_core::HOUR_MS;
+///
+/// // Two borrowers, half an hour each, in a one-slot bucket: capped at 1.
+/// let both = [(0, HOUR_MS / 2), (0, HOUR_MS / 2), (HOUR_MS / 2, HOUR_MS)];
+/// assert_eq!(lent_micros(&both[..1], 0, HOUR_MS, HOUR_MS, 1_000_000), 500_000);
+/// assert_eq!(lent_micros(&both, 0, HOUR_MS, HOUR_MS, 1_000_000), 1_000_000);
+/// // Up to now only.
+/// assert_eq!(lent_micros(&both[..1], 0, HOUR_MS, HOUR_MS / 4, 1_000_000), 250_000);
+/// ```
+pub fn lent_micros(
+    stretches: &[(i64, i64)],
+    start: i64,
+    end: i64,
+    now: i64,
+    slot_micros: i64,
+) -> i64 {
+    let end = end.min(now);
+    let ms: i128 = stretches
+        .iter()
+        .map(|&(from, to)| i128::from(to.min(end).saturating_sub(from.max(start)).max(0)))
+        .sum();
+    i64::try_from(round_to_micros(ms))
+        .unwrap_or(i64::MAX)
+        .min(slot_micros)
 }
 
 /// How many hour buckets `window` overlaps.
@@ -161,6 +198,7 @@ pub fn grant_hours_with(
                 held_micros: micros(round_to_micros(*held)),
                 usage_micros: micros(round_to_micros(*running)),
                 deficit_micros: 0,
+                lent_micros: 0,
             }
         })
         .collect()

@@ -80,7 +80,8 @@ pub fn slot_accounts(
         settled
             .instances
             .iter()
-            .filter(|i| matches!(&i.seat, Some(Seat::Grant(g)) if g == grant_id))
+            // A borrower holds a slot of its lending grant (contract 4, r4).
+            .filter(|i| matches!(&i.seat, Some(Seat::Grant(g) | Seat::Lent(g)) if g == grant_id))
             .count()
     };
     let live_grants: Vec<LiveGrant> = settled
@@ -94,6 +95,8 @@ pub fn slot_accounts(
             slots: g.slots,
             starts_at: g.starts_at,
             held: u32::try_from(held(&g.grant_id)).unwrap_or(u32::MAX),
+            lends: false,
+            lent: 0,
         })
         .collect();
     let running = |seat: fn(&Seat) -> bool| {

@@ -57,6 +57,10 @@ pub enum EventData {
     /// A managed instance's VM vanished at the provider.
     #[serde(rename = "instance.lost")]
     InstanceLost(InstanceChange),
+    /// An interruptible instance's lent slot is taken back: its VM is
+    /// deleted at `interruptAt` (contract 3.14).
+    #[serde(rename = "instance.interrupting")]
+    InstanceInterrupting(InstanceChange),
     /// A labelled VM without a live instance was deleted (in the root
     /// tenant).
     #[serde(rename = "instance.orphan-deleted")]
@@ -94,6 +98,7 @@ impl EventData {
             EventData::InstanceDeleted(_) => "instance.deleted",
             EventData::InstanceFailed(_) => "instance.failed",
             EventData::InstanceLost(_) => "instance.lost",
+            EventData::InstanceInterrupting(_) => "instance.interrupting",
             EventData::OrphanDeleted(_) => "instance.orphan-deleted",
             EventData::OrphanFound(_) => "instance.orphan-found",
             EventData::WebhookTest(_) => "webhook.test",
@@ -117,6 +122,7 @@ impl EventData {
         "instance.deleted",
         "instance.failed",
         "instance.lost",
+        "instance.interrupting",
         "instance.orphan-deleted",
         "instance.orphan-found",
         "webhook.test",
@@ -387,6 +393,10 @@ pub struct InstanceChange {
     /// `name-taken` or `provider-error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
+    /// When an interrupted instance's VM is deleted (epoch ms, contract
+    /// 3.14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt_at: Option<i64>,
 }
 
 /// A labelled VM deleted because no live instance owns it.

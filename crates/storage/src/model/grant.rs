@@ -128,6 +128,10 @@ pub struct GrantRow {
     /// The exact credit before the hour metering resumes at (`numer/denom`
     /// slot-milliseconds); `None` until kept (see the migration).
     pub deficit_exact: Option<String>,
+    /// Whether its grantee lends its idle slots (contract 3.14).
+    pub lending: bool,
+    /// `vm.grant.lent.hours` written so far, in micro-slot-hours.
+    pub lent_micro: i64,
 }
 
 impl GrantRow {

@@ -60,6 +60,8 @@ pub struct NewInstanceRow<'a> {
     pub name: &'a str,
     /// Who pays for its hours.
     pub billing: InstanceBilling,
+    /// Whether it takes only lent slots (contract 3.14).
+    pub interruptible: bool,
     /// Creation instant.
     pub created_at: i64,
     /// Its VM, for an instance of a managed pool.
@@ -182,6 +184,12 @@ pub struct InstanceRow {
     pub failure_code: Option<String>,
     /// Why it is deleted (managed instances).
     pub deleted_reason: Option<DeletedReason>,
+    /// Whether it takes only lent slots (contract 3.14).
+    pub interruptible: bool,
+    /// When it took the lent slot it holds.
+    pub lent_at: Option<i64>,
+    /// While an interruption is pending: when its VM will be deleted.
+    pub interrupt_at: Option<i64>,
 }
 
 impl InstanceRow {
@@ -211,6 +219,7 @@ impl InstanceRow {
             created_at: self.created_at,
             seat: match (self.placement_kind, &self.grant_id) {
                 (PlacementKind::Grant, Some(g)) => Some(Seat::Grant(g.clone())),
+                (PlacementKind::Lent, Some(g)) => Some(Seat::Lent(g.clone())),
                 (PlacementKind::Reservation, _) => Some(Seat::Ordinary),
                 _ => None,
             },
@@ -243,6 +252,7 @@ impl InstanceRow {
                     instances::flavor.eq(new.flavor),
                     instances::name.eq(new.name),
                     instances::billing.eq(new.billing),
+                    instances::interruptible.eq(new.interruptible),
                     instances::state.eq(new.state()),
                     instances::placement_kind.eq(PlacementKind::None),
                     instances::created_at.eq(new.created_at),

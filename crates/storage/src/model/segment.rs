@@ -26,6 +26,7 @@ use grants_core::views::preview::Stint;
 use grants_core::{HOUR_MS, Term};
 
 use crate::error::Result;
+use crate::model::states::PlacementKind;
 use crate::schema::placement_segments as seg;
 
 /// A placement segment on a reservation, as the views read it.
@@ -43,9 +44,18 @@ pub struct SegmentRow {
     /// The grant holding it; `None` on an ordinary slot (`billing: "none"`
     /// instances' segments, of kind `none`, are on ordinary slots too).
     pub grant_id: Option<String>,
+    /// Where the instance sat: a borrower's segment (`lent`) names the
+    /// lending grant, and is not the grantee's.
+    pub kind: PlacementKind,
 }
 
 impl SegmentRow {
+    /// Whether it is a borrower's, in a slot its grant lent (contract 3.14):
+    /// a grant's own use leaves it out.
+    pub fn is_lent(&self) -> bool {
+        self.kind == PlacementKind::Lent
+    }
+
     /// As the views' arithmetic sees it.
     pub fn into_stint(self) -> Stint {
         Stint {
@@ -125,7 +135,7 @@ pub async fn held_spans(
     let spans: Vec<Span> = diesel::sql_query(merged(
         "SELECT instance_id, from_ms, to_ms, running, grant_id, '' AS part \
          FROM placement_segments \
-         WHERE account_id = $1 AND reservation_id = $2 AND grant_id = $3 \
+         WHERE account_id = $1 AND reservation_id = $2 AND grant_id = $3 AND kind <> 'lent' \
            AND to_ms IS NOT NULL AND from_ms < $5 AND to_ms > $4",
     ))
     .bind::<Text, _>(account_id)

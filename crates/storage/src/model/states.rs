@@ -165,6 +165,9 @@ text_enum! {
         Lost = "lost",
         /// Its tenant was deleted.
         TenantDeleted = "tenant-deleted",
+        /// An interruptible instance whose lent slot its grantee took back,
+        /// or whose lending grant ended or stopped lending (contract 3.14).
+        Reclaimed = "reclaimed",
     }
 }
 
@@ -174,6 +177,8 @@ text_enum! {
     PlacementKind {
         /// In a grant.
         Grant = "grant",
+        /// In a slot a lending grant lent (an interruptible instance).
+        Lent = "lent",
         /// On an ordinary slot of a reservation.
         Reservation = "reservation",
         /// On-demand.

@@ -210,3 +210,53 @@ pub async fn deficit_gauges(
     .await?;
     Ok((short, pools))
 }
+
+/// What one pool's grants lend now and have lent so far (contract 3.14).
+#[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName)]
+pub struct PoolLent {
+    /// The pool.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub pool_id: String,
+    /// Its slots held by borrowers not being interrupted.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub lent: i64,
+    /// `vm.grant.lent.hours` written for its grants, in micro-slot-hours.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub micros: i64,
+}
+
+/// The reclaims under way (contract 3.14).
+#[derive(Debug, Clone, Default, PartialEq, Eq, diesel::QueryableByName)]
+pub struct Reclaims {
+    /// Borrowers interrupted whose VMs are not confirmed gone.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub pending: i64,
+    /// How far past its `interruptAt` the oldest of them is (ms, 0: none).
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub overdue_ms: i64,
+    /// How long the oldest grantee's VM has waited for borrowers to go
+    /// (real ms since its step was recorded, 0: none waits).
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub waiting_ms: i64,
+}
+
+/// The lending gauges at `now`: per pool (the first `limit`) its lent
+/// slots and lent slot-hours so far, and the reclaims under way.
+pub async fn lending_gauges(
+    conn: &mut AsyncPgConnection,
+    now: i64,
+    limit: i64,
+) -> Result<(Vec<PoolLent>, Reclaims)> {
+    use diesel::sql_types::BigInt;
+    let pools = diesel::sql_query(include_str!("sql/gauges_lending.sql"))
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+        .await?;
+    let reclaims = diesel::sql_query(
+        include_str!("sql/gauges_reclaims.sql").replace("{DB_NOW_MS}", crate::clock::DB_NOW_MS),
+    )
+    .bind::<BigInt, _>(now)
+    .get_result(conn)
+    .await?;
+    Ok((pools, reclaims))
+}

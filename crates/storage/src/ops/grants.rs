@@ -39,9 +39,47 @@ pub struct Grant {
     pub reason: Option<String>,
     /// End or cancellation instant.
     pub ended_at: Option<i64>,
+    /// For a lending grant, its slots lent right now (borrowers not being
+    /// interrupted); `None` for a grant that does not lend, or not read.
+    pub lent_slots: Option<u32>,
 }
 
 impl Grant {
+    /// Reads `lent_slots` of the lending grants among `grants` (one
+    /// statement).
+    pub async fn with_lent_slots(
+        conn: &mut AsyncPgConnection,
+        mut grants: Vec<Grant>,
+    ) -> Result<Vec<Grant>> {
+        use crate::model::states::{InstanceState, PlacementKind};
+        use crate::schema::instances;
+        let ids: Vec<&str> = grants
+            .iter()
+            .filter(|g| g.row.lending)
+            .map(|g| g.row.grant_id.as_str())
+            .collect();
+        if ids.is_empty() {
+            return Ok(grants);
+        }
+        let counts: Vec<(Option<String>, i64)> = instances::table
+            .filter(instances::grant_id.eq_any(&ids))
+            .filter(instances::placement_kind.eq(PlacementKind::Lent))
+            .filter(instances::interrupt_at.is_null())
+            .filter(instances::state.ne_all([InstanceState::Deleted, InstanceState::Failed]))
+            .group_by(instances::grant_id)
+            .select((instances::grant_id, diesel::dsl::count_star()))
+            .load(conn)
+            .await?;
+        for g in grants.iter_mut().filter(|g| g.row.lending) {
+            let n = counts
+                .iter()
+                .find(|(id, _)| id.as_deref() == Some(g.row.grant_id.as_str()))
+                .map_or(0, |(_, n)| *n);
+            g.lent_slots = Some(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        Ok(grants)
+    }
+
     /// The API view of a row at `now`.
     pub fn at(row: GrantRow, now: i64) -> Grant {
         let state = row.state_at(now);
@@ -59,6 +97,7 @@ impl Grant {
             state,
             reason,
             ended_at,
+            lent_slots: None,
         }
     }
 }
@@ -501,10 +540,13 @@ pub async fn get(
 ) -> Result<Grant> {
     let (tenant, root) = (actor.tenant().as_str(), actor.root().as_str());
     let grant_id = grant_id.as_str();
-    match GrantRow::find(conn, grant_id).await? {
-        Some(row) if row.tenant_id == tenant || tenant == root => Ok(Grant::at(row, now)),
-        _ => Err(StorageError::not_found("grant", grant_id)),
-    }
+    let grant = match GrantRow::find(conn, grant_id).await? {
+        Some(row) if row.tenant_id == tenant || tenant == root => Grant::at(row, now),
+        _ => return Err(StorageError::not_found("grant", grant_id)),
+    };
+    let mut one = Grant::with_lent_slots(conn, vec![grant]).await?;
+    one.pop()
+        .ok_or_else(|| StorageError::internal("a grant read went missing"))
 }
 
 /// `reservationGrants.list`: one page of the grants matching `filter`
@@ -522,7 +564,9 @@ pub async fn list(
     let page = Page::from_rows(rows, limit, after, GRANT_PREFIX, |r| {
         Position::of(r.created_at, &r.grant_id)
     });
-    Ok(page.map(|r| Grant::at(r, now)))
+    let mut page = page.map(|r| Grant::at(r, now));
+    page.items = Grant::with_lent_slots(conn, page.items).await?;
+    Ok(page)
 }
 
 /// The TypeID prefix of grant ids.

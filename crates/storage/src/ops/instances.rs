@@ -54,18 +54,32 @@ fn capacity_error(view: &ReservationView) -> StorageError {
     })
 }
 
+/// `CAPACITY_UNAVAILABLE` of an interruptible instance no lending grant has
+/// a slot for (contract 3.14).
+fn no_lent_slot(pool_id: &str) -> StorageError {
+    StorageError::new(
+        ErrorKind::CapacityUnavailable,
+        format!("no grant of pool {pool_id} has a lent slot free"),
+    )
+    .with(Detail::Reason(crate::error::Reason::NoLentSlot))
+}
+
 /// Places an instance over the pool's candidate reservations (bound, of the
 /// flavor, ready), in reservation id order, each locked and settled before
 /// its decision. No candidate: on-demand. All refuse: `CAPACITY_UNAVAILABLE`
-/// with the first candidate's figures.
+/// with the first candidate's figures. An `interruptible` instance looks at
+/// every candidate and takes only a lent slot (contract 3.14), else
+/// `CAPACITY_UNAVAILABLE` (`no-lent-slot`). Also answers whether the grant
+/// chosen has lent slots (then the caller may have to take one back).
 async fn decide(
     conn: &mut AsyncPgConnection,
     pool_id: &str,
     found: Candidates,
     request: &PlacementRequest,
+    interruptible: bool,
     now: i64,
     events: &mut Vec<NewEvent>,
-) -> Result<(Target, Option<String>)> {
+) -> Result<(Target, Option<String>, bool)> {
     // Candidates are locked and settled in (reservation id, account id)
     // order, the documented lock order, so two placements never deadlock;
     // then one pure decision sees them (grants first across all candidates,
@@ -79,7 +93,7 @@ async fn decide(
     let mut views = Vec::new();
     let mut ordinary_found = false;
     for (k, (account_id, reservation_id)) in candidates.iter().enumerate() {
-        if ordinary_found && !hinted.iter().skip(k).any(|h| *h) {
+        if !interruptible && ordinary_found && !hinted.iter().skip(k).any(|h| *h) {
             break;
         }
         // The lock and the reads under it in one round trip (pipelined: each
@@ -109,18 +123,34 @@ async fn decide(
         rows.push(res);
         match seat {
             // The first grant seat in id order is the decision.
-            Ok(Seat::Grant(_)) => break,
+            Ok(Seat::Grant(_)) if !interruptible => break,
             Ok(Seat::Ordinary) => ordinary_found = true,
-            Err(_) => {}
+            Ok(_) | Err(_) => {}
         }
     }
+    if interruptible {
+        let (index, grant_id) = grants_core::lending::place_borrower(&views, &request.tenant_id)
+            .ok_or_else(|| no_lent_slot(pool_id))?;
+        let row = rows
+            .get(index)
+            .ok_or_else(|| StorageError::internal("placement chose no candidate"))?;
+        let seat = Seat::Lent(grant_id.to_owned());
+        return Ok((Target::from_seat(seat, row), Some(row.zone.clone()), false));
+    }
     match grants_core::place_in_order(&views, request) {
-        Ok(None) => Ok((Target::OnDemand, None)),
+        Ok(None) => Ok((Target::OnDemand, None, false)),
         Ok(Some((index, seat))) => {
             let row = rows
                 .get(index)
                 .ok_or_else(|| StorageError::internal("placement chose no candidate"))?;
-            Ok((Target::from_seat(seat, row), Some(row.zone.clone())))
+            let lent = match (&seat, views.get(index)) {
+                (Seat::Grant(g), Some(view)) => view
+                    .live_grants
+                    .iter()
+                    .any(|live| live.grant_id == *g && live.lent > 0),
+                _ => false,
+            };
+            Ok((Target::from_seat(seat, row), Some(row.zone.clone()), lent))
         }
         Err(_) => Err(<[_]>::first(&views).map_or_else(
             || StorageError::internal("placement refused no candidate"),

@@ -26,6 +26,7 @@ use crate::ops::settlement;
 use crate::schema::{grants, instances, placement_segments as seg, pools, reservations};
 
 pub(crate) mod deficit;
+pub(crate) mod lent;
 mod usage;
 
 pub use usage::{UsageFilter, UsageRecord, list};
@@ -143,6 +144,8 @@ struct Marks {
     credited: Vec<i64>,
     /// The exact credit each keeps now (`None`: unchanged).
     exact: Vec<Option<String>>,
+    /// The micro-slot-hours lent by each in this transaction.
+    lent: Vec<i64>,
 }
 
 /// Sets the metered-through marks of grants, and adds their new credits, in
@@ -153,14 +156,16 @@ async fn set_grant_marks(conn: &mut AsyncPgConnection, marks: &Marks) -> Result<
     }
     diesel::sql_query(
         "UPDATE grants SET metered_through = v.t, deficit_micro = deficit_micro + v.c, \
-                deficit_exact = COALESCE(v.e, deficit_exact) \
-         FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS v(id, t, c, e) \
+                deficit_exact = COALESCE(v.e, deficit_exact), lent_micro = lent_micro + v.l \
+         FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[]) \
+              AS v(id, t, c, e, l) \
          WHERE grants.grant_id = v.id",
     )
     .bind::<Array<Text>, _>(&marks.ids)
     .bind::<Array<BigInt>, _>(&marks.through)
     .bind::<Array<BigInt>, _>(&marks.credited)
     .bind::<Array<Nullable<Text>>, _>(&marks.exact)
+    .bind::<Array<BigInt>, _>(&marks.lent)
     .execute(conn)
     .await?;
     Ok(())
@@ -271,6 +276,7 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                     .collect();
                 let places = reservation_places(conn, &keys).await?;
                 let mut credits = deficit::credits(conn, &batch, now).await?;
+                let borrowed = lent::running(conn, &batch).await?;
                 let mut records = Vec::new();
                 let mut marks = Marks::default();
                 for g in &batch {
@@ -284,6 +290,7 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                     );
                     let Some(last) = due.last() else { continue };
                     let through = last.metered_through;
+                    let lent_records = lent::records(g, borrowed.get(&g.grant_id), &due);
                     let (region, provider) = places
                         .get(&(g.account_id.clone(), g.reservation_id.clone()))
                         .cloned()
@@ -315,6 +322,17 @@ pub async fn meter_grant_batch(conn: &mut AsyncPgConnection, now: i64) -> Result
                         records.push(RecordGroup {
                             meter: "vm.grant.deficit.hours",
                             records: credit.records,
+                            ..slot_group.clone()
+                        });
+                    }
+                    // The rebate of the same buckets, with the same tags.
+                    marks
+                        .lent
+                        .push(lent_records.iter().map(|r| r.quantity_micro).sum());
+                    if !lent_records.is_empty() {
+                        records.push(RecordGroup {
+                            meter: "vm.grant.lent.hours",
+                            records: lent_records,
                             ..slot_group.clone()
                         });
                     }
@@ -366,6 +384,8 @@ async fn reservation_places(
 fn meter_of(kind: PlacementKind) -> Option<&'static str> {
     match kind {
         PlacementKind::Grant => Some("vm.grant.usage.hours"),
+        // A borrower in a lent slot (contract 5.5).
+        PlacementKind::Lent => Some("vm.interruptible.hours"),
         PlacementKind::Reservation => Some("vm.reserved.hours"),
         PlacementKind::OnDemand => Some("vm.ondemand.hours"),
         PlacementKind::None => None,
@@ -415,7 +435,7 @@ async fn instance_records(
             continue;
         };
         let target = match s.kind {
-            PlacementKind::Grant => s.grant_id.clone().unwrap_or_default(),
+            PlacementKind::Grant | PlacementKind::Lent => s.grant_id.clone().unwrap_or_default(),
             PlacementKind::Reservation => s.reservation_id.clone().unwrap_or_default(),
             PlacementKind::OnDemand | PlacementKind::None => {
                 PlacementKind::OnDemand.as_str().to_owned()

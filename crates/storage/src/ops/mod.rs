@@ -9,6 +9,7 @@ pub mod gauges;
 pub mod grants;
 pub mod installation;
 pub mod instances;
+pub mod lending;
 pub mod lifecycle;
 pub mod metering;
 pub mod notices;

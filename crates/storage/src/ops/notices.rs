@@ -238,7 +238,13 @@ async fn on_reservation(
         if open_segments.is_none() {
             let rows =
                 SegmentRow::open_on_reservation(conn, &res.account_id, &res.reservation_id).await?;
-            open_segments = Some(rows.into_iter().map(SegmentRow::into_stint).collect());
+            // The grantee's use: borrowers in lent slots left out (5.5).
+            open_segments = Some(
+                rows.into_iter()
+                    .filter(|r| !r.is_lent())
+                    .map(SegmentRow::into_stint)
+                    .collect(),
+            );
         }
         stints.extend(
             open_segments

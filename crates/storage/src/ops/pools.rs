@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::actor::Actor;
-use crate::error::{Result, StorageError};
+use crate::error::{Field, Reason, Result, StorageError};
 use crate::ids;
 use crate::ids::{PoolId, TenantId};
 use crate::locks;
@@ -44,6 +44,15 @@ struct PoolRow {
     flavors: Value,
     created_at: i64,
     vm: Option<Value>,
+    lending_notice_s: Option<i32>,
+}
+
+/// A managed pool's lending (contract 3.3, r4): its grants may lend idle
+/// slots to interruptible instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolLending {
+    /// The notice a borrower gets before its VM is deleted (0 to 3600).
+    pub notice_seconds: i32,
 }
 
 /// A pool as the API shows it.
@@ -67,6 +76,8 @@ pub struct Pool {
     pub created_at: i64,
     /// Its VM settings: a managed pool (contract 3.12); `None`: a ledger pool.
     pub vm: Option<PoolVm>,
+    /// Whether its grants may lend, and with which notice.
+    pub lending: Option<PoolLending>,
 }
 
 impl Pool {
@@ -125,6 +136,8 @@ pub struct NewPool<'a> {
     pub quotas: &'a BTreeMap<String, i64>,
     /// Its VM settings (checked, defaults filled): a managed pool.
     pub vm: Option<&'a PoolVm>,
+    /// Its lending (a managed pool only).
+    pub lending: Option<PoolLending>,
 }
 
 async fn pool_row(conn: &mut AsyncPgConnection, pool_id: &str) -> Result<Option<PoolRow>> {
@@ -156,6 +169,9 @@ fn to_pool(row: PoolRow, offered: Vec<String>) -> Result<Pool> {
         offered_to: offered,
         created_at: row.created_at,
         vm: row.vm.map(serde_json::from_value).transpose()?,
+        lending: row
+            .lending_notice_s
+            .map(|notice_seconds| PoolLending { notice_seconds }),
     })
 }
 
@@ -355,6 +371,13 @@ pub async fn create(
             return find(conn, root, root, &existing).await.map(Created::replay);
         }
         accounts::find(conn, root, new.account_id).await?;
+        if new.lending.is_some() && new.vm.is_none() {
+            return Err(StorageError::invalid(
+                Field::Lending,
+                Reason::LedgerPool,
+                "a ledger pool cannot lend: lending needs vm",
+            ));
+        }
         diesel::insert_into(pools::table)
             .values((
                 pools::pool_id.eq(&id),
@@ -365,6 +388,7 @@ pub async fn create(
                 pools::flavors.eq(serde_json::to_value(new.flavors)?),
                 pools::created_at.eq(now),
                 pools::vm.eq(new.vm.map(serde_json::to_value).transpose()?),
+                pools::lending_notice_s.eq(new.lending.map(|l| l.notice_seconds)),
             ))
             .execute(conn)
             .await?;

@@ -286,6 +286,12 @@ async fn write(
             }
         }
     }
+    // A take-in may need slots a grant lent, and an ended grant lends no
+    // more: its borrowers are interrupted from the last transition's
+    // instant (contract 3.14).
+    if let Some(at) = due.iter().map(Transition::at).max() {
+        crate::ops::lending::enforce(conn, res, at, events).await?;
+    }
     Ok(())
 }
 

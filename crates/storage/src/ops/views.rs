@@ -86,11 +86,13 @@ async fn projected_open(
     conn: &mut AsyncPgConnection,
     res: &ReservationRow,
     due: Option<&SettlementPreview>,
+    borrowers: bool,
 ) -> Result<Vec<Stint>> {
     let open: Vec<Stint> =
         SegmentRow::open_on_reservation(conn, &res.account_id, &res.reservation_id)
             .await?
             .into_iter()
+            .filter(|s| borrowers || !s.is_lent())
             .map(SegmentRow::into_stint)
             .collect();
     Ok(match due {
@@ -113,7 +115,7 @@ async fn running_stints(
     }
     let mut stints =
         segment::running_spans(conn, &res.account_id, &res.reservation_id, window).await?;
-    stints.extend(projected_open(conn, res, due).await?);
+    stints.extend(projected_open(conn, res, due, true).await?);
     Ok(stints)
 }
 
@@ -292,12 +294,17 @@ pub async fn grant_usage(
                 )
                 .await?;
                 let due = preview(conn, &res, now).await?;
-                (totals, projected_open(conn, &res, due.as_ref()).await?)
+                // The grantee's use only: borrowers are its lent hours.
+                (
+                    totals,
+                    projected_open(conn, &res, due.as_ref(), false).await?,
+                )
             }
             _ => (Vec::new(), Vec::new()),
         };
     let slots = u32::try_from(row.slots).unwrap_or(0);
     let mut rows = grant_hours_with(grant_id, slots, term, window, &totals, &stints, now);
     totals::fill_credits(conn, &row, &mut rows, now).await?;
+    crate::ops::metering::lent::fill(conn, &row, &mut rows, now).await?;
     Ok(rows)
 }

@@ -108,7 +108,9 @@ pub async fn claim_steps(
     let (accounts, counts): (Vec<&str>, Vec<i32>) =
         allowances.iter().map(|(a, n)| (a.as_str(), *n)).unzip();
     let token = format!("{owner}.{}", uuid::Uuid::now_v7());
-    let sql = include_str!("sql/vms_claim_steps.sql").replace("{DB_NOW_MS}", DB_NOW_MS);
+    let sql = include_str!("sql/vms_claim_steps.sql")
+        .replace("{DB_NOW_MS}", DB_NOW_MS)
+        .replace("{STEP_WAITS}", STEP_WAITS);
     // One short transaction behind a transaction pooler.
     crate::db::single_write(conn, async |conn| {
         // A fixed text: kept prepared (`db::cached`).
@@ -128,29 +130,29 @@ pub async fn claim_steps(
     .await
 }
 
+/// Whether a step waits for borrowers to go (its alias `s`, its instance's
+/// `i`).
+const STEP_WAITS: &str = include_str!("sql/vms_step_waits.sql");
+
 /// The real time (epoch ms) of the next open step's next try, if any, the
-/// steps of the accounts in `paused` left out: how long a worker may sleep.
+/// steps of the accounts in `paused` and those waiting for borrowers to go
+/// left out: how long a worker may sleep.
 pub async fn next_due(conn: &mut AsyncPgConnection, paused: &[String]) -> Result<Option<i64>> {
     #[derive(QueryableByName)]
     struct Due {
         #[diesel(sql_type = Nullable<BigInt>)]
         due: Option<i64>,
     }
+    let sql = format!(
+        "SELECT min(s.due_wall) AS due FROM vm_steps s \
+         JOIN instances i ON i.instance_id = s.instance_id \
+         JOIN pools pl ON pl.pool_id = i.pool_id \
+         WHERE s.state = 'open' AND NOT (pl.account_id = ANY($1)) AND NOT {STEP_WAITS}"
+    );
     crate::db::read_only(conn, async |conn| {
-        if paused.is_empty() {
-            return Ok(vm_steps::table
-                .filter(vm_steps::state.eq(StepState::Open))
-                .select(diesel::dsl::min(vm_steps::due_wall))
-                .first(conn)
-                .await?);
-        }
-        let due: Due = diesel::sql_query(
-            "SELECT min(s.due_wall) AS due FROM vm_steps s \
-             JOIN instances i ON i.instance_id = s.instance_id \
-             JOIN pools pl ON pl.pool_id = i.pool_id \
-             WHERE s.state = 'open' AND NOT (pl.account_id = ANY($1))",
+        let due: Due = crate::db::cached(
+            diesel::sql_query(sql).bind::<diesel::sql_types::Array<Text>, _>(paused),
         )
-        .bind::<diesel::sql_types::Array<Text>, _>(paused)
         .get_result(conn)
         .await?;
         Ok(due.due)

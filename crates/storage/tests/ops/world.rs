@@ -193,6 +193,7 @@ impl World {
             project_id: None,
             name: None,
             billing: Billing::Standard,
+            interruptible: false,
         };
         let keyed = key.of(self.acme.as_str(), "instances.create");
         let created = instances::create(&mut self.conn, &self.root, new, keyed, now).await?;
@@ -267,6 +268,7 @@ async fn root_pool(conn: &mut AsyncPgConnection, root: &TenantId, account: &Acco
     let quotas = BTreeMap::from([("instances".to_owned(), 100), ("vcpus".to_owned(), 400)]);
     let new = NewPool {
         vm: None,
+        lending: None,
         name: "gce us-central1",
         region: REGION,
         provider: "gce",

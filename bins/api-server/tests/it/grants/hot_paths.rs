@@ -275,6 +275,7 @@ async fn an_instance_create_reads_only_the_seated_instances() {
         project_id: None,
         name: None,
         billing: grants_core::Billing::Standard,
+        interruptible: false,
     };
     let key = KeyedRequest {
         tenant_id: "acme",

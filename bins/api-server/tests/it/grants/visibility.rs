@@ -100,6 +100,7 @@ async fn a_grant_shows_every_field_of_the_contract() {
             "poolId": p.pool, "tenantId": "acme", "projectId": prj, "slots": 3,
             "startsAt": T0 + HOUR, "endsAt": T0 + 4 * HOUR, "state": "scheduled",
             "createdAt": T0, "meteredThrough": T0 + HOUR, "deficitSlotHours": "0.000000",
+            "lending": false, "lentSlotHours": "0.000000",
         })
     );
     s.set_clock(T0 + 2 * HOUR).await;
@@ -112,6 +113,7 @@ async fn a_grant_shows_every_field_of_the_contract() {
             "startsAt": T0 + HOUR, "endsAt": T0 + 2 * HOUR, "state": "ended",
             "reason": "ended", "createdAt": T0, "endedAt": T0 + 2 * HOUR,
             "meteredThrough": T0 + HOUR, "deficitSlotHours": "0.000000",
+            "lending": false, "lentSlotHours": "0.000000",
         })
     );
     // get, list and list-all show the same object.

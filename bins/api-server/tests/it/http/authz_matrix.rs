@@ -55,6 +55,7 @@ fn role_permissions(role: &str) -> &'static [&'static str] {
         "compute:pools:manage",
         "compute:tenants:manage",
         "compute:instances:manage",
+        "compute:grants:lend",
         "compute:usage:read",
         "compute:events:read",
         "compute:iam:manage",
@@ -313,6 +314,9 @@ async fn valid_body(s: &Server, w: &World, m: &MethodInfo, acting: &str) -> Opti
         ),
         "reservationGrants.get" | "reservationGrants.usage" => {
             (json!({ "grantId": MISSING_GRANT }), false)
+        }
+        "reservationGrants.setLending" => {
+            (json!({ "grantId": MISSING_GRANT, "lend": true }), false)
         }
         "reservations.timeline" => (
             json!({

@@ -4,6 +4,7 @@
 mod api;
 mod concurrency;
 mod installations;
+mod lending;
 mod lifecycle;
 mod managed;
 mod managed_rules;

@@ -45,6 +45,7 @@ pub struct PlatformBuilder {
     slots: i64,
     pool: PoolKind,
     gce: Option<Gce>,
+    lending: Option<Value>,
 }
 
 impl Default for PlatformBuilder {
@@ -53,6 +54,7 @@ impl Default for PlatformBuilder {
             slots: 2,
             pool: PoolKind::Ledger,
             gce: None,
+            lending: None,
         }
     }
 }
@@ -85,6 +87,12 @@ impl PlatformBuilder {
         self
     }
 
+    /// The pool's `lending` body (a managed pool's grants may lend).
+    pub fn lending(mut self, lending: Value) -> Self {
+        self.lending = Some(lending);
+        self
+    }
+
     /// The fake to build on (instead of a fresh [`Gce::start`]). With a
     /// managed pool it learns the server's installation
     /// ([`Gce::installation`]).
@@ -107,7 +115,10 @@ impl PlatformBuilder {
         let pool = match self.pool {
             PoolKind::Ledger => create_pool(s, &account).await,
             PoolKind::Managed(vm) => {
-                let body = managed_pool_body(&account, vm);
+                let mut body = managed_pool_body(&account, vm);
+                if let Some(lending) = self.lending {
+                    body["lending"] = lending;
+                }
                 s.root("pools/create", body).await.ok()["pool"]["poolId"]
                     .as_str()
                     .expect("poolId")

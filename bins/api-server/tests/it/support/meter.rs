@@ -65,13 +65,14 @@ pub fn check_shape(r: &Value) {
         assert!(tags[t].is_string(), "tag {t} missing: {r}");
     }
     match meter {
-        "vm.grant.slot.hours" | "vm.grant.deficit.hours" => {
+        "vm.grant.slot.hours" | "vm.grant.deficit.hours" | "vm.grant.lent.hours" => {
             assert_eq!(unit, "slot-hours", "{r}");
             assert!(r["grantId"].is_string(), "{r}");
             assert!(r.get("instanceId").is_none(), "{r}");
             assert!(tags["reservationId"].is_string(), "{r}");
         }
-        "vm.grant.usage.hours" => {
+        // A borrower's hours carry the lending grant (contract 5.5).
+        "vm.grant.usage.hours" | "vm.interruptible.hours" => {
             assert_eq!(unit, "instance-hours", "{r}");
             assert!(r["grantId"].is_string(), "{r}");
             assert_eq!(tags["grantId"], r["grantId"], "{r}");

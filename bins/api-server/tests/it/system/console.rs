@@ -818,6 +818,7 @@ async fn an_operator_draws_a_reservation_timeline_and_reads_a_grants_hours() {
         ("usage-total-held-hours", "heldHours"),
         ("usage-total-usage-hours", "usageHours"),
         ("usage-total-deficit-hours", "deficitHours"),
+        ("usage-total-lent-hours", "lentHours"),
     ] {
         let sum: i64 = hours
             .iter()

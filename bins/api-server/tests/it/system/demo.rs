@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::demo;
 use crate::support::gce::Gce;
@@ -39,6 +39,25 @@ async fn the_demo_world_has_its_story_and_three_days_of_metered_history() {
         })
         .collect();
     seen.sort();
+    // The managed pool's grant: acme's 3 slots for 7 days, which acme lends
+    // (contract 3.14); globex's interruptible instance is in its idle slot.
+    let lending: Vec<&Value> = grants["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|g| g["lending"] == true)
+        .collect();
+    assert_eq!(lending.len(), 1, "{grants}");
+    assert_eq!(lending[0]["tenantId"], "acme");
+    assert_eq!(lending[0]["slots"], 3);
+    assert_eq!(lending[0]["state"], "active");
+    let lending_id = lending[0]["grantId"].as_str().expect("grantId").to_owned();
+    assert_eq!(
+        lending[0]["endsAt"].as_i64().expect("endsAt")
+            - lending[0]["startsAt"].as_i64().expect("startsAt"),
+        7 * DAY
+    );
+    seen.retain(|g| g.1 != 3);
     let hours = |d: i64| d * DAY / HOUR;
     let mut expected = vec![
         (
@@ -138,6 +157,10 @@ async fn the_demo_world_has_its_story_and_three_days_of_metered_history() {
         ("running".into(), "reservation".into())
     );
     assert_eq!(at("globex-batch"), ("running".into(), "ondemand".into()));
+    // The managed pool: acme's two in its lending grant, globex's
+    // interruptible one in the slot it lends.
+    assert_eq!(at("managed-1").1, "grant");
+    assert_eq!(at("spot-1").1, "lent");
 
     // The played past is metered: acme's ended grant billed its whole term
     // (48 slot-hour records), the active one every hour since it started.
@@ -156,7 +179,13 @@ async fn the_demo_world_has_its_story_and_three_days_of_metered_history() {
                 .or_default() += 1;
             m
         });
-    let mut counts: Vec<usize> = per_grant.values().copied().collect();
+    // The lending grant started at the end of the seeding: its hours are
+    // the ones that ended since.
+    let mut counts: Vec<usize> = per_grant
+        .iter()
+        .filter(|(id, _)| **id != lending_id)
+        .map(|(_, n)| *n)
+        .collect();
     counts.sort();
     // 49 when the wall clock crossed an hour while the world was seeded.
     assert!(
@@ -171,5 +200,5 @@ async fn the_demo_world_has_its_story_and_three_days_of_metered_history() {
         .root("reservationGrants/list", json!({ "all": true }))
         .await
         .ok();
-    assert_eq!(after["items"].as_array().map(Vec::len), Some(5));
+    assert_eq!(after["items"].as_array().map(Vec::len), Some(6));
 }

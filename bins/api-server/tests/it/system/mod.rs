@@ -3,6 +3,7 @@
 //! that sets up what the tests need.
 
 mod bcctl;
+mod bcctl_lending;
 mod bcctl_wait;
 mod console;
 mod db_tls;

@@ -13,9 +13,10 @@ use crate::model::events;
 use crate::model::idempotency::{self, Claim, Created, KeyedRequest};
 use crate::model::instance::{InstanceRow, NewInstanceRow, NewVm};
 use crate::model::states::InstanceBilling;
-use crate::ops::pools;
+use crate::ops::instances::Target;
 use crate::ops::tenancy;
 use crate::ops::vms::outbox;
+use crate::ops::{lending, pools};
 
 /// Input of `instances.create`.
 #[derive(Debug, Clone)]
@@ -32,6 +33,8 @@ pub struct NewInstance<'a> {
     pub name: Option<&'a str>,
     /// Billing.
     pub billing: Billing,
+    /// Whether it takes only lent slots (contract 3.14).
+    pub interruptible: bool,
 }
 
 /// [`NewInstance`] with its ids as the rows keep them.
@@ -43,6 +46,7 @@ struct NewInstanceRefs<'a> {
     project_id: Option<&'a str>,
     name: Option<&'a str>,
     billing: Billing,
+    interruptible: bool,
 }
 
 /// `instances.create`: quota charged, then placed, atomically; idempotent.
@@ -61,6 +65,7 @@ pub async fn create(
         project_id: new.project_id.map(ids::ProjectId::as_str),
         name: new.name,
         billing: new.billing,
+        interruptible: new.interruptible,
     };
     conn.transaction::<_, StorageError, _>(async move |conn| {
         let id = ids::new_id(INSTANCE_PREFIX, now);
@@ -102,6 +107,9 @@ pub async fn create(
             ))
             .with(Detail::Reason(Reason::NoAccount)));
         }
+        if new.interruptible {
+            interruptible_allowed(&pool, new.billing)?;
+        }
         let charges = charges_for(&pool, new.flavor)?;
         let request = PlacementRequest::new(
             new.tenant_id,
@@ -133,8 +141,16 @@ pub async fn create(
             })
         })?;
         let mut events = Vec::new();
-        let (target, placed_zone) =
-            decide(conn, new.pool_id, found, &request, now, &mut events).await?;
+        let (target, placed_zone, lent) = decide(
+            conn,
+            new.pool_id,
+            found,
+            &request,
+            new.interruptible,
+            now,
+            &mut events,
+        )
+        .await?;
         let name = vm_name(&id);
         let zone = match (&pool.vm, placed_zone) {
             (None, _) => None,
@@ -151,6 +167,7 @@ pub async fn create(
             flavor: new.flavor,
             name: new.name.unwrap_or(&id),
             billing: InstanceBilling::from_core(new.billing),
+            interruptible: new.interruptible,
             created_at: now,
             vm: zone.as_deref().map(|zone| NewVm {
                 name: &name,
@@ -179,6 +196,17 @@ pub async fn create(
             events::publish(c, now, events),
             InstanceRow::find(c, &id),
         )?;
+        // A grantee's instance admitted into a grant that lent its last idle
+        // slot takes it back: the borrower that came last is interrupted.
+        let created = match &target {
+            Target::Grant { grant_id, .. } if lent => {
+                let mut more = Vec::new();
+                lending::enforce_grant(conn, grant_id, now, &mut more).await?;
+                events::publish(conn, now, more).await?;
+                InstanceRow::find(conn, &id).await?
+            }
+            _ => created,
+        };
         let created =
             created.ok_or_else(|| StorageError::internal("the instance just inserted is gone"))?;
         tracing::info!(
@@ -190,4 +218,28 @@ pub async fn create(
         Ok(Created::new(created))
     })
     .await
+}
+
+/// Whether an interruptible instance may be made in `pool`: a managed pool
+/// with `lending`, billed `standard` (contract 3.14), else `INVALID_INPUT`
+/// on `interruptible`.
+fn interruptible_allowed(pool: &pools::Pool, billing: Billing) -> Result<()> {
+    if pool.lending.is_none() {
+        return Err(StorageError::invalid(
+            Field::Interruptible,
+            Reason::PoolDoesNotLend,
+            format!(
+                "pool {} does not lend: no instance of it is interruptible",
+                pool.pool_id
+            ),
+        ));
+    }
+    if billing != Billing::Standard {
+        return Err(StorageError::invalid(
+            Field::Interruptible,
+            Reason::BillingNone,
+            "an interruptible instance is billed: billing must be standard",
+        ));
+    }
+    Ok(())
 }

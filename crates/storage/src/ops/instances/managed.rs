@@ -49,6 +49,7 @@ pub fn change(inst: &InstanceRow, placement: &Target) -> InstanceChange {
         },
         reason: None,
         code: None,
+        interrupt_at: None,
     }
 }
 
@@ -176,6 +177,25 @@ pub async fn apply(
             super::release_quota(conn, inst).await?;
         }
         place_with(conn, inst, &target, state, t.holds_slot, at).await?;
+        // An interrupted borrower is billed until its VM is confirmed gone,
+        // not only until the delete is asked (contract 5.5).
+        if seen.deleted_reason == Some(DeletedReason::Reclaimed)
+            && inst.state == InstanceState::Running
+            && state == InstanceState::Deleting
+        {
+            crate::db::cached(
+                diesel::update(
+                    crate::schema::placement_segments::table
+                        .filter(
+                            crate::schema::placement_segments::instance_id.eq(&inst.instance_id),
+                        )
+                        .filter(crate::schema::placement_segments::to_ms.is_null()),
+                )
+                .set(crate::schema::placement_segments::billed.eq(true)),
+            )
+            .execute(conn)
+            .await?;
+        }
     }
     let deleted_reason = seen.deleted_reason.or(inst.deleted_reason);
     crate::db::cached(
@@ -246,7 +266,11 @@ fn event_of(
             ..change(inst, before)
         }),
         (S::Deleted, Cause::Lost) => EventData::InstanceLost(change(inst, before)),
-        (S::Deleted, _) => EventData::InstanceDeleted(change(inst, before)),
+        (S::Deleted, _) => EventData::InstanceDeleted(InstanceChange {
+            reason: (inst.deleted_reason == Some(DeletedReason::Reclaimed))
+                .then(|| DeletedReason::Reclaimed.as_str().to_owned()),
+            ..change(inst, before)
+        }),
         _ => return None,
     })
 }

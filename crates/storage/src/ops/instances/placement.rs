@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use grants_core::{Destination, ReservationView, Seat};
 
@@ -24,6 +24,15 @@ pub enum Target {
     /// In a grant on a reservation.
     Grant {
         /// The grant.
+        grant_id: String,
+        /// Account of the reservation.
+        account_id: String,
+        /// The reservation.
+        reservation_id: String,
+    },
+    /// In a slot a lending grant lent (an interruptible instance).
+    Lent {
+        /// The lending grant.
         grant_id: String,
         /// Account of the reservation.
         account_id: String,
@@ -57,6 +66,11 @@ impl Target {
                 account_id: a.clone(),
                 reservation_id: r.clone(),
             },
+            (PlacementKind::Lent, Some(g), Some(a), Some(r)) => Target::Lent {
+                grant_id: g.clone(),
+                account_id: a.clone(),
+                reservation_id: r.clone(),
+            },
             (PlacementKind::Reservation, _, Some(a), Some(r)) => Target::Reservation {
                 account_id: a.clone(),
                 reservation_id: r.clone(),
@@ -74,6 +88,11 @@ impl Target {
                 reservation_id,
                 ..
             }
+            | Target::Lent {
+                account_id,
+                reservation_id,
+                ..
+            }
             | Target::Reservation {
                 account_id,
                 reservation_id,
@@ -86,6 +105,7 @@ impl Target {
     pub fn kind(&self) -> PlacementKind {
         match self {
             Target::Grant { .. } => PlacementKind::Grant,
+            Target::Lent { .. } => PlacementKind::Lent,
             Target::Reservation { .. } => PlacementKind::Reservation,
             Target::OnDemand => PlacementKind::OnDemand,
             Target::None => PlacementKind::None,
@@ -117,6 +137,11 @@ impl Target {
                 account_id: res.account_id.clone(),
                 reservation_id: res.reservation_id.clone(),
             },
+            Seat::Lent(g) => Target::Lent {
+                grant_id: g,
+                account_id: res.account_id.clone(),
+                reservation_id: res.reservation_id.clone(),
+            },
             Seat::Ordinary => Target::Reservation {
                 account_id: res.account_id.clone(),
                 reservation_id: res.reservation_id.clone(),
@@ -127,7 +152,9 @@ impl Target {
     /// Its grant, account and reservation columns.
     pub(super) fn columns(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
         let grant_id = match self {
-            Target::Grant { grant_id, .. } => Some(grant_id.as_str()),
+            Target::Grant { grant_id, .. } | Target::Lent { grant_id, .. } => {
+                Some(grant_id.as_str())
+            }
             _ => None,
         };
         let (account_id, reservation_id) = self.reservation().unzip();
@@ -174,6 +201,7 @@ pub async fn place_with<'a>(
     // instant was metered takes effect at the first unmetered instant.
     let at = at.max(inst.usage_metered_through);
     let kind = target.kind();
+    let lent = kind == PlacementKind::Lent && !state.is_final();
     let (grant_id, account_id, reservation_id) = target.columns();
     // The four writes depend on nothing they answer: pipelined, in order,
     // one round trip.
@@ -192,6 +220,17 @@ pub async fn place_with<'a>(
             } else {
                 inst.deleted_at
             }),
+            // A borrower keeps the instant it took its lent slot, and its
+            // pending interruption, while it holds the slot; anything else
+            // has neither.
+            instances::lent_at.eq(diesel::dsl::sql::<Nullable<BigInt>>("CASE WHEN ")
+                .bind::<Bool, _>(lent)
+                .sql(" THEN coalesce(lent_at, ")
+                .bind::<BigInt, _>(at)
+                .sql(") END")),
+            instances::interrupt_at.eq(diesel::dsl::sql::<Nullable<BigInt>>("CASE WHEN ")
+                .bind::<Bool, _>(lent)
+                .sql(" THEN interrupt_at END")),
         )),
     )
     .execute(&mut c1);
@@ -274,8 +313,10 @@ pub async fn take_in(
 /// placement reads one row per grant however many instances are seated.
 #[derive(Debug, Clone, Default)]
 pub struct Seats {
-    /// Seated instances per grant id.
+    /// Seated instances per grant id (the grantee's).
     held: HashMap<String, u64>,
+    /// Borrowers per lending grant id.
+    lent: HashMap<String, u64>,
     /// Seated instances holding a running slot.
     running: u64,
     /// Of those, the ones on ordinary slots (placed on the reservation).
@@ -296,6 +337,8 @@ pub async fn seats(
         #[diesel(sql_type = BigInt)]
         held: i64,
         #[diesel(sql_type = BigInt)]
+        lent: i64,
+        #[diesel(sql_type = BigInt)]
         running: i64,
         #[diesel(sql_type = BigInt)]
         running_outside: i64,
@@ -314,6 +357,7 @@ pub async fn seats(
         seats.running += n(c.running);
         seats.running_outside_grants += n(c.running_outside);
         if let Some(g) = c.grant_id {
+            *seats.lent.entry(g.clone()).or_default() += n(c.lent);
             *seats.held.entry(g).or_default() += n(c.held);
         }
     }
@@ -343,10 +387,13 @@ pub(super) fn view_of(
         .into_iter()
         .map(|g| {
             let held = seats.held.get(&g.grant_id).copied().unwrap_or(0);
+            let lent = seats.lent.get(&g.grant_id).copied().unwrap_or(0);
             grants_core::LiveGrant {
                 slots: u32::try_from(g.slots).unwrap_or(0),
                 starts_at: g.starts_at,
                 held: u32::try_from(held).unwrap_or(u32::MAX),
+                lends: g.lending,
+                lent: u32::try_from(lent).unwrap_or(u32::MAX),
                 grant_id: g.grant_id,
                 tenant_id: g.tenant_id,
                 project_id: g.project_id,

@@ -3,7 +3,7 @@
 //! reservation ([`start_managed`]).
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use grants_core::PlacementRequest;
+use grants_core::{PlacementRequest, Seat};
 
 use super::placement::{Target, place_at, view};
 use super::{capacity_error, decide, deleted_instance, find, lock_instance, managed};
@@ -16,7 +16,7 @@ use crate::model::pool_vm::PoolVm;
 use crate::model::reservation::ReservationRow;
 use crate::model::states::{InstanceState, ReservationStatus};
 use crate::more_locks::{self, Try};
-use crate::ops::settlement;
+use crate::ops::{lending, settlement};
 use crate::schema::provider_accounts;
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
@@ -112,12 +112,23 @@ async fn start_once(
             _ => {
                 let found =
                     super::candidates(conn, &inst.pool_id, &inst.flavor, &request, now).await?;
-                decide(conn, &inst.pool_id, found, &request, now, &mut events)
-                    .await?
-                    .0
+                decide(
+                    conn,
+                    &inst.pool_id,
+                    found,
+                    &request,
+                    false,
+                    now,
+                    &mut events,
+                )
+                .await?
+                .0
             }
         };
         place_at(conn, &inst, &target, InstanceState::Running, now).await?;
+        if let Target::Grant { grant_id, .. } = &target {
+            lending::enforce_grant(conn, grant_id, now, &mut events).await?;
+        }
         events::publish(conn, now, events).await?;
         Ok(find(conn, tenant, instance_id).await?)
     })
@@ -177,6 +188,26 @@ async fn start_managed(
         }
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         let placed = match (inst.state, &vm_res) {
+            // A stopped interruptible instance holds nothing: it takes a lent
+            // slot on its VM's reservation again, or none (contract 3.14).
+            (InstanceState::Stopped, Some(r)) if inst.interruptible => {
+                if r.status == ReservationStatus::Gone {
+                    return Err(super::no_lent_slot(&inst.pool_id));
+                }
+                let request =
+                    PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
+                let open = locks::started_grants(conn, r, now).await?;
+                let view = view(conn, r, now, open).await?;
+                let (_, grant_id) = grants_core::lending::place_borrower(
+                    std::slice::from_ref(&view),
+                    &request.tenant_id,
+                )
+                .ok_or_else(|| super::no_lent_slot(&inst.pool_id))?;
+                Some(Target::from_seat(Seat::Lent(grant_id.to_owned()), r))
+            }
+            (InstanceState::Stopped, None) if inst.interruptible => {
+                return Err(super::no_lent_slot(&inst.pool_id));
+            }
             (InstanceState::Stopped, Some(r)) if r.status != ReservationStatus::Gone => {
                 let mut request =
                     PlacementRequest::new(tenant, inst.project_id.clone(), inst.billing());
@@ -190,6 +221,10 @@ async fn start_managed(
             (InstanceState::Stopped, _) => Some(Target::OnDemand),
             _ => None,
         };
+        let grant = match &placed {
+            Some(Target::Grant { grant_id, .. }) => Some(grant_id.clone()),
+            _ => None,
+        };
         let change = Change {
             placed,
             ..Change::of(Cause::StartRequested)
@@ -197,6 +232,9 @@ async fn start_managed(
         managed::apply(conn, &inst, res.as_ref(), change, now, &mut events)
             .await?
             .locked()?;
+        if let Some(grant_id) = grant {
+            lending::enforce_grant(conn, &grant_id, now, &mut events).await?;
+        }
         crate::model::events::publish(conn, now, events).await?;
         find(conn, tenant, instance_id).await
     })

@@ -9,7 +9,8 @@
 -- most $6, a full minute's budget. They are taken in the same round-robin
 -- order, so the few steps an account may send are each tenant's turn, not
 -- whichever step reaches the budget first. The others stay where they are.
--- A step that only looks at its operation is never held back.
+-- A step that only looks at its operation is never held back. A grantee's
+-- VM waiting for borrowers to go (vms_step_waits.sql) is not due yet.
 WITH due AS (
   SELECT s.step_id, s.due_wall, pl.account_id, s.operation IS NULL AS sends,
          row_number() OVER (PARTITION BY i.tenant_id ORDER BY s.due_wall, s.step_id) AS turn
@@ -22,6 +23,7 @@ WITH due AS (
     AND NOT EXISTS (
       SELECT 1 FROM vm_steps p
       WHERE p.instance_id = s.instance_id AND p.state = 'open' AND p.step_id < s.step_id)
+    AND NOT {STEP_WAITS}
 ),
 ranked AS (
   SELECT d.*,
