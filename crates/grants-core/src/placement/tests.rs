@@ -187,3 +187,30 @@ fn billing_uses_the_wire_names() {
     }
     assert_eq!(Billing::parse("None"), None);
 }
+
+#[test]
+fn a_grantee_takes_its_lent_slots_back_on_a_reservation_its_borrowers_fill() {
+    // Two slots, both granted to acme and lent: the provider is full of
+    // borrowers' VMs, yet acme's instance enters its grant (the borrowers
+    // go first, contract 4 r4); anyone else is refused.
+    let mut g = grant("g1", "acme", None, 2, 0);
+    g.lends = true;
+    g.lent = 2;
+    let mut r = view("r", 2, vec![g]);
+    r.running = 2;
+    r.provider_in_use = 2;
+    assert_eq!(
+        place_on(&r, &request("acme", None)),
+        Ok(Seat::Grant("g1".into()))
+    );
+    assert_eq!(
+        place_on(&r, &request("globex", None)),
+        Err(Refusal::PhysicallyFull)
+    );
+    // Full of VMs that are not its borrowers', it is full for acme too.
+    r.live_grants[0].lent = 0;
+    assert_eq!(
+        place_on(&r, &request("acme", None)),
+        Err(Refusal::PhysicallyFull)
+    );
+}

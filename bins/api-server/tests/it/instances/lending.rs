@@ -444,3 +444,26 @@ async fn a_stopped_borrower_holds_nothing_and_starts_only_into_a_lent_slot() {
     let started = instance_op_ok(&s, &globex, "globex", "start", &id(&b)).await;
     assert_eq!(started["placement"]["kind"], "lent");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grantee_is_admitted_on_a_reservation_its_borrowers_fill() {
+    // One slot, granted to acme and lent: the provider holds the
+    // borrower's VM, yet acme's create is admitted into its grant.
+    let s = Server::start().await;
+    let (p, grant, globex) = lending_world(&s, 1, 1).await;
+    set_lending(&s, &p.tenant_token, "acme", &grant, true)
+        .await
+        .ok();
+    let b = borrower(&p, &globex, "b").create(&s).await;
+    vm_pass(&s).await;
+    let a = InstanceBuilder::new(&p).key("a").create(&s).await;
+    assert_eq!(a["placement"]["kind"], "grant");
+    assert!(globex_instance(&s, &globex, &id(&b)).await["interruptAt"].is_i64());
+    // Anyone else is refused: the reservation is full.
+    let other = InstanceBuilder::new(&p)
+        .by("globex", &globex)
+        .key("o")
+        .send(&s)
+        .await;
+    other.err(409, "CAPACITY_UNAVAILABLE");
+}
