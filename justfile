@@ -39,7 +39,7 @@ test:
 
 # The end-to-end modules that run through PgBouncer in transaction pooling
 # mode (docs/operations.md, "PgBouncer").
-pgbouncer_tests := "smoke:: billing::deficit:: grants::lifecycle:: instances::lifecycle:: instances::managed::a_vm_is_billed instances::managed::drift_the billing::basics:: events:: workers::replicas:: tenancy::api:: logs::audit:: idempotency:: pools_quotas:: partitions::"
+pgbouncer_tests := "smoke:: instances::lending:: billing::deficit:: grants::lifecycle:: instances::lifecycle:: instances::managed::a_vm_is_billed instances::managed::drift_the billing::basics:: events:: workers::replicas:: tenancy::api:: logs::audit:: idempotency:: pools_quotas:: partitions::"
 
 # A representative part of the end-to-end suite with the api-server and the
 # workers behind PgBouncer (transaction pooling, BC_DB_PREPARED_STATEMENTS=off);

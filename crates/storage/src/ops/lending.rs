@@ -303,13 +303,17 @@ pub async fn due(conn: &mut AsyncPgConnection, now: i64, limit: i64) -> Result<V
 
 /// The instant the next interruption not acted on yet is due, if any.
 pub async fn next_due(conn: &mut AsyncPgConnection) -> Result<Option<i64>> {
-    Ok(instances::table
-        .filter(instances::interrupt_at.is_not_null())
-        .filter(instances::placement_kind.eq(PlacementKind::Lent))
-        .filter(instances::state.eq_any(ACTIVE))
-        .select(diesel::dsl::min(instances::interrupt_at))
-        .first(conn)
-        .await?)
+    // One short transaction behind a transaction pooler.
+    crate::db::read_only(conn, async |conn| {
+        Ok(instances::table
+            .filter(instances::interrupt_at.is_not_null())
+            .filter(instances::placement_kind.eq(PlacementKind::Lent))
+            .filter(instances::state.eq_any(ACTIVE))
+            .select(diesel::dsl::min(instances::interrupt_at))
+            .first(conn)
+            .await?)
+    })
+    .await
 }
 
 /// Deletes one borrower whose interruption is due (`deletedReason:

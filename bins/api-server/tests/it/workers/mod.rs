@@ -3,6 +3,7 @@
 
 mod crash;
 mod deficit_crash;
+mod lending_crash;
 mod limits;
 mod partitions;
 mod process;
