@@ -358,23 +358,7 @@ async fn delete_locked(
     events: &mut Vec<NewEvent>,
 ) -> Result<()> {
     if inst.managed {
-        let seen = Observation {
-            deleted_reason: Some(reason),
-            ..Observation::default()
-        };
-        managed::apply(
-            conn,
-            inst,
-            None,
-            Change::of(Cause::DeleteRequested)
-                .seen(seen)
-                .quota_locked(true),
-            now,
-            events,
-        )
-        .await?
-        .locked()?;
-        return Ok(());
+        return managed::delete_requested(conn, inst, None, reason, now, events).await;
     }
     release_quota(conn, inst).await?;
     place_at(conn, inst, &Target::None, InstanceState::Deleted, now).await
@@ -408,22 +392,8 @@ pub async fn delete(
         let mut events = Vec::new();
         let (inst, res) = lock_instance(conn, tenant, instance_id, now, &mut events).await?;
         if inst.managed {
-            let seen = Observation {
-                deleted_reason: Some(DeletedReason::Requested),
-                ..Observation::default()
-            };
-            managed::apply(
-                conn,
-                &inst,
-                res.as_ref(),
-                Change::of(Cause::DeleteRequested)
-                    .seen(seen)
-                    .quota_locked(true),
-                now,
-                &mut events,
-            )
-            .await?
-            .locked()?;
+            let reason = DeletedReason::Requested;
+            managed::delete_requested(conn, &inst, res.as_ref(), reason, now, &mut events).await?;
         } else if inst.state != InstanceState::Deleted {
             delete_locked(conn, &inst, DeletedReason::Requested, now, &mut events).await?;
             tracing::info!(instance = %instance_id, "instance deleted");

@@ -14,10 +14,9 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use grants_core::GrantState;
 use grants_core::lending::{Borrower, LendingGrant, interrupt_all, reclaim as next_reclaimed};
-use grants_core::vm::Cause;
 
 use super::grants::Grant;
-use super::instances::managed::{self, Change, Observation};
+use super::instances::managed;
 use super::instances::{Target, lock_quota_of};
 use crate::actor::Actor;
 use crate::error::{Detail, Reason, Result, StorageError};
@@ -123,6 +122,32 @@ struct BorrowerRow {
     interrupt_at: Option<i64>,
 }
 
+/// The SQL types of a [`BorrowerRow`].
+type BorrowerSql = (
+    diesel::sql_types::Text,
+    diesel::sql_types::Nullable<diesel::sql_types::Text>,
+    diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
+    diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
+);
+
+/// A query of [`BorrowerRow`]s, narrowed by its caller.
+type BorrowersQuery<'a> = instances::BoxedQuery<'a, diesel::pg::Pg, BorrowerSql>;
+
+/// The live borrowers' rows, as the lending decisions need them (the
+/// caller narrows them to a reservation or a grant).
+fn live_borrowers<'a>() -> BorrowersQuery<'a> {
+    instances::table
+        .filter(instances::placement_kind.eq(PlacementKind::Lent))
+        .filter(instances::state.ne_all(GONE))
+        .select((
+            instances::instance_id,
+            instances::grant_id,
+            instances::lent_at,
+            instances::interrupt_at,
+        ))
+        .into_boxed()
+}
+
 /// Interrupts, at `at`, the borrowers on the locked reservation that a
 /// grant no longer lends to: every one of a grant that ended, was cancelled
 /// or stopped lending, and, in a lending grant whose grantee needs more
@@ -136,17 +161,9 @@ pub async fn enforce(
     at: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
-    let borrowers: Vec<BorrowerRow> = instances::table
+    let borrowers = live_borrowers()
         .filter(instances::account_id.eq(&res.account_id))
         .filter(instances::reservation_id.eq(&res.reservation_id))
-        .filter(instances::placement_kind.eq(PlacementKind::Lent))
-        .filter(instances::state.ne_all(GONE))
-        .select((
-            instances::instance_id,
-            instances::grant_id,
-            instances::lent_at,
-            instances::interrupt_at,
-        ))
         .load(conn)
         .await?;
     enforce_on(conn, borrowers, at, events).await
@@ -160,16 +177,8 @@ pub async fn enforce_grant(
     at: i64,
     events: &mut Vec<NewEvent>,
 ) -> Result<usize> {
-    let borrowers: Vec<BorrowerRow> = instances::table
+    let borrowers = live_borrowers()
         .filter(instances::grant_id.eq(grant_id))
-        .filter(instances::placement_kind.eq(PlacementKind::Lent))
-        .filter(instances::state.ne_all(GONE))
-        .select((
-            instances::instance_id,
-            instances::grant_id,
-            instances::lent_at,
-            instances::interrupt_at,
-        ))
         .load(conn)
         .await?;
     enforce_on(conn, borrowers, at, events).await
@@ -338,22 +347,8 @@ pub async fn reclaim(conn: &mut AsyncPgConnection, instance_id: &str, now: i64) 
             events::publish(conn, now, events).await?;
             return Ok(false);
         }
-        let seen = Observation {
-            deleted_reason: Some(DeletedReason::Reclaimed),
-            ..Observation::default()
-        };
-        managed::apply(
-            conn,
-            &inst,
-            res.as_ref(),
-            Change::of(Cause::DeleteRequested)
-                .seen(seen)
-                .quota_locked(true),
-            now,
-            &mut events,
-        )
-        .await?
-        .locked()?;
+        let reason = DeletedReason::Reclaimed;
+        managed::delete_requested(conn, &inst, res.as_ref(), reason, now, &mut events).await?;
         events::publish(conn, now, events).await?;
         tracing::info!(instance = %instance_id, "borrower reclaimed: its VM is deleted");
         Ok(true)

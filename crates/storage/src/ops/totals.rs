@@ -269,22 +269,11 @@ pub async fn fill_credits(
     rows: &mut [grants_core::views::hours::HourRow],
     now: i64,
 ) -> Result<()> {
-    use crate::schema::usage_records as u;
     let (Some(first), Some(last)) = (<[_]>::first(rows), <[_]>::last(rows)) else {
         return Ok(());
     };
     let (from, to) = (first.period_start, last.period_end);
-    let written: BTreeMap<i64, i64> = u::table
-        .filter(u::meter.eq("vm.grant.deficit.hours"))
-        .filter(u::subject.eq(&grant.grant_id))
-        .filter(u::target.eq(&grant.grant_id))
-        .filter(u::period_start.ge(from))
-        .filter(u::period_start.lt(to.min(grant.metered_through)))
-        .select((u::period_start, u::quantity_micro))
-        .load::<(i64, i64)>(conn)
-        .await?
-        .into_iter()
-        .collect();
+    let written = written_hours(conn, "vm.grant.deficit.hours", grant, from, to).await?;
     let unmetered = from.max(grant.metered_through);
     let key = (grant.account_id.clone(), grant.reservation_id.clone());
     let pending = if unmetered < to.min(now) && !short_among(conn, &[key]).await?.is_empty() {
@@ -344,4 +333,28 @@ pub async fn mark_backdated(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// A grant's records of `meter` written for the hours in `[from, to)` that
+/// it is metered through, by `periodStart` (micros): what a grant's hour
+/// rows show for the hours already metered.
+pub(crate) async fn written_hours(
+    conn: &mut AsyncPgConnection,
+    meter: &str,
+    grant: &crate::model::grant::GrantRow,
+    from: i64,
+    to: i64,
+) -> Result<BTreeMap<i64, i64>> {
+    use crate::schema::usage_records as u;
+    Ok(u::table
+        .filter(u::meter.eq(meter))
+        .filter(u::subject.eq(&grant.grant_id))
+        .filter(u::target.eq(&grant.grant_id))
+        .filter(u::period_start.ge(from))
+        .filter(u::period_start.lt(to.min(grant.metered_through)))
+        .select((u::period_start, u::quantity_micro))
+        .load::<(i64, i64)>(conn)
+        .await?
+        .into_iter()
+        .collect())
 }

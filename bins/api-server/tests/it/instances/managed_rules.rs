@@ -453,7 +453,10 @@ async fn a_vm_confirmed_running_is_recorded_while_the_tenants_quota_rows_are_hel
     .await
     .expect("lock the quota rows");
     assert!(held > 0, "acme has quota rows in the pool");
-    tokio::time::timeout(std::time::Duration::from_secs(60), vm_pass(&s))
+    // The rows stay held until the pass is done: a pass that waited for
+    // them would never end. The bound is for a slow, loaded machine, where
+    // starting the worker and its pass has taken over a minute.
+    tokio::time::timeout(std::time::Duration::from_secs(240), vm_pass(&s))
         .await
         .expect("the worker's pass does not wait for the quota rows");
     assert_eq!(state(&acme_instance(&s, t, &id(&a)).await), "running");

@@ -3,8 +3,9 @@
 //! platform and its instances built through the API (`builders`, and the
 //! smaller `fixtures`), typed builders of the request bodies used most
 //! (`bodies`), the methods called most (`calls`), rows read from the
-//! database, metering checks and a seeded PRNG.
+//! database, metering checks, the bcctl binary's runs and a seeded PRNG.
 
+pub mod bcctl;
 pub mod bodies;
 pub mod builders;
 pub mod calls;

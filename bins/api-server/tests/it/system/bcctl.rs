@@ -3,108 +3,20 @@
 //! answers), `call` from the server's own schema, profiles whose token never
 //! appears in process arguments, `events --follow`, and exit codes by class.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::support::bcctl::{Ctl, Run};
 use crate::support::builders::{GrantBuilder, InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::fixtures::{Platform, id, platform_at_t0};
 use crate::support::gce::Gce;
 use crate::support::meter::{micros, total, usage};
-use crate::support::server::{ROOT_TOKEN, Server, sibling_binary};
+use crate::support::server::{ROOT_TOKEN, Server};
 use crate::support::worker;
-
-/// The `bcctl` executable beside the api-server binary under test (`just
-/// test` builds every binary first).
-fn path() -> PathBuf {
-    sibling_binary("bcctl", "cargo build -p bcctl")
-}
-
-/// What one run printed.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    #[track_caller]
-    fn ok(&self) -> &str {
-        assert_eq!(self.code, 0, "bcctl failed: {self:?}");
-        &self.stdout
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
-    }
-}
-
-/// A bcctl environment: the server's URL, a token, and a private config
-/// directory.
-struct Ctl {
-    endpoint: String,
-    token: Option<String>,
-    config: tempfile::TempDir,
-}
-
-impl Ctl {
-    fn new(s: &Server, token: &str) -> Ctl {
-        Ctl {
-            endpoint: s.url.clone(),
-            token: Some(token.to_owned()),
-            config: tempfile::tempdir().expect("tempdir"),
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(path());
-        cmd.args(args)
-            .env_remove("BC_ENDPOINT")
-            .env_remove("BC_TOKEN")
-            .env_remove("BC_TENANT")
-            .env_remove("BC_PROFILE")
-            .env("XDG_CONFIG_HOME", self.config.path())
-            .env("COLUMNS", "120")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if !self.endpoint.is_empty() {
-            cmd.env("BC_ENDPOINT", &self.endpoint);
-        }
-        if let Some(t) = &self.token {
-            cmd.env("BC_TOKEN", t);
-        }
-        cmd
-    }
-
-    async fn run_with(&self, args: &[&str], stdin: &str) -> Run {
-        let mut child = self.command(args).spawn().expect("spawn bcctl");
-        let mut input = child.stdin.take().expect("stdin");
-        input.write_all(stdin.as_bytes()).await.expect("stdin");
-        drop(input);
-        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-            .await
-            .expect("bcctl hung")
-            .expect("bcctl");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    async fn run(&self, args: &[&str]) -> Run {
-        self.run_with(args, "").await
-    }
-}
 
 /// The first column of a table's data rows.
 fn first_column(table: &str) -> Vec<String> {

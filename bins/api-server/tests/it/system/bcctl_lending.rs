@@ -5,87 +5,14 @@
 //! slot, and the tables show lending, lent hours, interruptible instances
 //! and when they will be interrupted.
 
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
+use serde_json::json;
 
-use serde_json::{Value, json};
-use tokio::process::Command;
-
+use crate::support::bcctl::Ctl;
 use crate::support::builders::{GrantBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, T0};
 use crate::support::fixtures::tenant_with_pool;
 use crate::support::gce::FLAVOR;
-use crate::support::server::{ROOT_TOKEN, Server, sibling_binary};
-
-/// The `bcctl` executable beside the api-server binary under test (`just
-/// test` builds every binary first).
-fn path() -> PathBuf {
-    sibling_binary("bcctl", "cargo build -p bcctl")
-}
-
-/// What one run printed.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    #[track_caller]
-    fn ok(&self) -> &str {
-        assert_eq!(self.code, 0, "bcctl failed: {self:?}");
-        &self.stdout
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
-    }
-}
-
-/// A bcctl environment: the server's URL, a token, and a private config
-/// directory.
-struct Ctl {
-    endpoint: String,
-    token: String,
-    config: tempfile::TempDir,
-}
-
-impl Ctl {
-    fn new(s: &Server, token: &str) -> Ctl {
-        Ctl {
-            endpoint: s.url.clone(),
-            token: token.to_owned(),
-            config: tempfile::tempdir().expect("tempdir"),
-        }
-    }
-
-    async fn run(&self, args: &[&str]) -> Run {
-        let mut cmd = Command::new(path());
-        cmd.args(args)
-            .env_remove("BC_TENANT")
-            .env_remove("BC_PROFILE")
-            .env("BC_ENDPOINT", &self.endpoint)
-            .env("BC_TOKEN", &self.token)
-            .env("XDG_CONFIG_HOME", self.config.path())
-            .env("COLUMNS", "120")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
-            .await
-            .expect("bcctl hung")
-            .expect("bcctl");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-}
+use crate::support::server::{ROOT_TOKEN, Server};
 
 /// The cell of `column` in the row of a table that holds `row` (columns
 /// start where their headers do; a cell may hold spaces).

@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::RunQueryDsl;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::vm_crash::unsettled;
+use super::vm_crash::{kill_while_steps_run, replica, settle, unsettled};
 use crate::support::builders::{GrantBuilder, InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
 use crate::support::fixtures::{id, instance_op, tenant_with_pool};
 use crate::support::gce::Gce;
-use crate::support::meter::usage_of_instance;
+use crate::support::meter::{micros, usage_of_instance};
 use crate::support::rng::Rng;
 use crate::support::server::Server;
 use crate::support::worker::{self, Running};
@@ -33,17 +33,6 @@ const PHASES: usize = 10;
 
 /// The grant's slots (of the reservation's 4).
 const SLOTS: i64 = 3;
-
-fn replica(s: &Server) -> Running {
-    let mut cmd = worker::command(s);
-    cmd.args(["--only", "vps.instances"])
-        .env("BC_INTERVAL_MS", "200")
-        .env("BC_VM_LIST_INTERVAL", "0.3s")
-        .env("BC_VM_LEASE", "3s")
-        .env("BC_VM_MAX_BACKOFF", "1s")
-        .env("BC_VM_STEP_TIMEOUT", "300");
-    Running::spawn(cmd)
-}
 
 #[derive(QueryableByName)]
 struct Count {
@@ -182,30 +171,9 @@ async fn replicas_killed_while_slots_are_lent_and_reclaimed_lose_and_duplicate_n
                 }
             }
         }
-        // Kill replicas while the steps run.
-        let until = Instant::now()
-            + Duration::from_millis(u64::try_from(rng.range(300, 1500)).unwrap_or(500));
-        while Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(
-                u64::try_from(rng.range(50, 400)).unwrap_or(100),
-            ))
-            .await;
-            let k = rng.pick(replicas.len());
-            let victim = replicas.swap_remove(k);
-            victim.kill().await;
-            kills += 1;
-            replicas.push(replica(&s));
-        }
-        // Then every step ends (a killed replica's lease runs out first),
-        // interruptions included (due at once).
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while unsettled(&mut conn).await > 0 {
-            assert!(
-                Instant::now() < deadline,
-                "steps did not settle in phase {phase}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        kills += kill_while_steps_run(&mut replicas, &mut rng, || replica(&s)).await;
+        // Interruptions are due at once: they end with the steps.
+        settle(&mut conn, phase).await;
         let (live, stray) = grant_books(&mut conn, &grant).await;
         assert!(live <= SLOTS, "phase {phase}: {live} VMs in {SLOTS} slots");
         assert_eq!(
@@ -265,7 +233,10 @@ async fn replicas_killed_while_slots_are_lent_and_reclaimed_lose_and_duplicate_n
             })
             .sum();
         let records = usage_of_instance(&s, token, tenant, inst).await;
-        let billed: i64 = records.iter().map(|r| micros(&r["quantity"])).sum();
+        let billed: i64 = records
+            .iter()
+            .map(|r| micros(r["quantity"].as_str().expect("quantity")))
+            .sum();
         for r in &records {
             if *tenant == "globex" {
                 assert_eq!(r["meter"], "vm.interruptible.hours", "{r}");
@@ -297,11 +268,4 @@ async fn replicas_killed_while_slots_are_lent_and_reclaimed_lose_and_duplicate_n
         interrupting.len(),
         started.elapsed().as_secs_f64()
     );
-}
-
-/// A 6-decimal quantity in micros.
-fn micros(q: &Value) -> i64 {
-    let s = q.as_str().expect("quantity");
-    let (whole, frac) = s.split_once('.').expect("decimal");
-    whole.parse::<i64>().expect("whole") * 1_000_000 + frac.parse::<i64>().expect("fraction")
 }

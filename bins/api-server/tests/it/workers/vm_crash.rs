@@ -29,7 +29,8 @@ use crate::support::worker::{self, Running};
 /// the steps run, then waits until every step has ended.
 const PHASES: usize = 10;
 
-fn replica(s: &Server) -> Running {
+/// A replica running only `vps.instances`, with short leases and backoffs.
+pub(super) fn replica(s: &Server) -> Running {
     let mut cmd = worker::command(s);
     cmd.args(["--only", "vps.instances"])
         .env("BC_INTERVAL_MS", "200")
@@ -57,6 +58,43 @@ pub(super) async fn unsettled(conn: &mut diesel_async::AsyncPgConnection) -> i64
     .await
     .expect("count");
     c.n
+}
+
+/// Kills a replica at random every 50 to 400 ms for 300 to 1500 ms while
+/// the steps run, starting another (`spawn`) for each; returns the kills.
+pub(super) async fn kill_while_steps_run(
+    replicas: &mut Vec<Running>,
+    rng: &mut Rng,
+    spawn: impl Fn() -> Running,
+) -> usize {
+    let mut kills = 0;
+    let until =
+        Instant::now() + Duration::from_millis(u64::try_from(rng.range(300, 1500)).unwrap_or(500));
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(
+            u64::try_from(rng.range(50, 400)).unwrap_or(100),
+        ))
+        .await;
+        let k = rng.pick(replicas.len());
+        let victim = replicas.swap_remove(k);
+        victim.kill().await;
+        kills += 1;
+        replicas.push(spawn());
+    }
+    kills
+}
+
+/// Waits until every step has ended (a killed replica's lease runs out
+/// first), at most 90 s.
+pub(super) async fn settle(conn: &mut diesel_async::AsyncPgConnection, phase: usize) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while unsettled(conn).await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "steps did not settle in phase {phase}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -124,29 +162,8 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
                 a.body
             );
         }
-        // Kill replicas while the steps run.
-        let until = Instant::now()
-            + Duration::from_millis(u64::try_from(rng.range(300, 1500)).unwrap_or(500));
-        while Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(
-                u64::try_from(rng.range(50, 400)).unwrap_or(100),
-            ))
-            .await;
-            let k = rng.pick(replicas.len());
-            let victim = replicas.swap_remove(k);
-            victim.kill().await;
-            kills += 1;
-            replicas.push(replica(&s));
-        }
-        // Then every step ends (a killed replica's lease runs out first).
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while unsettled(&mut conn).await > 0 {
-            assert!(
-                Instant::now() < deadline,
-                "steps did not settle in phase {phase}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        kills += kill_while_steps_run(&mut replicas, &mut rng, || replica(&s)).await;
+        settle(&mut conn, phase).await;
     }
     p.gce.delay(0).await;
     // A listing of the settled world, then the replicas stop.

@@ -238,6 +238,28 @@ pub async fn apply(
     Ok(Applied::Changed(t))
 }
 
+/// Applies a delete request for `reason` at `at` to the locked managed
+/// instance `inst`, whose quota rows the caller holds: `deleting`, with its
+/// VM's delete step (its slot and quota go when the VM is confirmed gone).
+pub async fn delete_requested(
+    conn: &mut AsyncPgConnection,
+    inst: &InstanceRow,
+    res: Option<&ReservationRow>,
+    reason: DeletedReason,
+    at: i64,
+    events: &mut Vec<NewEvent>,
+) -> Result<()> {
+    let seen = Observation {
+        deleted_reason: Some(reason),
+        ..Observation::default()
+    };
+    let change = Change::of(Cause::DeleteRequested)
+        .seen(seen)
+        .quota_locked(true);
+    apply(conn, inst, res, change, at, events).await?.locked()?;
+    Ok(())
+}
+
 /// The instance event a change publishes (contract 9, r3), if any.
 fn event_of(
     inst: &InstanceRow,

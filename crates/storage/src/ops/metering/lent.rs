@@ -79,22 +79,12 @@ pub(crate) async fn fill(
     rows: &mut [HourRow],
     now: i64,
 ) -> Result<()> {
-    use crate::schema::usage_records as u;
     let (Some(first), Some(last)) = (<[_]>::first(rows), <[_]>::last(rows)) else {
         return Ok(());
     };
     let (from, to) = (first.period_start, last.period_end);
-    let written: BTreeMap<i64, i64> = u::table
-        .filter(u::meter.eq("vm.grant.lent.hours"))
-        .filter(u::subject.eq(&grant.grant_id))
-        .filter(u::target.eq(&grant.grant_id))
-        .filter(u::period_start.ge(from))
-        .filter(u::period_start.lt(to.min(grant.metered_through)))
-        .select((u::period_start, u::quantity_micro))
-        .load::<(i64, i64)>(conn)
-        .await?
-        .into_iter()
-        .collect();
+    let written =
+        crate::ops::totals::written_hours(conn, "vm.grant.lent.hours", grant, from, to).await?;
     let unmetered = from.max(grant.metered_through);
     let stretches: Vec<(i64, i64)> = if unmetered < to.min(now) {
         seg::table
