@@ -446,7 +446,15 @@ impl Op for InstanceSql {
                 futures::try_join!(
                     futures::future::try_join_all(writes),
                     InstanceRow::insert(shared, new),
-                    instances::place_with(shared, new.subject(), &seat, new.state(), true, now),
+                    instances::place_with(
+                        shared,
+                        new.subject(),
+                        &seat,
+                        new.state(),
+                        true,
+                        true,
+                        now
+                    ),
                     InstanceRow::find(shared, &id),
                 )
                 .map_err(sql)?;

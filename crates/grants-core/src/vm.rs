@@ -126,6 +126,10 @@ pub enum Cause {
     StartRequested,
     /// `instances.delete` (or its tenant's deletion).
     DeleteRequested,
+    /// The notice of an interrupted borrower is over (contract 3.14): its
+    /// VM is deleted as for a delete request, but a running one stays
+    /// billed until it is confirmed gone (5.5).
+    Reclaimed,
     /// A step succeeded: the operation is done and the VM read back.
     Confirmed(StepKind),
     /// A step failed for good (an error or its deadline).
@@ -212,12 +216,16 @@ pub fn next(state: VmState, holds_slot: bool, cause: Cause) -> Result<Transition
     use VmState as S;
     let refused = Err(Refused::InvalidState(state));
     match (state, cause) {
-        (S::Deleted | S::Failed, C::DeleteRequested) => Ok(stay(state, false)),
+        (S::Deleted | S::Failed, C::DeleteRequested | C::Reclaimed) => Ok(stay(state, false)),
         (S::Deleted | S::Failed, C::StopRequested | C::StartRequested) => refused,
         (S::Deleted | S::Failed, _) => Err(Refused::NotApplicable),
 
-        (S::Deleting, C::DeleteRequested) => Ok(stay(state, holds_slot)),
+        (S::Deleting, C::DeleteRequested | C::Reclaimed) => Ok(stay(state, holds_slot)),
         (_, C::DeleteRequested) => Ok(to(S::Deleting, holds_slot, false, Release::Nothing)),
+        // A running borrower interrupted keeps running, billed, on its slot
+        // until its VM is confirmed gone.
+        (S::Running, C::Reclaimed) => Ok(to(S::Deleting, holds_slot, true, Release::Nothing)),
+        (_, C::Reclaimed) => Ok(to(S::Deleting, holds_slot, false, Release::Nothing)),
         (S::Deleting, C::Confirmed(K::Delete) | C::Lost) => {
             Ok(to(S::Deleted, false, false, Release::All))
         }
@@ -310,6 +318,11 @@ pub fn replay(admitted_at: i64, history: &[(i64, Cause)], until: i64) -> Replay 
         let Ok(t) = next(state, slot, cause) else {
             continue;
         };
+        // A repeated request changes nothing, as storage records it: a
+        // reclaimed VM stays billed through its tenant's own delete.
+        if t.state == state && t.step.is_none() {
+            continue;
+        }
         close(&mut out, since, at, slot, billed);
         since = at;
         if t.release == Release::All && out.released_at.is_none() {

@@ -19,6 +19,7 @@ fn any_cause() -> impl Strategy<Value = Cause> {
         Just(Cause::StopRequested),
         Just(Cause::StartRequested),
         Just(Cause::DeleteRequested),
+        Just(Cause::Reclaimed),
         any_step().prop_map(Cause::Confirmed),
         any_step().prop_map(Cause::Failed),
         Just(Cause::ObservedStopped),
@@ -54,7 +55,8 @@ fn covered(inner: &[(i64, i64)], outer: &[(i64, i64)]) -> bool {
 
 /// What billing must be, stated independently of `next`: from each
 /// confirmation that the VM runs (or a failed stop: it kept running) to the
-/// next request or observation that ends it.
+/// next request or observation that ends it; after a reclaim of a running
+/// VM, to its deletion confirmed (contract 5.5).
 fn expected_billed(history: &[(i64, Cause)], until: i64) -> i64 {
     let mut state = VmState::Provisioning;
     let mut slot = true;
@@ -68,7 +70,9 @@ fn expected_billed(history: &[(i64, Cause)], until: i64) -> i64 {
             cause,
             Cause::Confirmed(StepKind::Create | StepKind::Start) | Cause::Failed(StepKind::Stop)
         ) && t.state == VmState::Running;
-        let ends_billing = state == VmState::Running && t.state != VmState::Running;
+        let reclaimed = state == VmState::Running && cause == Cause::Reclaimed;
+        let ends_billing = (state == VmState::Running && t.state != VmState::Running && !reclaimed)
+            || (billed_since.is_some() && state == VmState::Deleting && t.state.is_final());
         if ends_billing && let Some(from) = billed_since.take() {
             sum += at - from;
         }

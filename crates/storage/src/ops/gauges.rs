@@ -253,7 +253,9 @@ pub async fn lending_gauges(
         .load(conn)
         .await?;
     let reclaims = diesel::sql_query(
-        include_str!("sql/gauges_reclaims.sql").replace("{DB_NOW_MS}", crate::clock::DB_NOW_MS),
+        include_str!("sql/gauges_reclaims.sql")
+            .replace("{DB_NOW_MS}", crate::clock::DB_NOW_MS)
+            .replace("{STEP_WAITS}", crate::ops::vms::STEP_WAITS),
     )
     .bind::<BigInt, _>(now)
     .get_result(conn)

@@ -131,8 +131,8 @@ pub async fn claim_steps(
 }
 
 /// Whether a step waits for borrowers to go (its alias `s`, its instance's
-/// `i`).
-const STEP_WAITS: &str = include_str!("sql/vms_step_waits.sql");
+/// `i`): held back by the claim, counted by the lending gauges.
+pub(crate) const STEP_WAITS: &str = include_str!("sql/vms_step_waits.sql");
 
 /// The real time (epoch ms) of the next open step's next try, if any, the
 /// steps of the accounts in `paused` and those waiting for borrowers to go

@@ -53,6 +53,8 @@ pub struct Ctl {
     pub token: Option<String>,
     /// `XDG_CONFIG_HOME`.
     pub config: tempfile::TempDir,
+    /// `COLUMNS`, the width tables are laid out for.
+    pub columns: u16,
 }
 
 impl Ctl {
@@ -62,6 +64,7 @@ impl Ctl {
             endpoint: s.url.clone(),
             token: Some(token.to_owned()),
             config: tempfile::tempdir().expect("tempdir"),
+            columns: 120,
         }
     }
 
@@ -74,7 +77,7 @@ impl Ctl {
             .env_remove("BC_TENANT")
             .env_remove("BC_PROFILE")
             .env("XDG_CONFIG_HOME", self.config.path())
-            .env("COLUMNS", "120")
+            .env("COLUMNS", self.columns.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

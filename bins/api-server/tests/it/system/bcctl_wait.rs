@@ -3,49 +3,18 @@
 //! worker made it, and fails (non-zero, the provider's code printed) when
 //! the create failed.
 
-use std::process::Stdio;
-use std::time::Duration;
-
-use tokio::process::Command;
-
+use crate::support::bcctl::{Ctl, Run};
 use crate::support::clock::T0;
 use crate::support::gce::{FLAVOR, ZONE};
-use crate::support::server::{Server, sibling_binary};
+use crate::support::server::Server;
 use crate::support::vms::managed_platform;
 use crate::support::worker::{self, Running};
 
-/// What one run printed.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs bcctl with `token` against the server.
+/// Runs bcctl with `token` against the server, tables 160 columns wide.
 async fn bcctl(s: &Server, token: &str, args: &[&str]) -> Run {
-    let config = tempfile::tempdir().expect("tempdir");
-    let mut cmd = Command::new(sibling_binary("bcctl", "cargo build -p bcctl"));
-    cmd.args(args)
-        .env_remove("BC_TENANT")
-        .env_remove("BC_PROFILE")
-        .env("BC_ENDPOINT", &s.url)
-        .env("BC_TOKEN", token)
-        .env("XDG_CONFIG_HOME", config.path())
-        .env("COLUMNS", "160")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("bcctl hung")
-        .expect("bcctl");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut ctl = Ctl::new(s, token);
+    ctl.columns = 160;
+    ctl.run(args).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

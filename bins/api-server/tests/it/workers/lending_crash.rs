@@ -16,7 +16,7 @@ use diesel::sql_types::{BigInt, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::json;
 
-use super::vm_crash::{kill_while_steps_run, replica, settle, unsettled};
+use super::vm_crash::{kill_while_steps_run, replica, settle, shake, unsettled};
 use crate::support::builders::{GrantBuilder, InstanceBuilder, PlatformBuilder};
 use crate::support::clock::{HOUR, MIN, T0};
 use crate::support::db::db;
@@ -99,12 +99,7 @@ async fn replicas_killed_while_slots_are_lent_and_reclaimed_lose_and_duplicate_n
         now += rng.range(5, 50) * MIN;
         s.set_clock(now).await;
         p.gce.set_clock(now).await;
-        if rng.chance(50) {
-            p.gce
-                .fail_mutations(u32::try_from(rng.range(1, 2)).unwrap_or(1))
-                .await;
-        }
-        p.gce.delay(if rng.chance(30) { 150 } else { 0 }).await;
+        shake(&p.gce, &mut rng).await;
         let last = phase == PHASES;
         if last {
             for (tenant, inst) in &instances {

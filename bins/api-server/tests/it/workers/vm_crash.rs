@@ -60,6 +60,16 @@ pub(super) async fn unsettled(conn: &mut diesel_async::AsyncPgConnection) -> i64
     c.n
 }
 
+/// Makes fake-gce lose the answers of the next one or two mutations half
+/// the time, and answer slowly (150 ms) a third of the time.
+pub(super) async fn shake(gce: &Gce, rng: &mut Rng) {
+    if rng.chance(50) {
+        gce.fail_mutations(u32::try_from(rng.range(1, 2)).unwrap_or(1))
+            .await;
+    }
+    gce.delay(if rng.chance(30) { 150 } else { 0 }).await;
+}
+
 /// Kills a replica at random every 50 to 400 ms for 300 to 1500 ms while
 /// the steps run, starting another (`spawn`) for each; returns the kills.
 pub(super) async fn kill_while_steps_run(
@@ -122,12 +132,7 @@ async fn replicas_killed_mid_step_make_no_second_vm_and_bill_what_ran() {
         if rng.chance(30) {
             p.gce.fail_creates(1, "QUOTA_EXCEEDED").await;
         }
-        if rng.chance(50) {
-            p.gce
-                .fail_mutations(u32::try_from(rng.range(1, 2)).unwrap_or(1))
-                .await;
-        }
-        p.gce.delay(if rng.chance(30) { 150 } else { 0 }).await;
+        shake(&p.gce, &mut rng).await;
         let last = phase == PHASES;
         let changes = if last {
             instances.len()

@@ -191,7 +191,16 @@ pub async fn create(
         let ((), _, (), (), (), created) = futures::try_join!(
             write_quota_rows(c, new.tenant_id, new.pool_id, &rows, &charged),
             InstanceRow::insert(c, row),
-            place_with(c, row.subject(), &target, row.state(), true, now),
+            // A managed instance is billed from its VM seen running.
+            place_with(
+                c,
+                row.subject(),
+                &target,
+                row.state(),
+                true,
+                row.vm.is_none(),
+                now
+            ),
             step,
             events::publish(c, now, events),
             InstanceRow::find(c, &id),

@@ -176,26 +176,7 @@ pub async fn apply(
         if t.release == Release::All {
             super::release_quota(conn, inst).await?;
         }
-        place_with(conn, inst, &target, state, t.holds_slot, at).await?;
-        // An interrupted borrower is billed until its VM is confirmed gone,
-        // not only until the delete is asked (contract 5.5).
-        if seen.deleted_reason == Some(DeletedReason::Reclaimed)
-            && inst.state == InstanceState::Running
-            && state == InstanceState::Deleting
-        {
-            crate::db::cached(
-                diesel::update(
-                    crate::schema::placement_segments::table
-                        .filter(
-                            crate::schema::placement_segments::instance_id.eq(&inst.instance_id),
-                        )
-                        .filter(crate::schema::placement_segments::to_ms.is_null()),
-                )
-                .set(crate::schema::placement_segments::billed.eq(true)),
-            )
-            .execute(conn)
-            .await?;
-        }
+        place_with(conn, inst, &target, state, t.holds_slot, t.billed, at).await?;
     }
     let deleted_reason = seen.deleted_reason.or(inst.deleted_reason);
     crate::db::cached(
@@ -241,6 +222,7 @@ pub async fn apply(
 /// Applies a delete request for `reason` at `at` to the locked managed
 /// instance `inst`, whose quota rows the caller holds: `deleting`, with its
 /// VM's delete step (its slot and quota go when the VM is confirmed gone).
+/// A reclaim ([`Cause::Reclaimed`]) keeps a running VM billed until then.
 pub async fn delete_requested(
     conn: &mut AsyncPgConnection,
     inst: &InstanceRow,
@@ -253,9 +235,12 @@ pub async fn delete_requested(
         deleted_reason: Some(reason),
         ..Observation::default()
     };
-    let change = Change::of(Cause::DeleteRequested)
-        .seen(seen)
-        .quota_locked(true);
+    let cause = if reason == DeletedReason::Reclaimed {
+        Cause::Reclaimed
+    } else {
+        Cause::DeleteRequested
+    };
+    let change = Change::of(cause).seen(seen).quota_locked(true);
     apply(conn, inst, res, change, at, events).await?.locked()?;
     Ok(())
 }

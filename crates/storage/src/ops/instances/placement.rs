@@ -171,12 +171,14 @@ pub async fn place_at(
     state: InstanceState,
     at: i64,
 ) -> Result<()> {
+    let running = state == InstanceState::Running;
     place_with(
         conn,
         inst,
         target,
         state,
-        state == InstanceState::Running,
+        running,
+        !inst.managed || running,
         at,
     )
     .await
@@ -186,14 +188,16 @@ pub async fn place_at(
 /// updates the row and closes its open segment at `at`, opening the next
 /// one (unless it is gone). A segment that would be empty is dropped. The
 /// segment holds a running slot when `holds_slot`, and is billed when it does
-/// and the instance is a ledger one or a managed one whose VM was seen
-/// running (contract 3.12).
+/// and `billed` says so: always for a ledger instance, for a managed one as
+/// its lifecycle says (`grants_core::vm::Transition::billed`: from its VM
+/// seen running, contract 3.12, until a reclaimed VM is gone, 5.5).
 pub async fn place_with<'a>(
     conn: &AsyncPgConnection,
     inst: impl Into<Subject<'a>>,
     target: &Target,
     state: InstanceState,
     holds_slot: bool,
+    billed: bool,
     at: i64,
 ) -> Result<()> {
     let inst: Subject<'_> = inst.into();
@@ -266,7 +270,7 @@ pub async fn place_with<'a>(
                 seg::from_ms.eq(at),
                 seg::kind.eq(seg_kind),
                 seg::running.eq(holds_slot),
-                seg::billed.eq(!inst.managed || state == InstanceState::Running),
+                seg::billed.eq(billed),
                 seg::grant_id.eq(grant_id),
                 seg::account_id.eq(account_id),
                 seg::reservation_id.eq(reservation_id),
@@ -290,7 +294,16 @@ pub async fn apply_move(
         .await?
         .ok_or_else(|| StorageError::internal(format!("move of unknown instance {instance_id}")))?;
     let target = Target::from_destination(to, res);
-    place_with(conn, &inst, &target, inst.state, inst.holds_slot, at).await
+    place_with(
+        conn,
+        &inst,
+        &target,
+        inst.state,
+        inst.holds_slot,
+        inst.billed(),
+        at,
+    )
+    .await
 }
 
 /// Moves instances taken into a grant at `at`.
